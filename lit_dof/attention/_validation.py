@@ -1,0 +1,77 @@
+"""Argument checks shared by the attention kernels and feature maps.
+
+Every check raises :class:`ValueError` whose message names the argument and the accepted range,
+so a bad call fails at the boundary rather than as a NaN three layers later.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def check_positive_int(name: str, value: int) -> int:
+    """Return ``value`` if it is an integer ≥ 1.
+
+    Raises:
+        ValueError: if ``value`` is not an int or is ≤ 0.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer (>= 1), got {value!r}")
+    return value
+
+
+def check_rank(name: str, tensor: Tensor, rank: int, layout: str) -> None:
+    """Raise ``ValueError`` unless ``tensor`` has ``rank`` dimensions (``layout`` names them)."""
+    if tensor.dim() != rank:
+        raise ValueError(f"{name} must have shape {layout}, got a {tensor.dim()}-d tensor {tuple(tensor.shape)}")
+
+
+def check_finite(name: str, tensor: Tensor) -> None:
+    """Raise ``ValueError`` if ``tensor`` holds NaN (or +inf).
+
+    ``-inf`` is allowed: it is the log of a zero feature. On CUDA the check is asynchronous
+    (``torch._assert_async``) so it does not force a host sync; it then raises ``RuntimeError``.
+    """
+    if tensor.is_cuda:
+        torch._assert_async(~(torch.isnan(tensor) | torch.isposinf(tensor)).all(), f"{name} contains NaN or +inf")
+        return
+    if torch.isfinite(tensor.sum()):  # one fast reduction; NaN or ±inf anywhere makes the sum non-finite
+        return
+    if torch.isnan(tensor).any() or torch.isposinf(tensor).any():
+        raise ValueError(f"{name} contains NaN or +inf; check the inputs (and the loss scale) upstream")
+
+
+def check_qkv(log_phi_q: Tensor, log_phi_k: Tensor, v: Tensor, *, finite: bool = True) -> tuple[int, int, int, int, int, int]:
+    """Validate the inputs of a linear-attention kernel.
+
+    Args:
+        log_phi_q: ``(B, Hq, T, M)`` log-features of the queries.
+        log_phi_k: ``(B, Hk, T, M)`` log-features of the keys; ``Hq`` must be a multiple of ``Hk`` (GQA).
+        v: ``(B, Hk, T, D)`` values.
+        finite: also reject NaN / +inf entries.
+
+    Returns:
+        ``(B, Hq, Hk, T, M, D)``.
+
+    Raises:
+        ValueError: wrong rank, mismatched batch / length / feature dim / head counts, or NaN input.
+    """
+    check_rank("log_phi_q", log_phi_q, 4, "(B, Hq, T, M)")
+    check_rank("log_phi_k", log_phi_k, 4, "(B, Hk, T, M)")
+    check_rank("v", v, 4, "(B, Hk, T, D)")
+    B, Hq, T, M = log_phi_q.shape
+    Bk, Hk, Tk, Mk = log_phi_k.shape
+    if (Bk, Tk, Mk) != (B, T, M):
+        raise ValueError(
+            f"log_phi_k must have shape (B, Hk, T, M) = ({B}, Hk, {T}, {M}) to match log_phi_q, got {tuple(log_phi_k.shape)}"
+        )
+    if v.shape[:3] != (B, Hk, T):
+        raise ValueError(f"v must have shape (B, Hk, T, D) = ({B}, {Hk}, {T}, D), got {tuple(v.shape)}")
+    if Hk == 0 or Hq % Hk != 0:
+        raise ValueError(f"the number of query heads ({Hq}) must be a positive multiple of the key/value heads ({Hk})")
+    if finite:
+        check_finite("log_phi_q", log_phi_q)
+        check_finite("log_phi_k", log_phi_k)
+        check_finite("v", v)
+    return B, Hq, Hk, T, M, v.shape[-1]

@@ -1,0 +1,179 @@
+"""Chunked parallel causal linear attention — the training / prefill form.
+
+Notation: B batch, Hq query heads, Hk key/value heads (GQA group G = Hq / Hk), T tokens, M features,
+D value dim, C chunk size, N = ⌈T / C⌉ chunks.
+
+The sequence is cut into chunks of C tokens. Inside a chunk the masked C×C kernel matrix is formed
+(parallel, matmul-friendly); across chunks a prefix state A = Σ φ(k) vᵀ, B = Σ φ(k) carries the past
+(METHOD.md §1, linear-time form). Cost O(T·C·(M+D) + T·M·D) instead of softmax's O(T²·D).
+
+Numerical stability (exact, no approximation): the kernel works on log-features ℓ = log φ.
+  * keys: feature f of every key in chunk c is scaled by exp(−m_{c,f}), m_{c,f} the running max of ℓ_{·,f}
+    over all keys up to the end of chunk c (a per-feature constant for that chunk);
+  * queries: feature f of query i gets exp(+m_{c,f}) back, so every product φ_f(q)φ_f(k) is unchanged;
+    then the whole query row is divided by exp(r_i), r_i = max_f(ℓ_{i,f} + m_{c,f}) — a per-query
+    constant that cancels between numerator and denominator.
+So every exponential is ≤ 1 (no overflow for any norm) and nothing is approximated; the states are
+accumulated in float32 whatever the input dtype. The stabiliser m is refreshed once per *block* of
+chunks (``block_size`` tokens), so a query can be scaled by a key up to one block in its future; that
+is exact in real arithmetic, but if that key's feature exceeds all of the query's causal mass by more
+than float32's range (~87 nats of log-feature), the row underflows. Such blocks are detected (row
+normaliser < 1e-30) and recomputed with one stabiliser per smaller chunk, recursively down to one per
+token — the recurrent form's stabiliser, which is causal. Causality therefore holds exactly in real
+arithmetic and to float32 rounding in practice.
+
+GQA: the G query heads of a group share the key features and the state, and are folded into the
+query-row dimension of each chunk — keys and values are never repeated.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lit_dof.attention._validation import check_positive_int, check_qkv
+from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
+
+_TINY = torch.finfo(torch.float32).tiny
+_UNDERFLOW = 1e-30  # a row normaliser below this (relative to its stabiliser) has lost precision
+
+
+def check_state(state: LinearAttentionState, batch: int, heads: int, feature_dim: int, value_dim: int) -> None:
+    """Raise ``ValueError`` unless ``state`` has shapes ``(B, Hk, M, D)``, ``(B, Hk, M)``, ``(B, Hk, M)``."""
+    want = (batch, heads, feature_dim, value_dim)
+    got = (tuple(state.kv.shape), tuple(state.k_sum.shape), tuple(state.log_scale.shape))
+    if got != (want, want[:3], want[:3]):
+        raise ValueError(
+            f"state must have kv (B, Hk, M, D) = {want} and k_sum/log_scale (B, Hk, M) = {want[:3]}, got {got}"
+        )
+
+
+def chunked_linear_attention(
+    log_phi_q: Tensor,
+    log_phi_k: Tensor,
+    v: Tensor,
+    *,
+    chunk_size: int = 64,
+    block_size: int = 1024,
+    initial_state: LinearAttentionState | None = None,
+    check_inputs: bool = True,
+    underflow_fallback: bool | None = None,
+) -> tuple[Tensor, LinearAttentionState]:
+    """Causal linear attention in chunked parallel form (differentiable).
+
+    Computes y_i = Σ_{j≤i} K̂(q_i,k_j) v_j / Σ_{j≤i} K̂(q_i,k_j) with K̂(q,k) = Σ_f φ_f(q)φ_f(k)
+    (METHOD.md §1), continuing from ``initial_state`` if given (prefill after a previous segment).
+
+    Args:
+        log_phi_q: ``(B, Hq, T, M)`` log-features of the queries, any float dtype.
+        log_phi_k: ``(B, Hk, T, M)`` log-features of the keys; ``Hq % Hk == 0``.
+        v: ``(B, Hk, T, D)`` values; ``D`` may differ from ``M``.
+        chunk_size: tokens per chunk C (≥ 1); T need not be a multiple of it.
+        block_size: tokens processed together (rounded down to whole chunks, at least one). The key
+            stabiliser is updated once per block; temporaries are ``O(B·H·block_size·M)``.
+        initial_state: state after the tokens preceding this segment, or ``None`` for an empty prefix.
+        check_inputs: reject NaN/+inf inputs (a reduction over the inputs; turn off in tight loops).
+        underflow_fallback: recompute a block whose row normaliser underflowed with a finer stabiliser
+            (exact; costs one host sync per block). ``None``: on for CPU tensors, off on accelerators.
+
+    Returns:
+        ``(y, state)``: ``y`` is ``(B, Hq, T, D)`` in the dtype of ``v``; ``state`` is the float32
+        :class:`LinearAttentionState` after the last token, from which decoding can continue.
+
+    Raises:
+        ValueError: mismatched shapes, ``chunk_size < 1``, ``T == 0``, a state of the wrong shape, or NaN input.
+    """
+    B, Hq, Hk, T, M, D = check_qkv(log_phi_q, log_phi_k, v, finite=check_inputs)
+    check_positive_int("chunk_size", chunk_size)
+    check_positive_int("block_size", block_size)
+    if T == 0:
+        raise ValueError("the sequence length T must be >= 1")
+    G = Hq // Hk
+    if underflow_fallback is None:
+        underflow_fallback = v.device.type == "cpu"
+    if initial_state is None:
+        initial_state = LinearAttentionState.empty(B, Hk, M, D, device=v.device)
+    check_state(initial_state, B, Hk, M, D)
+
+    C = min(chunk_size, T)
+    N = math.ceil(T / C)
+    pad = N * C - T
+    lq, lk = log_phi_q.float(), log_phi_k.float()
+    # The normaliser rides along as a ones column of v, so every matmul below yields numerator and denominator.
+    v1 = F.pad(v.float(), (0, 1), value=1.0)  # (B, Hk, T, D+1)
+    if pad:
+        lq = F.pad(lq, (0, 0, 0, pad))
+        lk = F.pad(lk, (0, 0, 0, pad), value=EMPTY_LOG_SCALE)  # padded keys have φ = 0
+        v1 = F.pad(v1, (0, 0, 0, pad))
+    lq = lq.view(B, Hk, G, N, C, M)
+    lk = lk.view(B, Hk, N, C, M)
+    v1 = v1.view(B, Hk, N, C, D + 1)
+
+    # Blocks of S chunks keep every temporary cache-sized: on CPU, large fresh tensors cost more than the math.
+    S = max(1, block_size // C)
+    exclusive = torch.ones(S, S, device=v.device).tril_(-1)  # (S, S): strictly-lower prefix-sum operator
+    # Carried state [A | B] of METHOD.md §1, relative to the per-feature stabiliser m_ref: (B, Hk, M, D+1).
+    carry = torch.cat([initial_state.kv, initial_state.k_sum.unsqueeze(-1)], dim=-1)
+    m_ref = initial_state.log_scale  # (B, Hk, M)
+    outputs = []
+    for start in range(0, N, S):
+        stop = min(start + S, N)
+        lq_blk, lk_blk, v_blk = lq[:, :, :, start:stop], lk[:, :, start:stop], v1[:, :, start:stop]
+        out, new_carry, new_m = _block(lq_blk, lk_blk, v_blk, carry, m_ref, exclusive)
+        if underflow_fallback and C > 1 and bool((out[..., D:] < _UNDERFLOW).any()):
+            # Some row's mass vanished under a later key of this block: redo the block with one stabiliser
+            # per (smaller) chunk; recursion ends at one token per chunk, the recurrent form's stabiliser.
+            finer = max(1, C // 4)
+            n = stop - start
+            state = LinearAttentionState(carry[..., :D], carry[..., D], m_ref)
+            y_blk, state = chunked_linear_attention(
+                lq_blk.reshape(B, Hq, n * C, M), lk_blk.reshape(B, Hk, n * C, M), v_blk[..., :D].reshape(B, Hk, n * C, D),
+                chunk_size=finer, block_size=finer, initial_state=state, check_inputs=False,
+            )  # fmt: skip
+            outputs.append(y_blk.view(B, Hk, G, n, C, D).transpose(2, 3).reshape(B, Hk, n, G * C, D))
+            carry, m_ref = torch.cat([state.kv, state.k_sum.unsqueeze(-1)], dim=-1), state.log_scale
+            continue
+        carry, m_ref = new_carry, new_m
+        outputs.append(out[..., :D] / out[..., D:].clamp_min(_TINY))  # (B, Hk, n, G·C, D)
+
+    y = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]  # (B, Hk, N, G·C, D)
+    y = y.view(B, Hk, N, G, C, D).transpose(2, 3).reshape(B, Hq, N * C, D)[:, :, :T]
+    return y.to(v.dtype), LinearAttentionState(carry[..., :D], carry[..., D], m_ref)
+
+
+def _block(
+    lq: Tensor, lk: Tensor, v1: Tensor, carry: Tensor, m_ref: Tensor, exclusive: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One block of n chunks. lq ``(B, Hk, G, n, C, M)``, lk ``(B, Hk, n, C, M)``, v1 ``(B, Hk, n, C, D+1)``
+    (last column ones), carry ``(B, Hk, M, D+1)`` relative to m_ref ``(B, Hk, M)``.
+
+    Returns ``(out (B, Hk, n, G·C, D+1), carry, m_ref)``: numerators and (last column) denominators of the
+    block's rows, and the state after the block relative to the new stabiliser.
+    """
+    B, Hk, G, n, C, M = lq.shape
+    Dp = v1.shape[-1]
+    with torch.no_grad():
+        m_new = torch.maximum(m_ref, lk.amax(dim=(2, 3)))  # running max at the block's end, (B, Hk, M)
+        decay = torch.exp(m_ref - m_new).unsqueeze(-1)  # ≤ 1, rescales the carried state
+    carry = carry * decay
+    k_hat = (lk - m_new[:, :, None, None, :]).exp_()  # (B, Hk, n, C, M), every entry ≤ 1
+    shifted = lq.transpose(2, 3) + m_new[:, :, None, None, None, :]  # (B, Hk, n, G, C, M)
+    q_hat = shifted.sub_(shifted.detach().amax(dim=-1, keepdim=True)).exp_()  # row max 1; the shift cancels
+    q_hat = q_hat.reshape(B * Hk * n, G * C, M)  # GQA: the group's queries are extra rows of the chunk
+    k_hat = k_hat.view(B * Hk * n, C, M)
+    v_blk = v1.reshape(B * Hk * n, C, Dp)
+
+    # Intra-chunk: masked C×C kernel block (row g·C + i attends to columns j ≤ i).
+    scores = torch.bmm(q_hat, k_hat.transpose(-1, -2))  # (BHn, G·C, C)
+    scores = scores.view(B * Hk * n, G, C, C).tril_().view(B * Hk * n, G * C, C)
+    out = torch.bmm(scores, v_blk)  # (BHn, G·C, D+1)
+
+    # Inter-chunk: the state before each chunk = carried state + exclusive prefix sum of chunk states.
+    chunk_kv = torch.bmm(k_hat.transpose(-1, -2), v_blk).view(B, Hk, n, M * Dp)
+    prefix = (exclusive[:n, :n] @ chunk_kv).view(B, Hk, n, M, Dp) + carry.unsqueeze(2)
+    out = out.baddbmm_(q_hat, prefix.view(B * Hk * n, M, Dp)).view(B, Hk, n, G * C, Dp)
+    carry = prefix[:, :, -1] + chunk_kv[:, :, -1].view(B, Hk, M, Dp)
+    return out, carry, m_new

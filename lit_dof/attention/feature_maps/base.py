@@ -1,0 +1,151 @@
+"""The feature-map interface shared by the learned map and the baselines.
+
+A feature map turns per-head vectors ``(B, H, T, D)`` into positive features ``(B, H, T, M)`` whose
+inner products approximate the softmax kernel K(x, y) = exp(xᵀy/√d) (METHOD.md §1). Every map here is
+exponential, so it exposes its *log*-features: the attention kernels stabilise in log space and never
+materialise φ itself, which is what keeps large query/key norms finite.
+
+Any subclass whose constructor starts ``(head_dim, num_heads, feature_dim, ...)`` is itself a
+feature-map factory: ``factory(head_dim, num_heads, feature_dim) -> FeatureMap``.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+
+import torch
+from torch import Tensor, nn
+
+from lit_dof.attention._validation import check_finite, check_positive_int, check_rank
+
+
+class FeatureMap(nn.Module, ABC):
+    """Per-head positive feature map φ: ``(B, H, T, D) → (B, H, T, M)``.
+
+    Args:
+        head_dim: d, the size of each query/key vector (≥ 1).
+        num_heads: H, the number of heads with their own parameters (≥ 1).
+        feature_dim: M, the number of features (≥ 1); change it later with :meth:`resize`.
+        check_inputs: reject NaN / +inf inputs in :meth:`log_features` (one reduction per call).
+
+    Raises:
+        ValueError: any of the sizes is not a positive integer.
+    """
+
+    def __init__(self, head_dim: int, num_heads: int, feature_dim: int, *, check_inputs: bool = True) -> None:
+        super().__init__()
+        self.head_dim = check_positive_int("head_dim", head_dim)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.feature_dim = check_positive_int("feature_dim", feature_dim)
+        self.check_inputs = check_inputs
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, num_heads={self.num_heads}, feature_dim={self.feature_dim}"
+
+    def _check_input(self, x: Tensor) -> None:
+        check_rank("x", x, 4, "(B, H, T, D)")
+        if x.shape[1] != self.num_heads or x.shape[-1] != self.head_dim:
+            raise ValueError(
+                f"x must have shape (B, H={self.num_heads}, T, D={self.head_dim}) for this feature map, "
+                f"got {tuple(x.shape)}"
+            )
+        if self.check_inputs:
+            check_finite("x", x)
+
+    def log_features(self, x: Tensor, *, drop_row_constant: bool = False) -> Tensor:
+        """log φ(x).
+
+        Args:
+            x: ``(B, H, T, D)`` queries or keys (after RoPE where the model has it).
+            drop_row_constant: allow the result to be off by a constant per row (per token), e.g. the
+                −‖x‖²/(2√d) term of the exponential maps. Such a constant cancels exactly in a normalised
+                attention row, so the kernels use this for *queries*; never for keys.
+
+        Returns:
+            ``(B, H, T, M)`` in float32 (or float64 for float64 input).
+
+        Raises:
+            ValueError: wrong shape, or NaN input when ``check_inputs``.
+        """
+        self._check_input(x)
+        x = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        return self._log_features(x, drop_row_constant)
+
+    @abstractmethod
+    def _log_features(self, x: Tensor, drop_row_constant: bool) -> Tensor:
+        """log φ(x) (up to a per-row constant if ``drop_row_constant``) for a validated float tensor."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """φ(x) = exp(log φ(x)), ``(B, H, T, D) → (B, H, T, M)``. May under/overflow for large norms:
+        the attention kernels use :meth:`log_features` instead."""
+        return self.log_features(x).exp()
+
+    def kernel(self, x: Tensor, y: Tensor) -> Tensor:
+        """The approximate kernel K̂(x_i, y_j) = Σ_f φ_f(x_i) φ_f(y_j) for all pairs.
+
+        Args:
+            x: ``(B, H, T, D)``; y: ``(B, H, S, D)``.
+
+        Returns:
+            ``(B, H, T, S)``, computed as exp(logsumexp) so it is exact in float32 range.
+        """
+        lx, ly = self.log_features(x), self.log_features(y)
+        return torch.logsumexp(lx.unsqueeze(-2) + ly.unsqueeze(-3), dim=-1).exp()
+
+    def resize(self, feature_dim: int) -> None:
+        """Change M, re-allocating the parameters (the first ``min(M_old, M_new)`` features are kept).
+
+        Raises:
+            ValueError: ``feature_dim`` is not a positive integer.
+        """
+        check_positive_int("feature_dim", feature_dim)
+        if feature_dim != self.feature_dim:
+            self._resize(feature_dim)
+            self.feature_dim = feature_dim
+
+    @abstractmethod
+    def _resize(self, feature_dim: int) -> None:
+        """Re-allocate parameters/buffers for ``feature_dim`` features."""
+
+
+def exponential_log_features(x: Tensor, projection: Tensor, bias: Tensor, with_norm: bool) -> Tensor:
+    """log φ(x) = x·W + b − ‖x‖²/(2√d) for the exponential feature maps (METHOD.md §1), in one ``baddbmm``.
+
+    Args:
+        x: ``(B, H, T, d)``.
+        projection: ``(H, d, M)`` or ``(1, d, M)`` — W, already including the 1/d^¼ scale.
+        bias: ``(H, 1, M)`` or ``(1, 1, M)`` — b, e.g. ½ log α − ½ log M.
+        with_norm: add the −‖x‖²/(2√d) term (skip it for queries: it is a per-row constant).
+
+    Returns:
+        ``(B, H, T, M)`` in x's dtype.
+    """
+    B, H, T, d = x.shape
+    M = projection.shape[-1]
+    weight = projection.to(x.dtype).expand(B, H, d, M).reshape(B * H, d, M)
+    out = torch.baddbmm(bias.to(x.dtype).expand(B, H, 1, M).reshape(B * H, 1, M), x.reshape(B * H, T, d), weight)
+    out = out.view(B, H, T, M)
+    if with_norm:
+        out = out.add_(torch.linalg.vecdot(x, x).unsqueeze(-1), alpha=-0.5 / math.sqrt(d))  # baddbmm keeps no output
+    return out
+
+
+def orthogonal_gaussian(num_heads: int, feature_dim: int, head_dim: int, generator: torch.Generator | None = None) -> Tensor:
+    """Orthogonal random features (FAVOR+, Choromanski et al. 2021, §2.4).
+
+    Each head's M rows come in blocks of d mutually orthogonal directions, and each row is rescaled to
+    the norm of an independent N(0, I_d) draw, so every row is marginally N(0, I_d): the positive random
+    features stay unbiased for exp(xᵀy/√d), with lower variance than i.i.d. rows.
+
+    Returns:
+        ``(H, M, d)`` float32.
+    """
+    blocks = []
+    for _ in range(math.ceil(feature_dim / head_dim)):
+        gauss = torch.randn(num_heads, head_dim, head_dim, generator=generator)
+        q, _ = torch.linalg.qr(gauss)  # (H, d, d), orthonormal columns
+        blocks.append(q.transpose(-1, -2))  # rows orthonormal
+    directions = torch.cat(blocks, dim=1)[:, :feature_dim]  # (H, M, d)
+    norms = torch.randn(num_heads, feature_dim, head_dim, generator=generator).norm(dim=-1, keepdim=True)
+    return directions * norms

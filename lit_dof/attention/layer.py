@@ -1,0 +1,134 @@
+"""Causal linear attention as a module: a feature map φ plus the chunked / recurrent kernels, with GQA.
+
+GQA policy. With Hq query heads and Hk key/value heads (group G = Hq/Hk) the feature maps can be
+  * shared per KV head (``feature_map.num_heads == Hk``, the default): a group's queries and its key use
+    the same φ, the key features are computed once per KV head, and the recurrent state is
+    ``(B, Hk, M, D)`` — GQA's G-fold saving of decode memory survives linearisation;
+  * per query head (``feature_map.num_heads == Hq``): more expressive (each query head gets its own kernel
+    approximation) but the keys must be mapped G times and the state is ``(B, Hq, M, D)``.
+The default is the shared form because lit-dof's purpose is cheap long-context inference: decode
+memory and key-feature cost are what linearisation is for, and the DoF (METHOD.md §2) is estimated on
+the pooled queries and keys of a KV group anyway. Pass a per-query-head map to get the other form.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from torch import Tensor, nn
+
+from lit_dof.attention._validation import check_positive_int, check_rank
+from lit_dof.attention.chunked import chunked_linear_attention
+from lit_dof.attention.feature_maps.base import FeatureMap
+from lit_dof.attention.recurrent import recurrent_linear_attention
+from lit_dof.attention.state import LinearAttentionState
+
+FeatureMapFactory = Callable[[int, int, int], FeatureMap]
+"""``(head_dim, num_heads, feature_dim) -> FeatureMap``; every feature-map class is one."""
+
+
+class CausalLinearAttention(nn.Module):
+    """Causal linear attention ``softmax(QKᵀ/√d)V ≈ norm(φ(Q)φ(K)ᵀ)V`` for one layer (METHOD.md §1).
+
+    Args:
+        feature_map: φ with ``num_heads`` equal to ``num_kv_heads`` (shared per KV head) or ``num_heads``
+            (per query head).
+        num_heads: Hq, query heads.
+        num_kv_heads: Hk, key/value heads (``None``: equal to ``num_heads``, i.e. no GQA).
+        chunk_size: chunk size C of the parallel form.
+        decode_max_tokens: segments with a state and at most this many tokens use the recurrent form;
+            longer ones the chunked form (both exact; the recurrent one has less overhead for a token).
+
+    Raises:
+        ValueError: ``num_heads`` not a multiple of ``num_kv_heads``, or a feature map whose head count is
+            neither of them.
+    """
+
+    def __init__(
+        self,
+        feature_map: FeatureMap,
+        num_heads: int,
+        num_kv_heads: int | None = None,
+        *,
+        chunk_size: int = 64,
+        decode_max_tokens: int = 1,
+    ) -> None:
+        super().__init__()
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.num_kv_heads = check_positive_int("num_kv_heads", num_kv_heads or num_heads)
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+        if feature_map.num_heads not in (self.num_kv_heads, self.num_heads):
+            raise ValueError(
+                f"feature_map.num_heads must equal num_kv_heads ({self.num_kv_heads}, shared maps) or num_heads "
+                f"({self.num_heads}, per-query-head maps), got {feature_map.num_heads}"
+            )
+        self.feature_map = feature_map
+        self.chunk_size = check_positive_int("chunk_size", chunk_size)
+        self.decode_max_tokens = decode_max_tokens
+
+    @classmethod
+    def from_factory(
+        cls,
+        factory: FeatureMapFactory,
+        head_dim: int,
+        feature_dim: int,
+        num_heads: int,
+        num_kv_heads: int | None = None,
+        *,
+        share_kv_maps: bool = True,
+        **kwargs,
+    ) -> "CausalLinearAttention":
+        """Build the feature map with ``factory(head_dim, H, feature_dim)`` (H = Hk if ``share_kv_maps``)."""
+        heads = (num_kv_heads or num_heads) if share_kv_maps else num_heads
+        return cls(factory(head_dim, heads, feature_dim), num_heads, num_kv_heads, **kwargs)
+
+    @property
+    def shares_kv_maps(self) -> bool:
+        """True when φ is shared by the query heads of a KV group (state ``(B, Hk, M, D)``)."""
+        return self.feature_map.num_heads == self.num_kv_heads
+
+    def extra_repr(self) -> str:
+        return f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, chunk_size={self.chunk_size}"
+
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, state: LinearAttentionState | None = None
+    ) -> tuple[Tensor, LinearAttentionState]:
+        """Attend causally, continuing from ``state`` if given.
+
+        Args:
+            q: ``(B, Hq, T, d)`` queries (after RoPE). k: ``(B, Hk, T, d)`` keys. v: ``(B, Hk, T, D)`` values.
+            state: recurrent state after the preceding tokens, or ``None``.
+
+        Returns:
+            ``(y, state)`` with ``y`` ``(B, Hq, T, D)`` in v's dtype and the float32 state after the last token
+            (``(B, Hk, M, D)`` for shared maps, ``(B, Hq, M, D)`` per query head).
+
+        Raises:
+            ValueError: shapes inconsistent with the layer, or NaN input.
+        """
+        check_rank("q", q, 4, "(B, Hq, T, d)")
+        check_rank("k", k, 4, "(B, Hk, T, d)")
+        B, Hq, T, d = q.shape
+        if Hq != self.num_heads or k.shape[1] != self.num_kv_heads or v.shape[1] != self.num_kv_heads:
+            raise ValueError(
+                f"expected q with {self.num_heads} heads and k, v with {self.num_kv_heads}, "
+                f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            )
+        group = self.num_heads // self.num_kv_heads
+        fm = self.feature_map
+        if self.shares_kv_maps:
+            # (B, Hq, T, d) → (B, Hk, G·T, d): a group's queries go through their KV head's map.
+            grouped = q.reshape(B, self.num_kv_heads, group * T, d)
+            log_q = fm.log_features(grouped, drop_row_constant=True).view(B, Hq, T, -1)
+            log_k = fm.log_features(k)  # (B, Hk, T, M)
+        else:
+            k = k.unsqueeze(2).expand(-1, -1, group, -1, -1).reshape(B, Hq, T, d)
+            v = v.unsqueeze(2).expand(-1, -1, group, -1, -1).reshape(B, Hq, T, v.shape[-1])
+            log_q = fm.log_features(q, drop_row_constant=True)  # (B, Hq, T, M)
+            log_k = fm.log_features(k)
+        if state is not None and T <= self.decode_max_tokens:
+            return recurrent_linear_attention(log_q, log_k, v, initial_state=state, check_inputs=False)
+        return chunked_linear_attention(
+            log_q, log_k, v, chunk_size=self.chunk_size, initial_state=state, check_inputs=False
+        )
