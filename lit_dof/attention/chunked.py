@@ -118,6 +118,8 @@ def chunked_linear_attention(
     # Carried state [A | B] of METHOD.md §1, relative to the per-feature stabiliser m_ref: (B, Hk, M, D+1).
     carry = torch.cat([initial_state.kv, initial_state.k_sum.unsqueeze(-1)], dim=-1)
     m_ref = initial_state.log_scale  # (B, Hk, M)
+    # Without autograd the blocks are written straight into the result (no final concatenation).
+    y = None if torch.is_grad_enabled() else torch.empty(B, Hk, N, G * C, D, device=v.device)
     outputs = []
     for start in range(0, N, S):
         stop = min(start + S, N)
@@ -133,13 +135,19 @@ def chunked_linear_attention(
                 lq_blk.reshape(B, Hq, n * C, M), lk_blk.reshape(B, Hk, n * C, M), v_blk[..., :D].reshape(B, Hk, n * C, D),
                 chunk_size=finer, block_size=finer, initial_state=state, check_inputs=False,
             )  # fmt: skip
-            outputs.append(y_blk.view(B, Hk, G, n, C, D).transpose(2, 3).reshape(B, Hk, n, G * C, D))
+            y_blk = y_blk.view(B, Hk, G, n, C, D).transpose(2, 3).reshape(B, Hk, n, G * C, D)
             carry, m_ref = torch.cat([state.kv, state.k_sum.unsqueeze(-1)], dim=-1), state.log_scale
-            continue
-        carry, m_ref = new_carry, new_m
-        outputs.append(out[..., :D] / out[..., D:].clamp_min(_TINY))  # (B, Hk, n, G·C, D)
+        else:
+            carry, m_ref = new_carry, new_m
+            den = out[..., D:].clamp_min(_TINY)
+            y_blk = out[..., :D] / den if y is None else torch.div(out[..., :D], den, out=y[:, :, start:stop])
+        if y is None:
+            outputs.append(y_blk)  # (B, Hk, n, G·C, D)
+        elif y_blk.data_ptr() != y[:, :, start:stop].data_ptr():
+            y[:, :, start:stop] = y_blk
 
-    y = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]  # (B, Hk, N, G·C, D)
+    if y is None:
+        y = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]  # (B, Hk, N, G·C, D)
     y = y.view(B, Hk, N, G, C, D).transpose(2, 3).reshape(B, Hq, N * C, D)[:, :, :T]
     return y.to(v.dtype), LinearAttentionState(carry[..., :D], carry[..., D], m_ref)
 

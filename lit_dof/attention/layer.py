@@ -119,14 +119,12 @@ class CausalLinearAttention(nn.Module):
         fm = self.feature_map
         if self.shares_kv_maps:
             # (B, Hq, T, d) → (B, Hk, G·T, d): a group's queries go through their KV head's map.
-            grouped = q.reshape(B, self.num_kv_heads, group * T, d)
-            log_q = fm.log_features(grouped, drop_row_constant=True).view(B, Hq, T, -1)
-            log_k = fm.log_features(k)  # (B, Hk, T, M)
+            log_q, log_k = fm.attention_log_features(q.reshape(B, self.num_kv_heads, group * T, d), k)
+            log_q = log_q.view(B, Hq, T, -1)  # log_k: (B, Hk, T, M)
         else:
             k = k.unsqueeze(2).expand(-1, -1, group, -1, -1).reshape(B, Hq, T, d)
             v = v.unsqueeze(2).expand(-1, -1, group, -1, -1).reshape(B, Hq, T, v.shape[-1])
-            log_q = fm.log_features(q, drop_row_constant=True)  # (B, Hq, T, M)
-            log_k = fm.log_features(k)
+            log_q, log_k = fm.attention_log_features(q, k)  # (B, Hq, T, M) each
         if state is not None and T <= self.decode_max_tokens:
             return recurrent_linear_attention(log_q, log_k, v, initial_state=state, check_inputs=False)
         return chunked_linear_attention(

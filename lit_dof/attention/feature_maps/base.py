@@ -76,6 +76,20 @@ class FeatureMap(nn.Module, ABC):
     def _log_features(self, x: Tensor, drop_row_constant: bool) -> Tensor:
         """log φ(x) (up to a per-row constant if ``drop_row_constant``) for a validated float tensor."""
 
+    def attention_log_features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Log-features for attention: ``(ℓ_q, ℓ_k)`` with ℓ_q,f + ℓ_k,f = log φ_f(q) + log φ_f(k) + c(q).
+
+        Every product φ_f(q)φ_f(k) is kept up to a per-query constant c(q), which cancels in a normalised
+        attention row; maps may use that freedom to do less work on the query side.
+
+        Args:
+            q: ``(B, H, Tq, D)``; k: ``(B, H, Tk, D)``.
+
+        Returns:
+            ``(B, H, Tq, M)`` and ``(B, H, Tk, M)``.
+        """
+        return self.log_features(q, drop_row_constant=True), self.log_features(k)
+
     def forward(self, x: Tensor) -> Tensor:
         """φ(x) = exp(log φ(x)), ``(B, H, T, D) → (B, H, T, M)``. May under/overflow for large norms:
         the attention kernels use :meth:`log_features` instead."""
@@ -109,13 +123,13 @@ class FeatureMap(nn.Module, ABC):
         """Re-allocate parameters/buffers for ``feature_dim`` features."""
 
 
-def exponential_log_features(x: Tensor, projection: Tensor, bias: Tensor, with_norm: bool) -> Tensor:
+def exponential_log_features(x: Tensor, projection: Tensor, bias: Tensor | None, with_norm: bool) -> Tensor:
     """log φ(x) = x·W + b − ‖x‖²/(2√d) for the exponential feature maps (METHOD.md §1), in one ``baddbmm``.
 
     Args:
         x: ``(B, H, T, d)``.
         projection: ``(H, d, M)`` or ``(1, d, M)`` — W, already including the 1/d^¼ scale.
-        bias: ``(H, 1, M)`` or ``(1, 1, M)`` — b, e.g. ½ log α − ½ log M.
+        bias: ``(H, 1, M)`` or ``(1, 1, M)`` — b, e.g. ½ log α − ½ log M; ``None`` for none.
         with_norm: add the −‖x‖²/(2√d) term (skip it for queries: it is a per-row constant).
 
     Returns:
@@ -124,7 +138,10 @@ def exponential_log_features(x: Tensor, projection: Tensor, bias: Tensor, with_n
     B, H, T, d = x.shape
     M = projection.shape[-1]
     weight = projection.to(x.dtype).expand(B, H, d, M).reshape(B * H, d, M)
-    out = torch.baddbmm(bias.to(x.dtype).expand(B, H, 1, M).reshape(B * H, 1, M), x.reshape(B * H, T, d), weight)
+    if bias is None:
+        out = torch.bmm(x.reshape(B * H, T, d), weight)
+    else:
+        out = torch.baddbmm(bias.to(x.dtype).expand(B, H, 1, M).reshape(B * H, 1, M), x.reshape(B * H, T, d), weight)
     out = out.view(B, H, T, M)
     if with_norm:
         out = out.add_(torch.linalg.vecdot(x, x).unsqueeze(-1), alpha=-0.5 / math.sqrt(d))  # baddbmm keeps no output

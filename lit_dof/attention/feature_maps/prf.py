@@ -23,13 +23,29 @@ class _PositiveRandomFeatures(FeatureMap):
     def _log_alpha(self) -> Tensor | None:
         return None
 
-    def _log_features(self, x: Tensor, drop_row_constant: bool) -> Tensor:
-        projection = self.z.transpose(-1, -2) * self.head_dim**-0.25  # (H, d, M)
-        bias = torch.full((1, 1, self.feature_dim), -0.5 * math.log(self.feature_dim), device=x.device)
+    def _projection(self) -> Tensor:
+        return self.z.transpose(-1, -2) * self.head_dim**-0.25  # (H, d, M)
+
+    def _bias(self, device: torch.device) -> Tensor:
+        """½ log α − ½ log M, ``(H or 1, 1, M)``: √(α/M) on each side gives K̂ = (1/M) Σ α φφ."""
+        bias = torch.full((1, 1, self.feature_dim), -0.5 * math.log(self.feature_dim), device=device)
         log_alpha = self._log_alpha()
-        if log_alpha is not None:  # √α on each side gives K̂ = (1/M) Σ α φφ
-            bias = bias + 0.5 * log_alpha.unsqueeze(-2)  # (H, 1, M)
-        return exponential_log_features(x, projection, bias, with_norm=not drop_row_constant)
+        return bias if log_alpha is None else bias + 0.5 * log_alpha.unsqueeze(-2)
+
+    def _log_features(self, x: Tensor, drop_row_constant: bool) -> Tensor:
+        return exponential_log_features(x, self._projection(), self._bias(x.device), with_norm=not drop_row_constant)
+
+    def attention_log_features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """As :meth:`FeatureMap.attention_log_features`, with both sides' per-feature bias moved to the keys:
+        the queries cost one ``bmm``."""
+        self._check_input(q)
+        self._check_input(k)
+        q = q.float() if q.dtype in (torch.float16, torch.bfloat16) else q
+        k = k.float() if k.dtype in (torch.float16, torch.bfloat16) else k
+        projection = self._projection()
+        log_q = exponential_log_features(q, projection, None, with_norm=False)
+        log_k = exponential_log_features(k, projection, 2.0 * self._bias(k.device), with_norm=True)
+        return log_q, log_k
 
 
 class LearnedPRF(_PositiveRandomFeatures):
