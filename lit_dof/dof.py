@@ -262,7 +262,7 @@ def allocate_feature_dims(
     * ``"dof_clip"``: the ``"dof"`` dims capped at C (total ≤ L·C).
 
     Args:
-        layer_dof: ``(L,)`` per-layer DoF N_s (> 0).
+        layer_dof: ``(L,)`` per-layer DoF N_s (≥ 0, not all zero; a layer with N_s ≈ 0 gets ``min_dim``).
         head_size: C, the head size (the Fix dimension).
         strategy: ``"dof"``, ``"dof_clip"`` or ``"fix"``.
         multiple_of: round dims to multiples of this (kernel tiles); the total budget is then kept exactly
@@ -278,7 +278,7 @@ def allocate_feature_dims(
         DegenerateAllocationWarning: every DoF-allocated layer is within ±5% of C, or some N_s ≥ 0.9·J.
 
     Raises:
-        ValueError: unknown strategy, head_size/multiple_of/min_dim < 1, empty or non-positive DoF.
+        ValueError: unknown strategy, head_size/multiple_of/min_dim < 1, empty, negative or all-zero DoF.
 
     Example: the paper's GPT-2 Table 2 maxima (150, 173.8, 24.5, …) with C = 64 give 149, 172, 24, ….
     """
@@ -290,8 +290,8 @@ def allocate_feature_dims(
     dof = torch.as_tensor(layer_dof, dtype=torch.float64).flatten()
     if dof.numel() == 0:
         raise ValueError("layer_dof is empty: one DoF per layer is needed")
-    if not (torch.isfinite(dof).all() and (dof > 0).all()):
-        raise ValueError(f"layer_dof must be finite and > 0, got {dof.tolist()}")
+    if not (torch.isfinite(dof).all() and (dof >= 0).all() and dof.sum() > 0):
+        raise ValueError(f"layer_dof must be finite, >= 0 and not all zero, got {dof.tolist()}")
     L = dof.numel()
     if strategy == "fix":
         return [head_size] * L

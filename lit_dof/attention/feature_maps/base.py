@@ -161,7 +161,10 @@ def orthogonal_gaussian(num_heads: int, feature_dim: int, head_dim: int, generat
     blocks = []
     for _ in range(math.ceil(feature_dim / head_dim)):
         gauss = torch.randn(num_heads, head_dim, head_dim, generator=generator)
-        q, _ = torch.linalg.qr(gauss)  # (H, d, d), orthonormal columns
+        q, r = torch.linalg.qr(gauss)  # (H, d, d), orthonormal columns
+        # Haar-distributed only after fixing the signs (Mezzadri 2007); without this the rows are not
+        # uniform on the sphere and K̂ is biased.
+        q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)
         blocks.append(q.transpose(-1, -2))  # rows orthonormal
     directions = torch.cat(blocks, dim=1)[:, :feature_dim]  # (H, M, d)
     norms = torch.randn(num_heads, feature_dim, head_dim, generator=generator).norm(dim=-1, keepdim=True)
