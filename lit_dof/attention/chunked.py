@@ -8,10 +8,11 @@ The sequence is cut into chunks of C tokens. Inside a chunk the masked C×C kern
 (METHOD.md §1, linear-time form). Cost O(T·C·(M+D) + T·M·D) instead of softmax's O(T²·D).
 
 Numerical stability (exact, no approximation): the kernel works on log-features ℓ = log φ.
-  * keys: feature f of every key in chunk c is scaled by exp(−m_{c,f}), m_{c,f} the running max of ℓ_{·,f}
-    over all keys up to the end of chunk c (a per-feature constant for that chunk);
-  * queries: feature f of query i gets exp(+m_{c,f}) back, so every product φ_f(q)φ_f(k) is unchanged;
-    then the whole query row is divided by exp(r_i), r_i = max_f(ℓ_{i,f} + m_{c,f}) — a per-query
+  * keys: feature f of every key in block b is scaled by exp(−m_{b,f}), m_{b,f} the running max of ℓ_{·,f}
+    over all keys up to the end of block b (a per-feature constant for that block; the carried state is
+    rescaled by exp(m_{b−1,f} − m_{b,f}) ≤ 1);
+  * queries: feature f of query i gets exp(+m_{b,f}) back, so every product φ_f(q)φ_f(k) is unchanged;
+    then the whole query row is divided by exp(r_i), r_i = max_f(ℓ_{i,f} + m_{b,f}) — a per-query
     constant that cancels between numerator and denominator.
 So every exponential is ≤ 1 (no overflow for any norm) and nothing is approximated; the states are
 accumulated in float32 whatever the input dtype. The stabiliser m is refreshed once per *block* of

@@ -132,9 +132,6 @@ class PerformerFeatureMap(_PositiveRandomFeatures):
         """Replace z by a fresh orthogonal Gaussian draw (same shape, device and dtype)."""
         self.z.copy_(orthogonal_gaussian(self.num_heads, self.feature_dim, self.head_dim, self._generator))
 
-    def _log_features(self, x: Tensor, drop_row_constant: bool) -> Tensor:
-        return super()._log_features(x, drop_row_constant)
-
     def maybe_redraw(self) -> None:
         """Count a training step and redraw z every ``redraw_interval`` steps (call once per step, not per
         forward, so that queries and keys of a step see the same z)."""
