@@ -83,7 +83,16 @@ def gram_factors(x: Tensor) -> tuple[Tensor, Tensor]:
     Raises:
         ValueError: J < 2 or non-finite input.
     """
-    x = _check_vectors(x)
+    return _factors(_check_vectors(x))
+
+
+def _log_d2(x: Tensor) -> Tensor:
+    """‖x_i‖²/s = log D_ii², ``(..., J, d) → (..., J)``."""
+    return (x * x).sum(-1) / math.sqrt(x.shape[-1])
+
+
+def _factors(x: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`gram_factors` without input checks (any J ≥ 1, float64 input)."""
     s = math.sqrt(x.shape[-1])
     sq = (x * x).sum(-1)  # (..., J)
     dist2 = (sq.unsqueeze(-1) + sq.unsqueeze(-2) - 2.0 * (x @ x.transpose(-1, -2))).clamp_min_(0.0)
@@ -97,14 +106,15 @@ def log_gram(x: Tensor) -> Tensor:
 
 
 def _log_reference(x: Tensor, relative_to: RelativeTo | None) -> Tensor:
-    """log of the Gram scale that a relative λ multiplies: 0, log(tr G / J) or log μ_max(G). ``(..., J, d) → (...)``."""
+    """log of the Gram scale that a relative λ multiplies: 0, log(tr G / J) or log μ_max(G). ``(..., J, d) → (...)``,
+    for checked float64 input."""
+    J = x.shape[-2]
     if relative_to is None:
         return torch.zeros(x.shape[:-2], dtype=torch.float64, device=x.device)
-    R, log_d2 = gram_factors(x)
-    J = x.shape[-2]
-    if relative_to == "trace":
-        return torch.logsumexp(log_d2, dim=-1) - 2.0 * math.log(J)  # tr G / J = Σ_i e^{‖x_i‖²/s} / J²
+    if relative_to == "trace":  # needs only the diagonal: tr G / J = Σ_i e^{‖x_i‖²/s} / J²
+        return torch.logsumexp(_log_d2(x), dim=-1) - 2.0 * math.log(J)
     if relative_to == "max_eigenvalue":
+        R, log_d2 = _factors(x)
         top = log_d2.amax(dim=-1, keepdim=True)
         half = torch.exp((log_d2 - top) / 2.0)  # D / max D ≤ 1
         scaled = half.unsqueeze(-1) * R * half.unsqueeze(-2) / J  # G · e^{−top}, entries ≤ 1
@@ -121,7 +131,7 @@ def _dof_single(x: Tensor, log_lam: float, total: int, dedupe: bool) -> Tensor:
     else:
         log_w = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
     n = x.shape[0]
-    R, log_d2 = gram_factors(x) if n >= 2 else (torch.ones(1, 1, dtype=torch.float64), (x * x).sum(-1) / math.sqrt(x.shape[-1]))
+    R, log_d2 = _factors(x)
     # e_i = λ / (w_i · e^{‖x_i‖²/s}); capped so that exp stays finite (such a point has ~0 DoF anyway).
     e = torch.exp((log_lam - log_d2 - log_w).clamp(max=700.0))
     A = R / total + torch.diag(e)

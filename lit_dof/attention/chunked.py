@@ -138,14 +138,17 @@ def chunked_linear_attention(
             )  # fmt: skip
             y_blk = y_blk.view(B, Hk, G, n, C, D).transpose(2, 3).reshape(B, Hk, n, G * C, D)
             carry, m_ref = torch.cat([state.kv, state.k_sum.unsqueeze(-1)], dim=-1), state.log_scale
-        else:
-            carry, m_ref = new_carry, new_m
-            den = out[..., D:].clamp_min(_TINY)
-            y_blk = out[..., :D] / den if y is None else torch.div(out[..., :D], den, out=y[:, :, start:stop])
+            if y is None:
+                outputs.append(y_blk)
+            else:
+                y[:, :, start:stop] = y_blk
+            continue
+        carry, m_ref = new_carry, new_m
+        den = out[..., D:].clamp_min(_TINY)
         if y is None:
-            outputs.append(y_blk)  # (B, Hk, n, G·C, D)
-        elif y_blk.data_ptr() != y[:, :, start:stop].data_ptr():
-            y[:, :, start:stop] = y_blk
+            outputs.append(out[..., :D] / den)  # (B, Hk, n, G·C, D)
+        else:
+            torch.div(out[..., :D], den, out=y[:, :, start:stop])
 
     if y is None:
         y = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]  # (B, Hk, N, G·C, D)

@@ -68,9 +68,12 @@ class FeatureMap(nn.Module, ABC):
         Raises:
             ValueError: wrong shape, or NaN input when ``check_inputs``.
         """
+        return self._log_features(self._prepare_input(x), drop_row_constant)
+
+    def _prepare_input(self, x: Tensor) -> Tensor:
+        """Validate ``x`` and upcast half precision to float32 (features are exponentiated in float32)."""
         self._check_input(x)
-        x = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-        return self._log_features(x, drop_row_constant)
+        return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
     @abstractmethod
     def _log_features(self, x: Tensor, drop_row_constant: bool) -> Tensor:

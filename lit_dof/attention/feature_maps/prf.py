@@ -38,10 +38,7 @@ class _PositiveRandomFeatures(FeatureMap):
     def attention_log_features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """As :meth:`FeatureMap.attention_log_features`, with both sides' per-feature bias moved to the keys:
         the queries cost one ``bmm``."""
-        self._check_input(q)
-        self._check_input(k)
-        q = q.float() if q.dtype in (torch.float16, torch.bfloat16) else q
-        k = k.float() if k.dtype in (torch.float16, torch.bfloat16) else k
+        q, k = self._prepare_input(q), self._prepare_input(k)
         projection = self._projection()
         log_q = exponential_log_features(q, projection, None, with_norm=False)
         log_k = exponential_log_features(k, projection, 2.0 * self._bias(k.device), with_norm=True)
