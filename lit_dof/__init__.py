@@ -1,4 +1,35 @@
 """lit-dof: distil the softmax attention of a pretrained causal Transformer into linear attention whose
-per-layer feature dimension follows the degrees of freedom of its attention kernel."""
+per-layer feature dimension follows the degrees of freedom of its attention kernel.
+
+The pipeline, one subpackage per stage: :mod:`lit_dof.teacher` (loading, capture) → :mod:`lit_dof.dof`
+(Algorithm 1) → :mod:`lit_dof.students` (surgery, student model, generation cache); the math lives in
+:mod:`lit_dof.attention` (pure PyTorch). The top-level names below are imported lazily so that
+``import lit_dof.attention`` does not pull in transformers. ``import lit_dof.students`` registers the
+``"lit_dof"`` model type with ``AutoConfig`` / ``AutoModelForCausalLM``.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "load_teacher": "lit_dof.teacher.loading",
+    "capture_attention": "lit_dof.teacher.capture",
+    "capture_batch": "lit_dof.teacher.capture",
+    "estimate_model_dof": "lit_dof.dof.report",
+    "DoFReport": "lit_dof.dof.report",
+    "linearize": "lit_dof.students.modeling",
+    "load_student": "lit_dof.students.modeling",
+    "LitDofConfig": "lit_dof.students.modeling",
+    "LitDofForCausalLM": "lit_dof.students.modeling",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'lit_dof' has no attribute {name!r}")

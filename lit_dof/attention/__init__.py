@@ -4,7 +4,7 @@ Shapes throughout: B batch, Hq query heads, Hk key/value heads, T tokens, d head
 dimension, D value size, C chunk size. Kernels take *log*-features (see ``chunked.py`` for why).
 """
 
-from lit_dof.attention.chunked import chunked_linear_attention
+from lit_dof.attention.chunked import accumulate_state, chunked_linear_attention
 from lit_dof.attention.feature_maps import (
     DiJiangFeatureMap,
     FeatureMap,
@@ -26,6 +26,7 @@ __all__ = [
     "LearnedPRF",
     "LinearAttentionState",
     "PerformerFeatureMap",
+    "accumulate_state",
     "chunked_linear_attention",
     "log_kernel_matrix",
     "naive_linear_attention",

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lit_dof.attention._validation import check_positive_int, check_qkv
+from lit_dof.attention._validation import check_positive_int, check_qkv, check_rank
 from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
 
 _TINY = torch.finfo(torch.float32).tiny
@@ -189,3 +189,42 @@ def _block(
     out = out.baddbmm_(q_hat, prefix.view(B * Hk * n, M, Dp)).view(B, Hk, n, G * C, Dp)
     carry = prefix[:, :, -1] + chunk_kv[:, :, -1].view(B, Hk, M, Dp)
     return out, carry, m_new
+
+
+def accumulate_state(
+    log_phi_k: Tensor, v: Tensor, *, initial_state: LinearAttentionState | None = None
+) -> LinearAttentionState:
+    """Fold keys and values into the recurrent state without computing any output (a prefix summary).
+
+    The same state :func:`chunked_linear_attention` would return after these tokens:
+    ``m_f = max(m⁰_f, max_j ℓ_{j,f})``, ``kv = e^{m⁰−m}·kv⁰ + Σ_j e^{ℓ_j − m} v_jᵀ``, ``k_sum`` likewise
+    (:class:`~lit_dof.attention.state.LinearAttentionState`). Used when the queries of a prefix are not
+    needed, e.g. a softmax-style KV cache handed to a linear layer.
+
+    Args:
+        log_phi_k: ``(B, H, P, M)`` key log-features (``EMPTY_LOG_SCALE`` marks a padded key).
+        v: ``(B, H, P, D)`` values.
+        initial_state: state before these P tokens, or ``None``.
+
+    Returns:
+        the float32 :class:`LinearAttentionState` after the P tokens.
+
+    Raises:
+        ValueError: mismatched shapes or a state of the wrong shape.
+    """
+    check_rank("log_phi_k", log_phi_k, 4, "(B, H, P, M)")
+    check_rank("v", v, 4, "(B, H, P, D)")
+    B, H, P, M = log_phi_k.shape
+    if v.shape[:3] != (B, H, P):
+        raise ValueError(f"v {tuple(v.shape)} does not match log_phi_k {tuple(log_phi_k.shape)} in (B, H, P)")
+    D = v.shape[-1]
+    state = initial_state if initial_state is not None else LinearAttentionState.empty(B, H, M, D, device=v.device)
+    check_state(state, B, H, M, D)
+    lk = log_phi_k.float()
+    with torch.no_grad():
+        m_new = torch.maximum(state.log_scale, lk.amax(dim=2))  # (B, H, M)
+        decay = torch.exp(state.log_scale - m_new)
+    w = torch.exp(lk - m_new.unsqueeze(2))  # (B, H, P, M), ≤ 1
+    kv = state.kv * decay.unsqueeze(-1) + w.transpose(-1, -2) @ v.float()
+    k_sum = state.k_sum * decay + w.sum(dim=2)
+    return LinearAttentionState(kv, k_sum, m_new)

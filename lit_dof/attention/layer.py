@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
 from torch import Tensor, nn
 
 from lit_dof.attention._validation import check_positive_int, check_rank
-from lit_dof.attention.chunked import chunked_linear_attention
+from lit_dof.attention.chunked import accumulate_state, chunked_linear_attention
 from lit_dof.attention.feature_maps.base import FeatureMap
 from lit_dof.attention.recurrent import recurrent_linear_attention
-from lit_dof.attention.state import LinearAttentionState
+from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
 
 FeatureMapFactory = Callable[[int, int, int], FeatureMap]
 """``(head_dim, num_heads, feature_dim) -> FeatureMap``; every feature-map class is one."""
@@ -92,39 +93,60 @@ class CausalLinearAttention(nn.Module):
         return f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, chunk_size={self.chunk_size}"
 
     def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, state: LinearAttentionState | None = None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        state: LinearAttentionState | None = None,
+        key_padding_mask: Tensor | None = None,
     ) -> tuple[Tensor, LinearAttentionState]:
         """Attend causally, continuing from ``state`` if given.
 
+        The T queries are the *last* T of the Tk ≥ T keys: a longer key sequence (a softmax KV cache handed
+        to a linear layer) is a prefix whose keys are folded into the state first, without outputs.
+
         Args:
-            q: ``(B, Hq, T, d)`` queries (after RoPE). k: ``(B, Hk, T, d)`` keys. v: ``(B, Hk, T, D)`` values.
-            state: recurrent state after the preceding tokens, or ``None``.
+            q: ``(B, Hq, T, d)`` queries (after RoPE), already scaled so that the softmax logits are qᵀk/√d.
+            k: ``(B, Hk, Tk, d)`` keys, Tk ≥ T. v: ``(B, Hk, Tk, D)`` values.
+            state: recurrent state after the tokens before these keys, or ``None``.
+            key_padding_mask: ``(B, Tk)`` bool, False for padding keys (they get φ = 0 and never contribute).
 
         Returns:
             ``(y, state)`` with ``y`` ``(B, Hq, T, D)`` in v's dtype and the float32 state after the last token
-            (``(B, Hk, M, D)`` for shared maps, ``(B, Hq, M, D)`` per query head).
+            (``(B, Hk, M, D)`` for shared maps, ``(B, Hq, M, D)`` per query head). Rows of padding queries
+            are finite but meaningless.
 
         Raises:
-            ValueError: shapes inconsistent with the layer, or NaN input.
+            ValueError: shapes inconsistent with the layer, Tk < T, or NaN input.
         """
         check_rank("q", q, 4, "(B, Hq, T, d)")
-        check_rank("k", k, 4, "(B, Hk, T, d)")
+        check_rank("k", k, 4, "(B, Hk, Tk, d)")
         B, Hq, T, d = q.shape
-        if Hq != self.num_heads or k.shape[1] != self.num_kv_heads or v.shape[1] != self.num_kv_heads:
+        Tk = k.shape[2]
+        if Hq != self.num_heads or k.shape[1] != self.num_kv_heads or v.shape[1] != self.num_kv_heads or Tk < T:
             raise ValueError(
-                f"expected q with {self.num_heads} heads and k, v with {self.num_kv_heads}, "
-                f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+                f"expected q with {self.num_heads} heads and k, v with {self.num_kv_heads} and at least as many "
+                f"tokens as q, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
             )
+        if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, Tk):
+            raise ValueError(f"key_padding_mask must have shape (B, Tk) = {(B, Tk)}, got {tuple(key_padding_mask.shape)}")
         group = self.num_heads // self.num_kv_heads
         fm = self.feature_map
+        if not self.shares_kv_maps:
+            k = k.repeat_interleave(group, dim=1)
+            v = v.repeat_interleave(group, dim=1)
+        P = Tk - T  # prefix tokens without queries
         if self.shares_kv_maps:
             # (B, Hq, T, d) → (B, Hk, G·T, d): a group's queries go through their KV head's map.
             log_q, log_k = fm.attention_log_features(q.reshape(B, self.num_kv_heads, group * T, d), k)
-            log_q = log_q.view(B, Hq, T, -1)  # log_k: (B, Hk, T, M)
+            log_q = log_q.view(B, Hq, T, -1)  # log_k: (B, Hk, Tk, M)
         else:
-            k = k.unsqueeze(2).expand(-1, -1, group, -1, -1).reshape(B, Hq, T, d)
-            v = v.unsqueeze(2).expand(-1, -1, group, -1, -1).reshape(B, Hq, T, v.shape[-1])
-            log_q, log_k = fm.attention_log_features(q, k)  # (B, Hq, T, M) each
+            log_q, log_k = fm.attention_log_features(q, k)  # (B, Hq, T, M), (B, Hq, Tk, M)
+        if key_padding_mask is not None:
+            log_k = log_k.float().masked_fill(~key_padding_mask[:, None, :, None].to(torch.bool), EMPTY_LOG_SCALE)
+        if P:
+            state = accumulate_state(log_k[:, :, :P], v[:, :, :P], initial_state=state)
+            log_k, v = log_k[:, :, P:], v[:, :, P:]
         if state is not None and T <= self.decode_max_tokens:
             return recurrent_linear_attention(log_q, log_k, v, initial_state=state, check_inputs=False)
         return chunked_linear_attention(

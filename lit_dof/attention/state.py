@@ -59,3 +59,9 @@ class LinearAttentionState:
         return LinearAttentionState(
             self.kv.index_select(dim, index), self.k_sum.index_select(dim, index), self.log_scale.index_select(dim, index)
         )
+
+    def repeat_interleave(self, repeats: int) -> "LinearAttentionState":
+        """Repeat every batch row ``repeats`` times (e.g. ``num_return_sequences`` in generation)."""
+        return LinearAttentionState(
+            *(t.repeat_interleave(repeats, dim=0) for t in (self.kv, self.k_sum, self.log_scale))
+        )

@@ -43,6 +43,11 @@ class FeatureMap(nn.Module, ABC):
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, num_heads={self.num_heads}, feature_dim={self.feature_dim}"
 
+    def config_kwargs(self) -> dict:
+        """JSON-serialisable constructor keywords (beyond d, H, M) needed to rebuild this map's behaviour;
+        parameters and buffers are restored from the checkpoint, so seeds are not included."""
+        return {}
+
     def _check_input(self, x: Tensor) -> None:
         check_rank("x", x, 4, "(B, H, T, D)")
         if x.shape[1] != self.num_heads or x.shape[-1] != self.head_dim:

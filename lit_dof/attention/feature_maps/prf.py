@@ -125,6 +125,9 @@ class PerformerFeatureMap(_PositiveRandomFeatures):
         self._calls = 0
         self.register_buffer("z", orthogonal_gaussian(num_heads, feature_dim, head_dim, self._generator))
 
+    def config_kwargs(self) -> dict:
+        return {"redraw_interval": self.redraw_interval}
+
     def redraw(self) -> None:
         """Replace z by a fresh orthogonal Gaussian draw (same shape, device and dtype)."""
         self.z.copy_(orthogonal_gaussian(self.num_heads, self.feature_dim, self.head_dim, self._generator))

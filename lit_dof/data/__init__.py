@@ -1,0 +1,1 @@
+"""Data: local corpora (plain text, .gz, jsonl, WikiExtractor) and, later, the streaming DataModule."""

@@ -1,0 +1,45 @@
+"""Degrees of freedom (paper Algorithm 1; METHOD.md §2).
+
+* :mod:`lit_dof.dof.estimator` — N_λ of a head from J pooled vectors (exact, well-conditioned), the
+  ridge rules and the feature-dimension allocation;
+* :mod:`lit_dof.dof.report` — the whole model: capture → DoF → allocation → :class:`DoFReport` (JSON).
+"""
+
+from lit_dof.dof.estimator import (
+    STRATEGIES,
+    DegenerateAllocationWarning,
+    DoFSummary,
+    RelativeTo,
+    Strategy,
+    allocate_feature_dims,
+    degrees_of_freedom,
+    dof_eigvalsh,
+    gram_factors,
+    layer_dof,
+    log_gram,
+    sample_pooled,
+    select_lambda,
+    summarize_dof,
+)
+from lit_dof.dof.report import DoFReport, collect_samples, dof_report, estimate_model_dof
+
+__all__ = [
+    "STRATEGIES",
+    "DegenerateAllocationWarning",
+    "DoFReport",
+    "DoFSummary",
+    "RelativeTo",
+    "Strategy",
+    "allocate_feature_dims",
+    "collect_samples",
+    "degrees_of_freedom",
+    "dof_eigvalsh",
+    "dof_report",
+    "estimate_model_dof",
+    "gram_factors",
+    "layer_dof",
+    "log_gram",
+    "sample_pooled",
+    "select_lambda",
+    "summarize_dof",
+]

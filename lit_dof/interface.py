@@ -1,0 +1,172 @@
+"""lit-dof's single extension point into transformers: an attention function registered as ``"lit_dof"``.
+
+A teacher keeps its own modeling code — projections, RoPE (full or partial), GQA layout, q/k norms — and
+calls ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation](module, q, k, v, mask, scaling=…)`` with the
+post-RoPE queries and keys. Setting the implementation to ``"lit_dof"`` routes every attention layer
+through :func:`lit_dof_attention`, which per module
+
+* records q/k/v (and the output) when a capture recorder is attached (teacher capture, DoF);
+* runs causal *linear* attention when an :class:`AttentionSlot` with a linear module is attached and not
+  switched to softmax (students, hybrids);
+* otherwise runs transformers' own SDPA attention unchanged (teacher layers, softmax layers of hybrids).
+
+The matching mask function is registered under the same name (transformers' ``sdpa_mask``): without it
+``create_causal_mask`` returns ``None`` for an unknown implementation and the padding mask is silently
+dropped. Linear layers read key padding from that mask (see :func:`key_padding_from_mask`).
+
+Registering both functions at import is idempotent; it is how transformers' extension point works.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+from transformers import AttentionInterface
+from transformers.cache_utils import Cache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+ATTN_IMPLEMENTATION = "lit_dof"
+"""The ``attn_implementation`` name under which lit-dof's attention and mask functions are registered."""
+
+CACHE_KWARG = "lit_dof_cache"
+"""Keyword under which the forward pre-hook hands the layer's ``Cache`` to :func:`lit_dof_attention`."""
+
+Recorder = Callable[[nn.Module, Tensor, Tensor, Tensor, "Tensor | None", Tensor], None]
+"""``(module, q (B,Hq,T,d) scaled, k (B,Hk,Tk,d), v (B,Hk,Tk,D), key_padding (B,Tk) | None, out (B,T,Hq,D))``."""
+
+
+class AttentionSlot(nn.Module):
+    """What lit-dof attaches to a teacher attention module (as its submodule ``lit_dof``).
+
+    Args:
+        linear: the linear-attention module, called as ``linear(q, k, v, state, key_padding_mask) ->
+            (y, state)`` (e.g. :class:`~lit_dof.attention.CausalLinearAttention`); ``None`` for none.
+        use_softmax: run the teacher's softmax attention instead (a hybrid's softmax layer; switchable).
+    """
+
+    def __init__(self, linear: nn.Module | None = None, *, use_softmax: bool = False) -> None:
+        super().__init__()
+        self.linear = linear
+        self.use_softmax = use_softmax
+        self.recorder: Recorder | None = None
+
+    @property
+    def is_linear(self) -> bool:
+        """True when this layer currently runs linear attention."""
+        return self.linear is not None and not self.use_softmax
+
+    def extra_repr(self) -> str:
+        return f"use_softmax={self.use_softmax}"
+
+
+def effective_query(query: Tensor, scaling: float | None) -> Tensor:
+    """Rescale queries so that the model's logits ``scaling·qᵀk`` read ``q'ᵀk/√d`` (METHOD.md §1's kernel).
+
+    Llama, Qwen2 and GPT-NeoX use ``scaling = d^-½`` (no change); GPT-2 with ``scale_attn_by_inverse_layer_idx``
+    or Gemma-3's ``query_pre_attn_scalar`` do not. ``query``: ``(B, H, T, d)``.
+    """
+    if scaling is None:
+        return query
+    factor = scaling * math.sqrt(query.shape[-1])
+    return query if abs(factor - 1.0) < 1e-7 else query * factor
+
+
+def key_padding_from_mask(attention_mask: Tensor | None, key_length: int) -> Tensor | None:
+    """``(B, Tk)`` bool key validity (False = padding) from a 4-D SDPA/eager mask, or ``None`` if none is masked.
+
+    transformers builds ``mask[b, 0, i, j] = causal(i, j) ∧ valid[b, j]``; the last query row sees every key,
+    so its last ``key_length`` columns are the key validity. (Masks that are not of that form — packed
+    sequences, sliding windows — are not supported by linear layers; sliding layers stay softmax.)
+    """
+    if attention_mask is None:
+        return None
+    if attention_mask.dim() != 4:
+        raise ValueError(f"expected a 4-D attention mask (B, 1, Tq, Tkv), got shape {tuple(attention_mask.shape)}")
+    row = attention_mask[:, 0, -1, -key_length:]
+    valid = row if row.dtype == torch.bool else row > torch.finfo(row.dtype).min / 2
+    return None if bool(valid.all()) else valid
+
+
+def find_cache(args: tuple, kwargs: dict) -> Cache | None:
+    """The ``Cache`` passed to an attention module's forward (``past_key_values=``, ``layer_past=`` or positional)."""
+    for value in (*kwargs.values(), *args):
+        if isinstance(value, Cache):
+            return value
+    return None
+
+
+def _inject_cache(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Forward pre-hook: pass the module's cache on to :func:`lit_dof_attention` (modules consume it otherwise)."""
+    kwargs[CACHE_KWARG] = find_cache(args, kwargs)
+    return args, kwargs
+
+
+def install_cache_hook(module: nn.Module) -> None:
+    """Register the cache-forwarding pre-hook on a teacher attention module (once)."""
+    if not getattr(module, "_lit_dof_hooked", False):
+        module.register_forward_pre_hook(_inject_cache, with_kwargs=True)
+        module._lit_dof_hooked = True
+
+
+def lit_dof_attention(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[Tensor, Tensor | None]:
+    """The registered ``"lit_dof"`` attention function (signature of transformers' attention interface).
+
+    Args:
+        module: the teacher's attention module (``layer_idx``, optional ``lit_dof`` slot).
+        query: ``(B, Hq, T, d)`` post-RoPE queries. key, value: ``(B, Hk, Tk, d)`` / ``(B, Hk, Tk, D)``.
+        attention_mask: the 4-D mask from the registered mask function, or ``None``.
+        scaling: the softmax scale the model uses.
+
+    Returns:
+        ``(out (B, T, Hq, D), weights or None)`` like every attention-interface function.
+    """
+    cache = kwargs.pop(CACHE_KWARG, None)
+    slot = getattr(module, "lit_dof", None)
+    if isinstance(slot, AttentionSlot) and slot.is_linear:
+        q = effective_query(query, scaling)
+        padding = key_padding_from_mask(attention_mask, key.shape[2])
+        layer = _state_layer(cache, module.layer_idx)
+        state = layer.state if layer is not None else None
+        y, state = slot.linear(q, key, value, state, padding)
+        if layer is not None:
+            layer.state = state
+        out, weights = y.transpose(1, 2).contiguous(), None
+    else:
+        out, weights = sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    recorder = slot.recorder if isinstance(slot, AttentionSlot) else None
+    if recorder is not None:
+        recorder(
+            module, effective_query(query, scaling), key, value, key_padding_from_mask(attention_mask, key.shape[2]), out
+        )
+    return out, weights
+
+
+def _state_layer(cache: Cache | None, layer_idx: int):
+    """The layer's recurrent-state cache layer (:class:`lit_dof.students.cache.RecurrentStateLayer`), if any.
+
+    Any other cache layer (e.g. a plain ``DynamicLayer``) returns the full key history; the linear module
+    then folds the prefix into a state on the fly (exact, O(T) per step).
+    """
+    if cache is None or layer_idx >= len(cache.layers):
+        return None
+    layer = cache.layers[layer_idx]
+    return layer if getattr(layer, "holds_linear_attention_state", False) else None
+
+
+AttentionInterface.register(ATTN_IMPLEMENTATION, lit_dof_attention)
+AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)

@@ -1,0 +1,117 @@
+"""Generation cache for students: recurrent state for linear layers, a KV cache for softmax layers.
+
+A linear layer's memory is its :class:`~lit_dof.attention.LinearAttentionState` — ``(B, Hk, M, D)`` plus two
+``(B, Hk, M)`` vectors — whatever the context length; softmax layers of a hybrid keep transformers'
+usual growing KV cache. :class:`RecurrentStateLayer` is a transformers ``CacheLayerMixin`` so that mask
+sizes, positions and ``generate``'s batch/beam bookkeeping work unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache
+
+
+class RecurrentStateLayer(CacheLayerMixin):
+    """Cache layer of a linear-attention layer: keeps the recurrent state, never the keys and values.
+
+    ``update`` passes the new keys/values straight through (the attention function turns them into the
+    state) and counts tokens, so ``get_seq_length`` / ``get_mask_sizes`` agree with the softmax layers.
+
+    Attributes:
+        state: the layer's state after the tokens seen (set by :func:`lit_dof.interface.lit_dof_attention`),
+            any object with ``index_select(dim, index)``, ``repeat_interleave(repeats)`` and ``nbytes``.
+        seen: tokens folded into the state.
+    """
+
+    holds_linear_attention_state = True
+    is_sliding = False
+    is_compileable = False
+    supports_early_init = False
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__()
+        self.state = None
+        self.seen = 0
+
+    @property
+    def is_croppable(self) -> bool:  # a recurrent state cannot be rolled back
+        return False
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Count the new tokens and return them unchanged: ``(B, Hk, T, d)``, ``(B, Hk, T, D)``."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.seen += key_states.shape[-2]
+        return key_states, value_states
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.seen + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.seen
+
+    def get_max_length(self) -> int:
+        return -1
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the state (0 before the first token)."""
+        return 0 if self.state is None else self.state.nbytes
+
+    def reset(self) -> None:
+        self.state, self.seen = None, 0
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if self.state is not None:
+            self.state = self.state.index_select(0, beam_idx.to(self.device))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.state is not None:
+            self.state = self.state.repeat_interleave(repeats)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.state is not None:
+            index = torch.as_tensor(indices, device=self.device).flatten()
+            if index.dtype == torch.bool:
+                index = index.nonzero().flatten()
+            self.state = self.state.index_select(0, index)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove:
+            raise NotImplementedError(
+                "a linear-attention layer's recurrent state cannot be cropped (assisted/speculative decoding "
+                "needs rollback); generate without an assistant model"
+            )
+
+    def offload(self) -> None:
+        pass  # the state is small and constant-size; it stays on its device
+
+    def prefetch(self) -> None:
+        pass
+
+
+def student_cache(config, linear_layers: Sequence[bool]) -> Cache:
+    """A cache for a student: :class:`RecurrentStateLayer` where ``linear_layers[i]``, else what
+    ``DynamicCache(config=config)`` would use (full or sliding-window KV cache).
+
+    Args:
+        config: the teacher's (text) config.
+        linear_layers: one bool per decoder layer.
+
+    Raises:
+        ValueError: ``linear_layers`` does not have one entry per layer.
+    """
+    cache = DynamicCache(config=config)
+    if len(cache.layers) != len(linear_layers):
+        raise ValueError(f"linear_layers has {len(linear_layers)} entries for a cache of {len(cache.layers)} layers")
+    for i, linear in enumerate(linear_layers):
+        if linear:
+            cache.layers[i] = RecurrentStateLayer()
+    return cache

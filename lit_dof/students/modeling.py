@@ -1,0 +1,271 @@
+"""The student model: a teacher architecture with linear twins, as a transformers-native config/model pair.
+
+``LitDofConfig`` (``model_type="lit_dof"``) records the teacher's architecture (``text_config``), the
+per-layer feature dimensions, the feature-map class and which layers stay softmax; ``LitDofForCausalLM``
+rebuilds the teacher architecture from it and re-attaches the twins, so a saved student loads without the
+teacher files or the network. Both are registered with ``AutoConfig`` / ``AutoModelForCausalLM`` when
+``lit_dof`` is imported::
+
+    import lit_dof  # registers "lit_dof"
+    from transformers import AutoModelForCausalLM
+    student = AutoModelForCausalLM.from_pretrained("path/to/student")
+
+Generation: :meth:`LitDofForCausalLM.generate` (transformers' ``GenerationMixin``) gets a
+:func:`~lit_dof.students.cache.student_cache` — a recurrent state for linear layers (constant memory),
+a KV cache for softmax ones.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Sequence
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PretrainedConfig, PreTrainedModel
+
+from lit_dof.attention import FeatureMap, FeatureMapFactory
+from lit_dof.io import atomic_directory
+from lit_dof.students.cache import student_cache
+from lit_dof.students.surgery import (
+    attach_linear_attention,
+    feature_map_class,
+    feature_map_spec,
+    linear_layer_mask,
+    linear_modules,
+    resolve_feature_dims,
+    set_softmax_layers,
+)
+from lit_dof.teacher.families import attention_layers, check_supported
+
+
+class LitDofConfig(PretrainedConfig):
+    """Configuration of a lit-dof student.
+
+    Args:
+        text_config: the teacher's config (a ``PretrainedConfig`` or its dict with ``model_type``).
+        feature_dims: M_s per attention layer (sliding-window layers' entries are unused).
+        feature_map: ``{"class": "pkg.module.Class", "kwargs": {...}}`` (see
+            :func:`~lit_dof.students.surgery.feature_map_spec`).
+        softmax_layers: layer indices that run softmax attention.
+        share_kv_maps: one feature map per KV head (default) or per query head.
+        chunk_size: chunk size of the parallel linear-attention form (tokens).
+        teacher: where the teacher came from (provenance only; never loaded).
+    """
+
+    model_type = "lit_dof"
+    sub_configs = {"text_config": AutoConfig}
+
+    def __init__(
+        self,
+        text_config: PretrainedConfig | dict | None = None,
+        feature_dims: Sequence[int] | None = None,
+        feature_map: dict | None = None,
+        softmax_layers: Iterable[int] = (),
+        share_kv_maps: bool = True,
+        chunk_size: int = 64,
+        teacher: str | None = None,
+        **kwargs,
+    ) -> None:
+        if isinstance(text_config, dict):
+            text_config = dict(text_config)
+            text_config = AutoConfig.for_model(text_config.pop("model_type"), **text_config)
+        self.text_config = text_config
+        self.feature_dims = [int(m) for m in feature_dims or []]
+        self.feature_map = dict(feature_map or {"class": "lit_dof.attention.feature_maps.prf.LearnedPRF", "kwargs": {}})
+        self.softmax_layers = sorted(int(i) for i in softmax_layers)
+        self.share_kv_maps = bool(share_kv_maps)
+        self.chunk_size = int(chunk_size)
+        self.teacher = teacher
+        kwargs.setdefault("tie_word_embeddings", False)  # the wrapped teacher ties its own embeddings
+        super().__init__(**kwargs)
+
+
+class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
+    """A linearised (or hybrid) causal LM: the teacher architecture in ``self.model`` plus linear twins.
+
+    Build one with :func:`linearize` (from a loaded teacher) or ``from_pretrained`` (a saved student).
+    Forward and ``generate`` take and return what the teacher's do: ``input_ids (B, T)`` → logits
+    ``(B, T, V)``.
+
+    Args:
+        config: :class:`LitDofConfig`.
+        teacher: an already-loaded teacher to wrap in place (its weights are kept); ``None`` builds the
+            architecture from ``config.text_config``.
+        feature_map_factory: factory for fresh twins (default: the class in ``config.feature_map``).
+    """
+
+    config_class = LitDofConfig
+    base_model_prefix = "student"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = False
+
+    def __init__(
+        self,
+        config: LitDofConfig,
+        teacher: PreTrainedModel | None = None,
+        feature_map_factory: FeatureMapFactory | None = None,
+    ) -> None:
+        super().__init__(config)
+        if config.text_config is None:
+            raise ValueError("LitDofConfig.text_config (the teacher architecture) is required")
+        self.model = teacher if teacher is not None else AutoModelForCausalLM.from_config(config.text_config)
+        check_supported(self.model)
+        if feature_map_factory is None:
+            cls = feature_map_class(config.feature_map)
+            kwargs = dict(config.feature_map.get("kwargs", {}))
+            feature_map_factory = (lambda d, h, m: cls(d, h, m, **kwargs)) if kwargs else cls
+        attach_linear_attention(
+            self.model, feature_map_factory, config.feature_dims, softmax_layers=config.softmax_layers,
+            share_kv_maps=config.share_kv_maps, chunk_size=config.chunk_size,
+        )  # fmt: skip
+        if teacher is not None and getattr(teacher, "generation_config", None) is not None:
+            self.generation_config = teacher.generation_config
+        self.post_init()
+
+    # -- structure -----------------------------------------------------------------------------------------
+    @property
+    def linear_layers(self) -> list[bool]:
+        """One bool per attention layer: True where it currently runs linear attention."""
+        return linear_layer_mask(self.model)
+
+    @property
+    def feature_dims(self) -> list[int]:
+        """M_s per attention layer (as configured)."""
+        return list(self.config.feature_dims)
+
+    def set_softmax_layers(self, layers: Iterable[int]) -> None:
+        """Switch the listed layers to softmax and all other linearised layers to linear (no reload)."""
+        self.config.softmax_layers = set_softmax_layers(self.model, layers)
+
+    def linear_modules(self):
+        """``{layer index: CausalLinearAttention}`` for every layer with a twin."""
+        return linear_modules(self.model)
+
+    def new_cache(self):
+        """A generation cache: recurrent state for linear layers, KV cache for softmax ones."""
+        return student_cache(self.config.text_config, self.linear_layers)
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.model.set_input_embeddings(value)
+
+    def get_output_embeddings(self) -> nn.Module | None:
+        return self.model.get_output_embeddings()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, FeatureMap) or any(isinstance(m, FeatureMap) for m in module.modules()):
+            return  # feature maps are initialised by their constructors (or loaded)
+        self.model._init_weights(module)
+
+    # -- running -------------------------------------------------------------------------------------------
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values=None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ):
+        """The teacher's forward with linear layers; ``use_cache=True`` without a cache gets :meth:`new_cache`."""
+        if use_cache and past_key_values is None:
+            past_key_values = self.new_cache()
+        return self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+            past_key_values=past_key_values, inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache,
+            logits_to_keep=logits_to_keep, **kwargs,
+        )  # fmt: skip
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
+        # generate() would build a DynamicCache (growing keys for every layer); give it ours instead.
+        if model_kwargs.get("past_key_values") is None and generation_config.use_cache is not False:
+            if generation_config.cache_implementation not in (None, "dynamic"):
+                raise ValueError(
+                    f"cache_implementation={generation_config.cache_implementation!r} is not supported by lit-dof "
+                    "students; leave it unset (linear layers keep a constant-size recurrent state)"
+                )
+            model_kwargs["past_key_values"] = self.new_cache()
+            return
+        return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
+        """``PreTrainedModel.save_pretrained`` into a temporary directory renamed into place (atomic)."""
+        with atomic_directory(save_directory) as tmp:
+            super().save_pretrained(tmp, **kwargs)
+
+
+def linearize(
+    model: PreTrainedModel,
+    feature_map_factory: FeatureMapFactory,
+    feature_dims: int | Sequence[int],
+    *,
+    softmax_layers: Iterable[int] = (),
+    share_kv_maps: bool = True,
+    chunk_size: int = 64,
+) -> LitDofForCausalLM:
+    """Replace every softmax attention layer of ``model`` by linear attention (paper §3; METHOD.md §1).
+
+    The teacher's q/k/v/o projections, rotary embeddings and GQA layout are reused as they are; each layer
+    gets a feature map from ``feature_map_factory(head_dim, num_heads, feature_dims[s])`` (num_heads = Hk
+    with ``share_kv_maps``). ``model`` is modified in place and wrapped (its weights are shared, not copied).
+
+    Args:
+        model: a loaded teacher of a supported family.
+        feature_map_factory: any callable ``(head_dim, num_heads, feature_dim) -> FeatureMap`` — every
+            feature-map class is one (``linearize(m, PerformerFeatureMap, dims)``).
+        feature_dims: M_s per attention layer, or one int for all (the "Fix" baseline: the head size).
+        softmax_layers: layers kept softmax (hybrids); switch later with ``set_softmax_layers``.
+        share_kv_maps, chunk_size: see :func:`~lit_dof.students.surgery.attach_linear_attention`.
+
+    Returns:
+        :class:`LitDofForCausalLM`.
+
+    Raises:
+        UnsupportedModelError: the model's family is not supported (the message lists the supported ones).
+        ValueError: a feature dim ≤ 0, a wrong number of dims, or a layer index out of range; a model that is
+            already a student.
+    """
+    if isinstance(model, LitDofForCausalLM):
+        raise ValueError("model is already a lit-dof student; pass its teacher or use set_softmax_layers()")
+    layers = attention_layers(model)
+    dims = resolve_feature_dims(feature_dims, len(layers))
+    softmax = sorted(set(softmax_layers))
+    probe = feature_map_factory(layers[0].head_dim, 1, dims[0])  # records class + behaviour kwargs
+    config = LitDofConfig(
+        text_config=model.config.get_text_config(decoder=True), feature_dims=dims, feature_map=feature_map_spec(probe),
+        softmax_layers=softmax, share_kv_maps=share_kv_maps, chunk_size=chunk_size,
+        teacher=getattr(model.config, "name_or_path", None) or None,
+    )  # fmt: skip
+    student = LitDofForCausalLM(config, teacher=model, feature_map_factory=feature_map_factory)
+    return student
+
+
+def load_student(path: str | os.PathLike, **kwargs) -> LitDofForCausalLM:
+    """Load a student saved with ``save_pretrained`` (no teacher files, no network).
+
+    Args:
+        path: the student directory.
+        **kwargs: passed to ``from_pretrained`` (e.g. ``dtype``, ``device_map``).
+
+    Raises:
+        FileNotFoundError: no ``config.json`` in ``path``. ValueError: not a lit-dof student directory.
+    """
+    config_file = os.path.join(path, "config.json")
+    if not os.path.isfile(config_file):
+        raise FileNotFoundError(f"{config_file} does not exist: pass a directory written by student.save_pretrained()")
+    config = LitDofConfig.from_pretrained(path)
+    if config.model_type != LitDofConfig.model_type or config.text_config is None:
+        raise ValueError(f"{path} is not a lit-dof student (model_type {config.model_type!r})")
+    return LitDofForCausalLM.from_pretrained(path, **kwargs)
+
+
+AutoConfig.register(LitDofConfig.model_type, LitDofConfig, exist_ok=True)
+AutoModelForCausalLM.register(LitDofConfig, LitDofForCausalLM, exist_ok=True)

@@ -1,0 +1,155 @@
+"""Attention surgery: give each teacher attention layer a linear twin, switchable back to softmax.
+
+The teacher's attention modules keep computing their projections, RoPE and GQA layout; lit-dof attaches
+an :class:`~lit_dof.interface.AttentionSlot` (submodule ``lit_dof``) holding a
+:class:`~lit_dof.attention.CausalLinearAttention` and sets the model's attention implementation to
+``"lit_dof"`` (:mod:`lit_dof.interface`), so the linear kernel receives exactly the q/k/v softmax would.
+No modeling file is copied or patched.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFactory
+from lit_dof.interface import ATTN_IMPLEMENTATION, AttentionSlot, install_cache_hook
+from lit_dof.teacher.families import AttentionLayer, attention_layers
+
+
+def feature_map_spec(feature_map: FeatureMap) -> dict:
+    """``{"class": "module.QualName", "kwargs": {...}}`` recording how to rebuild ``feature_map``."""
+    cls = type(feature_map)
+    return {"class": f"{cls.__module__}.{cls.__qualname__}", "kwargs": feature_map.config_kwargs()}
+
+
+def feature_map_class(spec: dict) -> type[FeatureMap]:
+    """Import the feature-map class named by a :func:`feature_map_spec`.
+
+    Raises:
+        ValueError: the class cannot be imported or is not a :class:`~lit_dof.attention.FeatureMap`.
+    """
+    path = spec.get("class", "")
+    module_name, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"cannot import feature map class {path!r}: {exc}; install/import the package defining it") from exc
+    if not (isinstance(cls, type) and issubclass(cls, FeatureMap)):
+        raise ValueError(f"{path!r} is not a lit_dof.attention.FeatureMap subclass")
+    return cls
+
+
+def resolve_feature_dims(feature_dims: int | Sequence[int], num_layers: int) -> list[int]:
+    """One feature dimension M_s per layer from an int (uniform) or a length-L sequence.
+
+    Raises:
+        ValueError: wrong length, or a dimension that is not a positive integer.
+    """
+    dims = [feature_dims] * num_layers if isinstance(feature_dims, int) else list(feature_dims)
+    if len(dims) != num_layers:
+        raise ValueError(f"feature_dims has {len(dims)} entries but the model has {num_layers} attention layers")
+    for i, m in enumerate(dims):
+        if isinstance(m, bool) or not isinstance(m, int) or m <= 0:
+            raise ValueError(
+                f"feature dim of layer {i} must be a positive integer, got {m!r}; use a DoF allocation "
+                "(lit_dof.dof.allocate_feature_dims) or the head size"
+            )
+    return dims
+
+
+def attach_linear_attention(
+    model: nn.Module,
+    feature_map_factory: FeatureMapFactory,
+    feature_dims: int | Sequence[int],
+    *,
+    softmax_layers: Iterable[int] = (),
+    share_kv_maps: bool = True,
+    chunk_size: int = 64,
+) -> list[AttentionLayer]:
+    """Attach a linear twin to every linearisable attention layer of ``model`` (in place).
+
+    Args:
+        model: a supported transformers causal LM (:mod:`lit_dof.teacher.families`).
+        feature_map_factory: ``(head_dim, num_heads, feature_dim) -> FeatureMap``; any feature-map class.
+        feature_dims: M per layer (length L; entries of sliding-window layers are ignored) or one int.
+        softmax_layers: layer indices that keep softmax attention (switchable later).
+        share_kv_maps: one φ per KV head (default; state ÷ GQA group) or one per query head.
+        chunk_size: chunk size of the parallel form.
+
+    Returns:
+        the model's :class:`~lit_dof.teacher.families.AttentionLayer` list.
+
+    Raises:
+        UnsupportedModelError: unsupported family. ValueError: bad feature dims or layer indices.
+    """
+    layers = attention_layers(model)
+    dims = resolve_feature_dims(feature_dims, len(layers))
+    softmax = _check_indices(softmax_layers, len(layers))
+    for layer in layers:
+        module = layer.module
+        if not layer.linearizable:
+            continue
+        reference = next(module.parameters())
+        # Built on the CPU (feature-map inits draw random/QMC numbers there), then moved next to the teacher;
+        # under from_pretrained that is the meta device and the checkpoint fills the values in.
+        with torch.device("cpu"):
+            linear = CausalLinearAttention.from_factory(
+                feature_map_factory, layer.head_dim, dims[layer.index], layer.num_heads, layer.num_kv_heads,
+                share_kv_maps=share_kv_maps, chunk_size=chunk_size,
+            )  # fmt: skip
+        linear.to(device=reference.device)
+        module.lit_dof = AttentionSlot(linear, use_softmax=layer.index in softmax)
+        install_cache_hook(module)
+    model.set_attn_implementation(ATTN_IMPLEMENTATION)
+    return layers
+
+
+def set_softmax_layers(model: nn.Module, softmax_layers: Iterable[int]) -> list[int]:
+    """Switch layers between softmax (listed) and linear (all other linearised layers), without reloading.
+
+    Returns:
+        the sorted softmax layer indices.
+
+    Raises:
+        ValueError: an index outside 0..L-1.
+    """
+    layers = attention_layers(model)
+    softmax = _check_indices(softmax_layers, len(layers))
+    for layer in layers:
+        slot = getattr(layer.module, "lit_dof", None)
+        if isinstance(slot, AttentionSlot):
+            slot.use_softmax = layer.index in softmax
+    return sorted(softmax)
+
+
+def linear_layer_mask(model: nn.Module) -> list[bool]:
+    """One bool per attention layer: True where the layer currently runs linear attention."""
+    return [isinstance(s := getattr(layer.module, "lit_dof", None), AttentionSlot) and s.is_linear for layer in attention_layers(model)]
+
+
+def linear_modules(model: nn.Module) -> dict[int, CausalLinearAttention]:
+    """``{layer index: its linear twin}`` for every layer that has one (softmax-switched ones included)."""
+    out = {}
+    for layer in attention_layers(model):
+        slot = getattr(layer.module, "lit_dof", None)
+        if isinstance(slot, AttentionSlot) and slot.linear is not None:
+            out[layer.index] = slot.linear
+    return out
+
+
+def _check_indices(indices: Iterable[int], num_layers: int) -> set[int]:
+    out = set()
+    for i in indices:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers:
+            raise ValueError(f"layer index {i!r} is outside 0..{num_layers - 1}")
+        out.add(i)
+    return out
+
+
+def feature_parameters(model: nn.Module) -> list[torch.nn.Parameter]:
+    """The trainable parameters of every linear twin's feature map (what layer-wise distillation trains)."""
+    return [p for lin in linear_modules(model).values() for p in lin.feature_map.parameters()]

@@ -1,0 +1,185 @@
+"""Teacher capture: the post-RoPE queries and keys (optionally values and outputs) of a frozen teacher.
+
+Capture rides on the ``"lit_dof"`` attention function (:mod:`lit_dof.interface`): while a capture is
+active every attention layer calls a recorder with exactly the tensors softmax attention receives, and
+then runs the teacher's own SDPA attention — the logits are those of the plain model.
+
+For long runs memory is bounded by :class:`QKReservoir`: a uniform sample without replacement of J
+vectors per head from everything seen (priority / bottom-k sampling: each vector gets a uniform random
+priority and the J smallest are kept — the same distribution as reservoir sampling, vectorised).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, Iterator, Literal
+
+import torch
+from torch import Tensor, nn
+
+from lit_dof.interface import ATTN_IMPLEMENTATION, AttentionSlot
+from lit_dof.teacher.families import AttentionLayer, attention_layers
+
+Pooling = Literal["kv_head", "query_head"]
+LayerRecorder = Callable[[int, Tensor, Tensor, Tensor, "Tensor | None", Tensor], None]
+"""``(layer index, q (B,Hq,T,d), k (B,Hk,T,d), v (B,Hk,T,D), key_padding (B,T) | None, out (B,T,Hq,D))``."""
+
+
+@contextlib.contextmanager
+def capture_attention(model: nn.Module, recorder: LayerRecorder) -> Iterator[list[AttentionLayer]]:
+    """Within the block, every attention layer of ``model`` reports its inputs to ``recorder``.
+
+    Queries are reported as the model's kernel sees them: scaled so that the logits are qᵀk/√d
+    (:func:`lit_dof.interface.effective_query`). The model's attention implementation and any attached
+    linear twins are restored on exit; linear layers of a student report too (q/k are the same).
+
+    Yields:
+        the model's :class:`~lit_dof.teacher.families.AttentionLayer` list.
+    """
+    layers = attention_layers(model)
+    previous = model.config._attn_implementation
+    added = []
+    for layer in layers:
+        slot = getattr(layer.module, "lit_dof", None)
+        if not isinstance(slot, AttentionSlot):
+            slot = AttentionSlot()
+            layer.module.lit_dof = slot
+            added.append(layer.module)
+        slot.recorder = lambda module, q, k, v, pad, out: recorder(module.layer_idx, q, k, v, pad, out)
+    if previous != ATTN_IMPLEMENTATION:
+        model.set_attn_implementation(ATTN_IMPLEMENTATION)
+    try:
+        yield layers
+    finally:
+        for layer in layers:
+            layer.module.lit_dof.recorder = None
+        for module in added:
+            del module.lit_dof
+        if previous != ATTN_IMPLEMENTATION:
+            model.set_attn_implementation(previous)
+
+
+@dataclass
+class CapturedAttention:
+    """One layer's captured tensors for one batch (``None`` where not requested).
+
+    Attributes:
+        q: ``(B, Hq, T, d)`` post-RoPE queries, scaled to the qᵀk/√d convention.
+        k: ``(B, Hk, T, d)`` post-RoPE keys. v: ``(B, Hk, T, D)`` values.
+        out: ``(B, T, Hq, D)`` softmax attention output (before the output projection).
+        key_padding: ``(B, T)`` bool, False at padding; ``None`` if nothing is padded.
+    """
+
+    q: Tensor
+    k: Tensor
+    v: Tensor | None
+    out: Tensor | None
+    key_padding: Tensor | None
+
+
+@torch.no_grad()
+def capture_batch(
+    model: nn.Module, batch: dict | Tensor, *, values: bool = False, outputs: bool = False
+) -> tuple[Tensor, dict[int, CapturedAttention]]:
+    """Run one batch through the teacher and return ``(logits (B, T, V), {layer: CapturedAttention})``.
+
+    Args:
+        batch: ``input_ids (B, T)`` or a dict with ``input_ids`` and optionally ``attention_mask``.
+        values, outputs: also keep v and the attention outputs.
+    """
+    captured: dict[int, CapturedAttention] = {}
+
+    def record(index, q, k, v, pad, out):
+        captured[index] = CapturedAttention(
+            q.detach(), k.detach(), v.detach() if values else None, out.detach() if outputs else None, pad
+        )
+
+    inputs = _as_inputs(batch)
+    with capture_attention(model, record):
+        logits = model(**inputs, use_cache=False).logits
+    return logits, captured
+
+
+def _as_inputs(batch: dict | Tensor) -> dict:
+    if isinstance(batch, Tensor):
+        return {"input_ids": batch}
+    return {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch and batch[k] is not None}
+
+
+def pooled_vectors(q: Tensor, k: Tensor, key_padding: Tensor | None, pooling: Pooling) -> Tensor:
+    """Per-head pools of query and key vectors of valid tokens.
+
+    Args:
+        q: ``(B, Hq, T, d)``; k: ``(B, Hk, T, d)``; key_padding: ``(B, T)`` or ``None``.
+        pooling: ``"kv_head"`` — one pool per KV head with the queries of its whole GQA group (matches
+            feature maps shared per KV head, the default); ``"query_head"`` — one pool per query head with
+            its KV head's keys (matches per-query-head maps; the paper's per-head rule without GQA).
+
+    Returns:
+        ``(H, n, d)`` with H = Hk or Hq.
+    """
+    B, Hq, T, d = q.shape
+    Hk = k.shape[1]
+    G = Hq // Hk
+    valid = torch.ones(B, T, dtype=torch.bool, device=q.device) if key_padding is None else key_padding.to(q.device)
+    flat = valid.reshape(-1)  # (B·T,)
+    keys = k.permute(1, 0, 2, 3).reshape(Hk, B * T, d)[:, flat]  # (Hk, n, d)
+    if pooling == "kv_head":
+        queries = q.view(B, Hk, G, T, d).permute(1, 2, 0, 3, 4).reshape(Hk, G, B * T, d)[:, :, flat]
+        return torch.cat([queries.reshape(Hk, -1, d), keys], dim=1)
+    if pooling == "query_head":
+        queries = q.permute(1, 0, 2, 3).reshape(Hq, B * T, d)[:, flat]
+        return torch.cat([queries, keys.repeat_interleave(G, dim=0)], dim=1)
+    raise ValueError(f"pooling must be 'kv_head' or 'query_head', got {pooling!r}")
+
+
+class QKReservoir:
+    """A uniform sample of J vectors per (layer, head) from a stream, in bounded memory.
+
+    Args:
+        num_samples: J per head.
+        seed: seed of the priorities (the sample is a deterministic function of the stream and the seed).
+
+    Memory: ``L·H·J·d`` floats plus one batch of candidates.
+    """
+
+    def __init__(self, num_samples: int, *, seed: int = 0) -> None:
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 2:
+            raise ValueError(f"num_samples J must be an integer >= 2, got {num_samples!r}")
+        self.num_samples = num_samples
+        self.generator = torch.Generator().manual_seed(seed)
+        self.vectors: dict[int, Tensor] = {}
+        self.priorities: dict[int, Tensor] = {}
+        self.seen: dict[int, int] = {}
+
+    def add(self, layer: int, vectors: Tensor) -> None:
+        """Offer ``(H, n, d)`` vectors of one layer; keeps the J with the smallest random priorities."""
+        H, n, d = vectors.shape
+        if n == 0:
+            return
+        vectors = vectors.detach().float().cpu()
+        prio = torch.rand(H, n, generator=self.generator)
+        if layer in self.vectors:
+            vectors = torch.cat([self.vectors[layer], vectors], dim=1)
+            prio = torch.cat([self.priorities[layer], prio], dim=1)
+        keep = min(self.num_samples, vectors.shape[1])
+        prio, idx = torch.topk(prio, keep, dim=1, largest=False)
+        self.vectors[layer] = torch.gather(vectors, 1, idx.unsqueeze(-1).expand(-1, -1, d))
+        self.priorities[layer] = prio
+        self.seen[layer] = self.seen.get(layer, 0) + n
+
+    def samples(self, layer: int) -> Tensor:
+        """``(H, J, d)`` sample of a layer.
+
+        Raises:
+            ValueError: fewer than J vectors seen (feed more tokens or lower J).
+        """
+        have = self.vectors.get(layer)
+        if have is None or have.shape[1] < self.num_samples:
+            got = 0 if have is None else have.shape[1]
+            raise ValueError(
+                f"layer {layer}: only {got} query/key vectors per head were captured, fewer than num_samples="
+                f"{self.num_samples}; feed more (or longer) batches or lower num_samples"
+            )
+        return self.vectors[layer]

