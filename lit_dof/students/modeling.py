@@ -237,14 +237,14 @@ def linearize(
         raise ValueError("model is already a lit-dof student; pass its teacher or use set_softmax_layers()")
     layers = attention_layers(model)
     dims = resolve_feature_dims(feature_dims, len(layers))
-    softmax = sorted(set(softmax_layers))
-    probe = feature_map_factory(layers[0].head_dim, 1, dims[0])  # records class + behaviour kwargs
     config = LitDofConfig(
-        text_config=model.config.get_text_config(decoder=True), feature_dims=dims, feature_map=feature_map_spec(probe),
-        softmax_layers=softmax, share_kv_maps=share_kv_maps, chunk_size=chunk_size,
-        teacher=getattr(model.config, "name_or_path", None) or None,
+        text_config=model.config.get_text_config(decoder=True), feature_dims=dims, softmax_layers=set(softmax_layers),
+        share_kv_maps=share_kv_maps, chunk_size=chunk_size, teacher=getattr(model.config, "name_or_path", None) or None,
     )  # fmt: skip
     student = LitDofForCausalLM(config, teacher=model, feature_map_factory=feature_map_factory)
+    twins = list(student.linear_modules().values())
+    if twins:  # record what the factory built (class + behaviour kwargs), so load_student can rebuild it
+        student.config.feature_map = feature_map_spec(twins[0].feature_map)
     return student
 
 
