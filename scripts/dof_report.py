@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--sequences", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--num-samples", type=int, default=1024)
-    parser.add_argument("--pooling", default="kv_head", choices=["kv_head", "query_head"])
+    parser.add_argument("--pooling", default="query_head", choices=["kv_head", "query_head"])
     parser.add_argument("--lam", nargs="+", default=["auto", "2**-4", "2**64", "trace:2**-8"],
                         help="λ rules: 'auto', an absolute value (python expression), or 'trace:VALUE' / 'max_eigenvalue:VALUE'")
     parser.add_argument("--out", default=None)

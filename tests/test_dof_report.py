@@ -24,7 +24,7 @@ def test_report_equals_direct_dof_on_captured_vectors(tmp_path):
     model = tiny_model("llama")  # Hk = 2, G = 2: pool = (2 + 1)·B·T per KV head
     batches = _batches()
     J = 3 * 2 * 16 * len(batches)
-    report = estimate_model_dof(model, batches, 2.0**-2, J)
+    report = estimate_model_dof(model, batches, 2.0**-2, J, pooling="kv_head")
     pools = {}
     for batch in batches:
         _, captured = capture_batch(model, batch)
@@ -89,6 +89,7 @@ def test_smollm2_allocation_is_non_degenerate(smollm2_dir):
     model, tokenizer = load_teacher(str(smollm2_dir))
     ids = wikipedia_ids(tokenizer, 4, 256)
     reservoir, tokens = collect_samples(model, [ids[:2], ids[2:]], 512)
+    assert reservoir.samples(0).shape == (9, 512, 64)  # per query head: 30 × 9 DoF values
     with pytest.warns(DegenerateAllocationWarning):
         saturated = dof_report(model, reservoir, tokens, 2.0**-4)
     assert max(saturated.feature_dims("dof")) - min(saturated.feature_dims("dof")) <= 8

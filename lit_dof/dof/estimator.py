@@ -28,19 +28,20 @@ Choosing λ. λ is not scale-free (METHOD.md §2). Hence three ways to give λ: 
 DoF is a target fraction of J). :func:`allocate_feature_dims` warns when an allocation is degenerate.
 
 Measured on the real SmolLM2-135M-Instruct (30 layers, C = 64; 8 Wikipedia sequences × 512 tokens, J = 1024
-per KV head, ``python scripts/dof_report.py``; dims of the ``"dof"`` strategy):
+per query head (30 × 9 heads; in brackets: per KV head), ``python scripts/dof_report.py``; dims of the
+``"dof"`` strategy, whose total is 30 × 64 up to rounding):
 
-==============================  ==================  ===========================================
-λ rule                          layer DoF           dims (min…max)
-==============================  ==================  ===========================================
-absolute 2⁻⁴ (paper, GPT-2)     953…1024 (≈ J)      60…64 — degenerate, both warnings raised
-automatic (target 0.25 J)       15…584              4…170 (λ = 2^52.8)
-absolute 2⁶⁴                    1.7…311             1…177 (per query head: 1…162)
-relative ``"trace"`` 2⁻⁸        14…178              18…226 (a different layer ordering)
-==============================  ==================  ===========================================
+==============================  ======================  ==============================================
+λ rule                          layer DoF               dims (min…max)
+==============================  ======================  ==============================================
+absolute 2⁻⁴ (paper, GPT-2)     1003…1024 (≈ J)         63…64 — degenerate, both warnings raised
+automatic (target 0.25 J)       4…550                   1…158 (λ = 2^63.1) [4…170, λ = 2^52.8]
+absolute 2⁶⁴                    3.2…539                 1…162 [1…177]
+relative ``"trace"`` 2⁻⁸        28…441                  14…228 [18…226] (a different layer ordering)
+==============================  ======================  ==============================================
 
 ``tests/test_dof_report.py::test_smollm2_allocation_is_non_degenerate`` re-checks this on every CI run
-(J = 512: automatic 5…180, trace-relative 5…223).
+(4 sequences × 256 tokens, J = 512: automatic 2…152 at λ = 2^61.8, trace-relative 18…212).
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ def collect_samples(
     batches: Iterable[dict | Tensor],
     num_samples: int,
     *,
-    pooling: Pooling = "kv_head",
+    pooling: Pooling = "query_head",
     seed: int = 0,
 ) -> tuple[QKReservoir, int]:
     """Stream ``batches`` through the frozen model, keeping J pooled q/k vectors per head and layer.
@@ -142,7 +142,7 @@ def estimate_model_dof(
     num_samples: int = 1024,
     *,
     relative_to: RelativeTo | None = None,
-    pooling: Pooling = "kv_head",
+    pooling: Pooling = "query_head",
     target_fraction: float = 0.25,
     multiple_of: int = 1,
     seed: int = 0,
@@ -188,7 +188,7 @@ def dof_report(
     lam: float | Literal["auto"],
     *,
     relative_to: RelativeTo | None = None,
-    pooling: Pooling = "kv_head",
+    pooling: Pooling = "query_head",
     target_fraction: float = 0.25,
     multiple_of: int = 1,
     seed: int = 0,

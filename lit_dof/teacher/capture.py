@@ -112,9 +112,10 @@ def pooled_vectors(q: Tensor, k: Tensor, key_padding: Tensor | None, pooling: Po
 
     Args:
         q: ``(B, Hq, T, d)``; k: ``(B, Hk, T, d)``; key_padding: ``(B, T)`` or ``None``.
-        pooling: ``"kv_head"`` — one pool per KV head with the queries of its whole GQA group (matches
-            feature maps shared per KV head, the default); ``"query_head"`` — one pool per query head with
-            its KV head's keys (matches per-query-head maps; the paper's per-head rule without GQA).
+        pooling: ``"query_head"`` (the default of :func:`~lit_dof.dof.estimate_model_dof`) — one pool per
+            query head with its KV head's keys: the paper's per-head rule, Hq heads per layer;
+            ``"kv_head"`` — one pool per KV head with the queries of its whole GQA group (the kernel a
+            map shared per KV head must fit). The layer DoF is the max over heads either way.
 
     Returns:
         ``(H, n, d)`` with H = Hk or Hq.
