@@ -92,6 +92,24 @@ class CausalLinearAttention(nn.Module):
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, chunk_size={self.chunk_size}"
 
+    def log_features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Log-features of queries and keys as the kernels consume them (METHOD.md §1).
+
+        Args:
+            q: ``(B, Hq, T, d)``; k: ``(B, Hk, Tk, d)``.
+
+        Returns:
+            ``log φ(q)`` ``(B, Hq, T, M)`` and ``log φ(k)`` ``(B, Hk, Tk, M)`` for maps shared per KV head (a
+            group's queries go through their KV head's map) or ``(B, Hq, Tk, M)`` for per-query-head maps.
+            Row constants of φ(q) that cancel in attention may be dropped (see ``attention_log_features``).
+        """
+        B, Hq, T, d = q.shape
+        group = self.num_heads // self.num_kv_heads
+        if self.shares_kv_maps:
+            log_q, log_k = self.feature_map.attention_log_features(q.reshape(B, self.num_kv_heads, group * T, d), k)
+            return log_q.view(B, Hq, T, -1), log_k
+        return self.feature_map.attention_log_features(q, k.repeat_interleave(group, dim=1))
+
     def forward(
         self,
         q: Tensor,
@@ -130,18 +148,10 @@ class CausalLinearAttention(nn.Module):
             )
         if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, Tk):
             raise ValueError(f"key_padding_mask must have shape (B, Tk) = {(B, Tk)}, got {tuple(key_padding_mask.shape)}")
-        group = self.num_heads // self.num_kv_heads
-        fm = self.feature_map
         if not self.shares_kv_maps:
-            k = k.repeat_interleave(group, dim=1)
-            v = v.repeat_interleave(group, dim=1)
+            v = v.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
         P = Tk - T  # prefix tokens without queries
-        if self.shares_kv_maps:
-            # (B, Hq, T, d) → (B, Hk, G·T, d): a group's queries go through their KV head's map.
-            log_q, log_k = fm.attention_log_features(q.reshape(B, self.num_kv_heads, group * T, d), k)
-            log_q = log_q.view(B, Hq, T, -1)  # log_k: (B, Hk, Tk, M)
-        else:
-            log_q, log_k = fm.attention_log_features(q, k)  # (B, Hq, T, M), (B, Hq, Tk, M)
+        log_q, log_k = self.log_features(q, k)
         if key_padding_mask is not None:
             log_k = log_k.float().masked_fill(~key_padding_mask[:, None, :, None].to(torch.bool), EMPTY_LOG_SCALE)
         if P:

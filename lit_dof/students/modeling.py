@@ -17,6 +17,7 @@ a KV cache for softmax ones.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Iterable, Sequence
 
@@ -139,6 +140,17 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
     def set_softmax_layers(self, layers: Iterable[int]) -> None:
         """Switch the listed layers to softmax and all other linearised layers to linear (no reload)."""
         self.config.softmax_layers = set_softmax_layers(self.model, layers)
+
+    @contextlib.contextmanager
+    def teacher_mode(self):
+        """Within the block every layer runs the teacher's softmax attention (the student *is* the teacher:
+        the projections are shared), e.g. for the teacher forward of layer-wise distillation."""
+        saved = list(self.config.softmax_layers)
+        self.set_softmax_layers(range(len(self.config.feature_dims)))
+        try:
+            yield self
+        finally:
+            self.set_softmax_layers(saved)
 
     def linear_modules(self):
         """``{layer index: CausalLinearAttention}`` for every layer with a twin."""

@@ -179,3 +179,28 @@ def load_teacher(
     if device is not None:
         model.to(device)
     return model, tokenizer
+
+
+def load_tokenizer(name_or_path: str = DEFAULT_TEACHER, *, cache_dir: str | os.PathLike | None = None):
+    """The tokenizer of a teacher (same resolution as :func:`load_teacher`, without loading weights).
+
+    Raises:
+        TeacherNotFoundError, ImportError: as :func:`load_teacher`.
+    """
+    path = Path(os.path.expanduser(str(name_or_path)))
+    if name_or_path in EMBEDDED_TEACHERS:
+        _require_gguf()
+        source = gguf_to_safetensors(embedded_gguf_path(name_or_path), cache_dir)
+    elif path.is_file() and path.suffix == ".gguf":
+        source = gguf_to_safetensors(path, cache_dir)
+    else:
+        source = path if path.is_dir() else str(name_or_path)
+    try:
+        tokenizer = _load_tokenizer(source)
+    except OSError as exc:
+        raise TeacherNotFoundError(
+            f"cannot load the tokenizer of {name_or_path!r} (offline or not cached); pass a local directory"
+        ) from exc
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

@@ -1,0 +1,170 @@
+"""``WikipediaDataModule``: Wikipedia (or any local corpus) tokenised and packed into fixed-length blocks.
+
+* Source: a local file (``path``, or the ``LIT_DOF_CORPUS`` environment variable; plain text, ``.gz``,
+  jsonl or WikiExtractor, see :mod:`lit_dof.data.corpus`), else the hub dataset ``wikimedia/wikipedia``
+  streamed with ``datasets`` (``streaming=True``; nothing is downloaded in full).
+* Held-out split: document *i* (in corpus order) is validation iff ``i % val_every == 0`` — deterministic,
+  identical on every rank and every run; validation uses the first ``val_blocks`` packed blocks of it.
+* Training: the other documents, tokenised on the fly with an EOS after each, concatenated and cut into
+  blocks of ``seq_len`` tokens; under DDP each rank takes every ``world_size``-th document (and each
+  dataloader worker every ``num_workers``-th of those). Nothing is materialised beyond one block.
+* Resume: the training stream skips the blocks already consumed (``trainer.global_step × batch size ×
+  accumulate_grad_batches`` per rank), so a resumed run sees new data, not the start of the corpus again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Iterator
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from lit_dof.data.corpus import iter_documents
+
+CORPUS_ENV = "LIT_DOF_CORPUS"
+
+
+def _hub_documents(dataset: str, config: str | None) -> Iterator[str]:
+    try:
+        from datasets import load_dataset
+
+        stream = load_dataset(dataset, config, split="train", streaming=True)
+        for row in stream:
+            text = row.get("text", "").strip()
+            if text:
+                yield text
+    except Exception as exc:  # offline, unknown dataset, …: say how to use a local corpus instead
+        raise RuntimeError(
+            f"cannot stream {dataset} ({config}) from the Hugging Face hub: {exc}. Offline, point at a local "
+            f"corpus with --data.path FILE or the {CORPUS_ENV} environment variable"
+        ) from exc
+
+
+class PackedBlocks(IterableDataset):
+    """Blocks ``{"input_ids": (seq_len,)}`` packed from a document stream (see the module docstring).
+
+    Args:
+        documents: a zero-argument callable returning a fresh document iterator.
+        tokenizer: a transformers tokenizer (its EOS separates documents).
+        seq_len: tokens per block. split: ``"train"`` or ``"val"``. val_every: see the module docstring.
+        rank, world_size: the DDP shard. skip_blocks: blocks of this shard to skip (resume).
+        max_blocks: stop after this many blocks (``None``: the whole stream).
+    """
+
+    def __init__(self, documents, tokenizer, seq_len: int, split: str, val_every: int, *, rank: int = 0,
+                 world_size: int = 1, skip_blocks: int = 0, max_blocks: int | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self.documents, self.tokenizer, self.seq_len = documents, tokenizer, seq_len
+        self.split, self.val_every = split, val_every
+        self.rank, self.world_size, self.skip_blocks, self.max_blocks = rank, world_size, skip_blocks, max_blocks
+
+    def _my_documents(self) -> Iterator[str]:
+        worker = get_worker_info()
+        workers, worker_id = (worker.num_workers, worker.id) if worker else (1, 0)
+        shards, shard = self.world_size * workers, self.rank * workers + worker_id
+        n = 0
+        for i, doc in enumerate(self.documents()):
+            if (i % self.val_every == 0) != (self.split == "val"):
+                continue
+            if self.split == "train":
+                if n % shards == shard:
+                    yield doc
+                n += 1
+            else:
+                yield doc  # every rank validates on the same blocks
+
+    def __iter__(self) -> Iterator[dict]:
+        eos = self.tokenizer.eos_token_id
+        buffer: list[int] = []
+        emitted = 0
+        blocks = itertools.count()
+        for doc in self._my_documents():
+            buffer.extend(self.tokenizer(doc, add_special_tokens=False)["input_ids"])
+            if eos is not None:
+                buffer.append(eos)
+            while len(buffer) >= self.seq_len:
+                block, buffer = buffer[: self.seq_len], buffer[self.seq_len :]
+                if next(blocks) < self.skip_blocks:
+                    continue
+                yield {"input_ids": torch.tensor(block, dtype=torch.long)}
+                emitted += 1
+                if self.max_blocks is not None and emitted >= self.max_blocks:
+                    return
+
+
+class WikipediaDataModule(L.LightningDataModule):
+    """Packed Wikipedia blocks for distillation and perplexity (see the module docstring).
+
+    Args:
+        tokenizer: the teacher whose tokenizer to use (alias, directory or hub id; linked to
+            ``model.teacher`` by the CLI).
+        path: local corpus file; ``None``: ``$LIT_DOF_CORPUS`` if set, else the hub dataset.
+        hub_dataset, hub_config: the hub dataset streamed when no local corpus is given.
+        seq_len: tokens per block. batch_size: blocks per batch (per device).
+        val_every: every ``val_every``-th document is held out. val_blocks: validation blocks.
+        num_workers: dataloader workers (tokenisation runs there).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist (at ``setup``). RuntimeError: hub streaming impossible.
+    """
+
+    def __init__(
+        self,
+        tokenizer: str = "smollm2-135m-instruct",
+        path: str | None = None,
+        hub_dataset: str = "wikimedia/wikipedia",
+        hub_config: str | None = "20231101.en",
+        seq_len: int = 512,
+        batch_size: int = 1,
+        val_every: int = 100,
+        val_blocks: int = 16,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.tokenizer_name = tokenizer
+        self.path = path or os.environ.get(CORPUS_ENV) or None
+        self.seq_len, self.batch_size, self.val_every, self.val_blocks = seq_len, batch_size, val_every, val_blocks
+        self.num_workers = num_workers
+        self.hub_dataset, self.hub_config = hub_dataset, hub_config
+        self.tokenizer = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.path is not None and not os.path.isfile(self.path):
+            raise FileNotFoundError(f"corpus file {self.path} does not exist; fix --data.path or ${CORPUS_ENV}")
+        if self.tokenizer is None:
+            from lit_dof.teacher.loading import load_tokenizer
+
+            self.tokenizer = load_tokenizer(self.tokenizer_name)
+
+    def documents(self) -> Iterator[str]:
+        """A fresh iterator over the corpus documents (local file or hub stream)."""
+        if self.path is not None:
+            return iter_documents(self.path)
+        return _hub_documents(self.hub_dataset, self.hub_config)
+
+    def _rank(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    def _consumed_blocks(self) -> int:
+        trainer = self.trainer
+        if trainer is None:
+            return 0
+        return trainer.global_step * self.batch_size * trainer.accumulate_grad_batches
+
+    def train_dataloader(self) -> DataLoader:
+        rank, world = self._rank()
+        data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "train", self.val_every, rank=rank,
+                            world_size=world, skip_blocks=self._consumed_blocks())  # fmt: skip
+        return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "val", self.val_every, max_blocks=self.val_blocks)
+        return DataLoader(list(data), batch_size=self.batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return self.val_dataloader()

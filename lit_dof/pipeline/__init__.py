@@ -1,0 +1,1 @@
+"""The Lightning pipeline: phases as LightningModules, the DoF callbacks and the ``lit-dof`` CLI."""

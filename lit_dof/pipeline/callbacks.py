@@ -1,0 +1,163 @@
+"""DoF callbacks: estimate the DoF on teacher batches (Algorithm 1) and allocate the feature dimensions.
+
+Both act while the student is being built (:meth:`lit_dof.pipeline.module.StudentModule.configure_model`
+calls ``on_teacher_ready`` — estimation first, then allocation), i.e. before optimizers exist and before
+DDP/FSDP wrap the model; they log to TensorBoard at ``on_fit_start``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+import lightning as L
+import torch
+
+from lit_dof.dof import STRATEGIES, DoFReport, allocate_feature_dims, estimate_model_dof
+from lit_dof.dof.estimator import RelativeTo
+
+
+class DoFEstimator(L.Callback):
+    """Run Algorithm 1 on teacher batches (or read a report) and write ``dof.json`` to the log directory.
+
+    Args:
+        lam: ridge λ, or ``"auto"`` (:func:`~lit_dof.dof.select_lambda`, ``target_fraction`` of J).
+        relative_to: ``None`` (absolute λ), ``"trace"`` or ``"max_eigenvalue"``.
+        num_samples: J per head. num_batches: training batches captured.
+        pooling: ``"query_head"`` (paper; 30 × 9 heads on SmolLM2) or ``"kv_head"``.
+        report_path: read this ``dof.json`` (e.g. from a ``predict`` capture) instead of estimating.
+        enabled: False skips the estimate (allocation then needs ``strategy="fix"``).
+    """
+
+    planning_stage = "estimate"
+
+    def __init__(
+        self,
+        lam: float | str = "auto",
+        relative_to: RelativeTo | None = None,
+        num_samples: int = 1024,
+        num_batches: int = 8,
+        pooling: Literal["query_head", "kv_head"] = "query_head",
+        target_fraction: float = 0.25,
+        report_path: str | None = None,
+        enabled: bool = True,
+        seed: int = 0,
+    ) -> None:
+        self.lam = lam if lam == "auto" else float(lam)
+        self.relative_to, self.num_samples, self.num_batches = relative_to, num_samples, num_batches
+        self.pooling, self.target_fraction, self.report_path = pooling, target_fraction, report_path
+        self.enabled, self.seed = enabled, seed
+        self.report: DoFReport | None = None
+
+    def on_teacher_ready(self, trainer: L.Trainer, pl_module, teacher) -> None:
+        if not self.enabled:
+            return
+        log_dir = trainer.log_dir  # a collective under DDP (Lightning broadcasts it): every rank asks
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        report = None
+        if not distributed or torch.distributed.get_rank() == 0:
+            report = self._estimate(trainer, pl_module, teacher)
+        if distributed:  # every rank must build identical twins (DDP/FSDP check shapes): rank 0 decides
+            box = [report]
+            torch.distributed.broadcast_object_list(box, src=0)
+            report = box[0]
+        self.report = report
+        pl_module.dof_report = report
+        if trainer.is_global_zero and log_dir:
+            self.report.save(os.path.join(log_dir, "dof.json"))
+
+    def _estimate(self, trainer: L.Trainer, pl_module, teacher) -> DoFReport:
+        if self.report_path:
+            return DoFReport.load(self.report_path)
+        loader = trainer.datamodule.train_dataloader()
+        batches = [batch for _, batch in zip(range(self.num_batches), loader)]
+        return estimate_model_dof(
+            teacher, batches, self.lam, self.num_samples, relative_to=self.relative_to, pooling=self.pooling,
+            target_fraction=self.target_fraction, seed=self.seed, name=pl_module.teacher_name,
+        )  # fmt: skip
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module) -> None:
+        if self.report is None or not trainer.is_global_zero:
+            return
+        experiment = getattr(trainer.logger, "experiment", None)
+        if experiment is None or not hasattr(experiment, "add_figure"):
+            return
+        experiment.add_figure("dof/heads", dof_heatmap(self.report), global_step=0)
+        experiment.add_figure("dof/feature_dims", dims_bar_chart(self.report, pl_module.feature_dims), global_step=0)
+        experiment.add_text("dof/table", dims_table(self.report, pl_module.feature_dims), global_step=0)
+
+
+class FeatureDimAllocator(L.Callback):
+    """Set the student's per-layer feature dims from the DoF report (``dof``, ``dof_clip``) or to C (``fix``).
+
+    Args:
+        strategy: ``"dof"`` (paper), ``"dof_clip"`` (capped at C) or ``"fix"`` (C everywhere; the Fix baseline).
+        multiple_of, min_dim: see :func:`~lit_dof.dof.allocate_feature_dims`.
+
+    Raises:
+        ValueError: unknown strategy, or ``dof``/``dof_clip`` without a DoF report.
+    """
+
+    planning_stage = "allocate"
+
+    def __init__(self, strategy: Literal["dof", "dof_clip", "fix"] = "dof", multiple_of: int = 1, min_dim: int = 1) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+        self.strategy, self.multiple_of, self.min_dim = strategy, multiple_of, min_dim
+
+    def on_teacher_ready(self, trainer: L.Trainer, pl_module, teacher) -> None:
+        report = pl_module.dof_report
+        if self.strategy == "fix":
+            pl_module.feature_dims = None  # the module's feature_dim (default C) everywhere
+            return
+        if report is None:
+            raise ValueError(f"allocator strategy {self.strategy!r} needs a DoF report: enable the DoFEstimator")
+        lin = [d for d, ok in zip(report.layer_dof, report.linearizable) if ok]
+        dims = iter(allocate_feature_dims(lin, report.head_size, self.strategy, multiple_of=self.multiple_of,
+                                          min_dim=self.min_dim, num_samples=report.num_samples))  # fmt: skip
+        pl_module.feature_dims = [next(dims) if ok else report.head_size for ok in report.linearizable]
+
+
+def dof_heatmap(report: DoFReport):
+    """Matplotlib figure: per-head DoF, layers × heads."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r if r is not None else [float("nan")] * len(next(x for x in report.head_dof if x)) for r in report.head_dof]
+    fig, ax = plt.subplots(figsize=(6, 0.18 * len(rows) + 1.5))
+    image = ax.imshow(torch.tensor(rows).numpy(), aspect="auto", cmap="viridis")
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(f"DoF per head (λ = 2^{torch.tensor(report.lam).log2():.1f}, J = {report.num_samples})")
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    return fig
+
+
+def dims_bar_chart(report: DoFReport, dims: list[int] | None):
+    """Matplotlib figure: allocated feature dims per layer (and the uniform budget C)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dims = dims or report.feature_dims("fix")
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.bar(range(len(dims)), dims)
+    ax.axhline(report.head_size, color="k", linestyle="--", linewidth=1, label=f"C = {report.head_size}")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("feature dim M")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def dims_table(report: DoFReport, dims: list[int] | None) -> str:
+    """Markdown table: layer, DoF, allocated dim."""
+    dims = dims or report.feature_dims("fix")
+    lines = ["| layer | DoF | M |", "|---|---|---|"]
+    for i, (dof, m) in enumerate(zip(report.layer_dof, dims)):
+        lines.append(f"| {i} | {'softmax' if dof is None else f'{dof:.1f}'} | {m} |")
+    return "\n".join(lines)

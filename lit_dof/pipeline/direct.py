@@ -1,0 +1,74 @@
+"""The "direct" baseline (paper §3): next-token cross-entropy through the whole linearised model.
+
+Optionally adds logit distillation: ``logit_kd`` · KL(teacher ‖ student) over the vocabulary, with the
+teacher's logits from the same model in teacher mode (shared weights, no extra memory for a second model).
+What trains is configurable — ``trainable``:
+
+* ``"feature_maps"`` (default): only φ's parameters, as in the layer-wise phase;
+* ``"attention"``: φ plus the attention projections of the linearised layers (q/k/v/o);
+* ``"all"``: every parameter (full fine-tuning; the teacher-mode logits then drift with it).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from lit_dof.pipeline.layerwise import LayerwiseDistillation
+
+Trainable = Literal["feature_maps", "attention", "all"]
+
+
+class DirectDistillation(LayerwiseDistillation):
+    """End-to-end next-token training of the student (same optimizer/schedule settings as the layer-wise phase).
+
+    Args (beyond :class:`~lit_dof.pipeline.layerwise.LayerwiseDistillation`, whose ``loss``/``query_rows``
+    are unused here):
+        trainable: ``"feature_maps"``, ``"attention"`` or ``"all"``.
+        logit_kd: weight of the teacher-logit KL term (0: plain next-token loss).
+        kd_temperature: softmax temperature of that term.
+    """
+
+    def __init__(self, *args, trainable: Trainable = "feature_maps", logit_kd: float = 0.0, kd_temperature: float = 1.0,
+                 **kwargs) -> None:  # fmt: skip
+        super().__init__(*args, **kwargs)
+        if trainable not in ("feature_maps", "attention", "all"):
+            raise ValueError(f"trainable must be 'feature_maps', 'attention' or 'all', got {trainable!r}")
+        self.trainable, self.logit_kd, self.kd_temperature = trainable, logit_kd, kd_temperature
+
+    def trainable_parameters(self):
+        params = list(self.student.named_parameters())
+        if self.trainable == "all":
+            return params
+        if self.trainable == "attention":
+            linear = {i for i, on in enumerate(self.student.linear_layers) if on}
+            attn = [layer.module for layer in _layers(self.student) if layer.index in linear]
+            names = {id(p) for module in attn for p in module.parameters()}
+            return [(n, p) for n, p in params if id(p) in names]
+        return super().trainable_parameters()
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        ids = batch["input_ids"]
+        out = self.student(ids, labels=ids, use_cache=False)
+        loss = out.loss
+        self.log("train/ce", loss.detach(), prog_bar=True)
+        if self.logit_kd > 0:
+            with torch.no_grad(), self.student.teacher_mode():
+                teacher_logits = self.student(ids, use_cache=False).logits
+            t = self.kd_temperature
+            kd = F.kl_div(F.log_softmax(out.logits.float() / t, -1), F.log_softmax(teacher_logits.float() / t, -1),
+                          log_target=True, reduction="batchmean") * t * t / ids.shape[1]  # fmt: skip
+            self.log("train/logit_kd", kd.detach())
+            loss = loss + self.logit_kd * kd
+        self.log("train/loss", loss.detach())
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite direct loss at step {self.global_step}; lower the learning rates")
+        return loss if loss.requires_grad else None
+
+
+def _layers(student):
+    from lit_dof.teacher.families import attention_layers
+
+    return attention_layers(student.model)

@@ -1,0 +1,132 @@
+"""Layer-wise distillation losses between a teacher's softmax attention and a linear twin (METHOD.md §3).
+
+Both losses take one layer's captured teacher queries/keys (post-RoPE, queries scaled to the qᵀk/√d
+convention, :func:`lit_dof.interface.effective_query`) and the layer's linear twin; only the twin's
+feature-map parameters receive gradients. Notation: B batch, Hq query heads, Hk KV heads, T tokens,
+R ≤ T scored query rows, M features, d head size.
+
+* **softmax** (paper §3, "softmax loss"): cross-entropy between the teacher's causal attention rows
+  p_i = softmax_{j≤i}(q_iᵀk_j/√d) and the twin's normalised rows p̂_i ∝ K̂(q_i, k_j), averaged over rows
+  and heads. We return KL(p‖p̂) = CE − H(p): the same gradient, and 0 at a perfect match.
+* **l2** (paper §3, "L2 loss"): mean squared error between K(q, k) = exp(qᵀk/√d) and K̂(q, k) over all
+  pairs of valid tokens (not only causal ones, as in the paper). Real teachers have kernel values up to
+  e^160, so it is computed in float64 (e^320 squared errors stay finite); Adam is insensitive to the scale.
+
+``query_rows`` scores a random subset of R query rows per sequence (each row's loss is independent of the
+others given the keys), cutting the O(T²) cost by T/R — an unbiased estimate of the full-row loss.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from lit_dof.attention import CausalLinearAttention
+
+LossKind = Literal["softmax", "l2"]
+
+
+def _twin_log_features(twin: CausalLinearAttention, q: Tensor, k: Tensor, exact: bool) -> tuple[Tensor, Tensor]:
+    """log φ(q) ``(B, Hq, R, M)`` and log φ(k) ``(B, Hq, T, M)`` (keys expanded to query heads).
+
+    ``exact``: keep every constant (the L2 loss needs K̂ itself, not only normalised rows).
+    """
+    B, Hq, R, d = q.shape
+    G = twin.num_heads // twin.num_kv_heads
+    fm = twin.feature_map
+    if not exact:
+        log_q, log_k = twin.log_features(q, k)
+    elif twin.shares_kv_maps:
+        log_q = fm.log_features(q.reshape(B, twin.num_kv_heads, G * R, d)).view(B, Hq, R, -1)
+        log_k = fm.log_features(k)
+    else:
+        log_q, log_k = fm.log_features(q), fm.log_features(k.repeat_interleave(G, dim=1))
+    if log_k.shape[1] != Hq:
+        log_k = log_k.repeat_interleave(G, dim=1)
+    return log_q, log_k
+
+
+def log_kernel_scores(log_q: Tensor, log_k: Tensor) -> Tensor:
+    """log K̂(q_i, k_j) = log Σ_f exp(ℓ_q,if + ℓ_k,jf) for all pairs: ``(B, H, R, M), (B, H, T, M) → (B, H, R, T)``.
+
+    Row and column maxima are taken out before the matmul (every exponential ≤ 1), which runs in float64:
+    a pair is exact as long as its dominant feature is within ~700 nats of both maxima (float32 would
+    give ~87, too little for heavy-tailed learned features). A pair below that underflows to
+    log(float64 tiny) ≈ −708 instead of −∞ (its gradient is then zero). Returned in float32.
+    """
+    log_q, log_k = log_q.double(), log_k.double()
+    a = log_q.detach().amax(dim=-1, keepdim=True)  # (B, H, R, 1)
+    b = log_k.detach().amax(dim=-1, keepdim=True)  # (B, H, T, 1)
+    x = torch.exp(log_q - a) @ torch.exp(log_k - b).transpose(-1, -2)  # (B, H, R, T)
+    return (torch.log(x.clamp_min(torch.finfo(x.dtype).tiny)) + a + b.transpose(-1, -2)).float()
+
+
+def _select_rows(T: int, query_rows: int | None, generator: torch.Generator | None, device) -> Tensor:
+    if query_rows is None or query_rows >= T:
+        return torch.arange(T, device=device)
+    idx = torch.randperm(T, generator=generator)[:query_rows].sort().values
+    return idx.to(device)
+
+
+def attention_distillation_loss(
+    twin: CausalLinearAttention,
+    q: Tensor,
+    k: Tensor,
+    key_padding: Tensor | None = None,
+    *,
+    kind: LossKind = "softmax",
+    query_rows: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """One layer's distillation loss (scalar) of ``twin`` against the teacher's attention on q, k.
+
+    Args:
+        twin: the layer's :class:`~lit_dof.attention.CausalLinearAttention` (its feature map gets gradients).
+        q: ``(B, Hq, T, d)`` teacher queries (scaled, post-RoPE); k: ``(B, Hk, T, d)`` teacher keys.
+        key_padding: ``(B, T)`` bool, False at padding (padding rows and columns are excluded).
+        kind: ``"softmax"`` (KL of attention rows) or ``"l2"`` (squared kernel error, float64).
+        query_rows: score this many random query rows per sequence (``None``: all T).
+        generator: RNG for the row subset.
+
+    Returns:
+        a 0-d float32 tensor.
+
+    Raises:
+        ValueError: unknown ``kind``; FloatingPointError: a non-finite loss (names the layer's inputs).
+    """
+    if kind not in ("softmax", "l2"):
+        raise ValueError(f"loss kind must be 'softmax' or 'l2', got {kind!r}")
+    B, Hq, T, d = q.shape
+    G = q.shape[1] // k.shape[1]
+    q, k = q.detach(), k.detach()
+    rows = _select_rows(T, query_rows, generator, q.device)
+    q_r = q[:, :, rows]
+    valid = torch.ones(B, T, dtype=torch.bool, device=q.device) if key_padding is None else key_padding.bool()
+    row_valid = valid[:, rows]  # (B, R)
+    k_full = k.repeat_interleave(G, dim=1)
+    logits = (q_r.double() if kind == "l2" else q_r.float()) @ k_full.to(
+        torch.float64 if kind == "l2" else torch.float32).transpose(-1, -2) / math.sqrt(d)  # (B, Hq, R, T)
+    log_q, log_k = _twin_log_features(twin, q_r, k, exact=kind == "l2")
+    log_khat = log_kernel_scores(log_q.float(), log_k.float())
+    if kind == "softmax":
+        causal = rows[:, None] >= torch.arange(T, device=q.device)[None, :]  # (R, T)
+        allowed = (causal[None] & valid[:, None, :])[:, None]  # (B, 1, R, T)
+        log_p = logits.masked_fill(~allowed, float("-inf")).log_softmax(-1)
+        log_phat = log_khat.masked_fill(~allowed, float("-inf")).log_softmax(-1)
+        p = log_p.exp()
+        kl = (p * (log_p - log_phat)).masked_fill(~allowed, 0.0).sum(-1)  # (B, Hq, R)
+        weights = row_valid[:, None, :].expand_as(kl).float()
+        loss = (kl * weights).sum() / weights.sum().clamp_min(1.0)
+    else:
+        pair = (row_valid[:, :, None] & valid[:, None, :])[:, None]  # (B, 1, R, T)
+        err = (logits.exp() - log_khat.double().exp()).pow(2).masked_fill(~pair, 0.0)
+        loss = (err.sum() / (pair.sum() * Hq).clamp_min(1)).float()
+    if not torch.isfinite(loss):
+        raise FloatingPointError(
+            f"non-finite {kind} distillation loss ({loss.item()}); check the teacher's q/k (max |q| "
+            f"{q.abs().max().item():.3g}, max |k| {k.abs().max().item():.3g}) and the feature map's parameters"
+        )
+    return loss

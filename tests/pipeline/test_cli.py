@@ -1,0 +1,127 @@
+"""The lit-dof CLI: every YAML parses; swapping methods changes only config; outputs are complete."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from lit_dof.pipeline.cli import build_cli
+from lit_dof.students import load_student
+from tests.conftest import REPO
+from tests.pipeline.conftest import fit_args
+
+CONFIGS = sorted(p.relative_to(REPO / "configs").as_posix() for p in (REPO / "configs").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_config_parses(config):
+    """Each file composed on top of a model file (as users do) gives a complete, printable config."""
+    args = ["fit", "--config", str(REPO / "configs/models/smollm2-135m.yaml"), "--config", str(REPO / "configs" / config),
+            "--print_config"]  # fmt: skip
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
+        build_cli(args)
+    assert exit_info.value.code in (0, None)
+    resolved = yaml.safe_load(out.getvalue())
+    assert resolved["model"]["class_path"].startswith("lit_dof.pipeline.")
+    assert "tokenizer" not in resolved["data"]["init_args"]  # a link target: set from model.teacher
+    assert "seq_len" not in resolved["model"]["init_args"]  # a link target: set from data.seq_len
+    assert {"dof", "allocator", "trainer"} <= set(resolved)
+
+
+def _run(tmp_path, *configs, steps=3, extra=()):
+    cli = build_cli(fit_args(tmp_path, *configs, steps=steps, extra=extra))
+    return cli, Path(cli.trainer.log_dir)
+
+
+@pytest.mark.parametrize(
+    "method, feature_map, strategy",
+    [
+        ("methods/dof.yaml", "LearnedPRF", "dof"),
+        ("methods/dof_clip.yaml", "LearnedPRF", "dof_clip"),
+        ("methods/fix.yaml", "LearnedPRF", "fix"),
+        ("methods/performer.yaml", "PerformerFeatureMap", "fix"),
+        ("methods/dijiang.yaml", "DiJiangFeatureMap", "fix"),
+        ("methods/hedgehog.yaml", "HedgehogFeatureMap", "fix"),
+    ],
+)
+def test_method_swap_is_config_only(tmp_path, method, feature_map, strategy):
+    cli, log_dir = _run(tmp_path, method)
+    assert cli.datamodule.tokenizer_name == cli.model.teacher_name and cli.model.seq_len == cli.datamodule.seq_len == 64
+    report = json.loads((log_dir / "dof.json").read_text())
+    student = load_student(log_dir / "student")
+    twins = student.linear_modules()
+    assert {type(t.feature_map).__name__ for t in twins.values()} == {feature_map}
+    if strategy == "fix":
+        assert student.feature_dims == [16, 16]
+    else:  # the report's allocation with the quickstart's min_dim=8 floor
+        assert student.feature_dims == [max(8, m) for m in report["allocations"][strategy]]
+    assert cli.trainer.global_step == 3
+    assert bool(cli.model.trainable_parameters()) == (feature_map != "PerformerFeatureMap")  # Performer: untrained
+    assert (log_dir / "config.yaml").is_file() and list(log_dir.glob("events.out.tfevents.*"))
+    metrics = cli.trainer.callback_metrics
+    assert torch.isfinite(metrics["val/ppl_student"]) and torch.isfinite(metrics["val/ppl_teacher"])
+
+
+def test_direct_and_l2_phases_run(tmp_path):
+    for configs in (("methods/direct.yaml",), ("methods/l2.yaml",)):
+        cli, log_dir = _run(tmp_path / configs[0].split("/")[1], *configs, steps=2)
+        assert cli.trainer.global_step == 2 and (log_dir / "student" / "model.safetensors").is_file()
+
+
+def test_dof_json_and_tensorboard_contents(tmp_path):
+    cli, log_dir = _run(tmp_path, steps=2)
+    report = json.loads((log_dir / "dof.json").read_text())
+    assert len(report["head_dof"]) == 2 and len(report["head_dof"][0]) == 8  # TinyStories: 2 layers × 8 heads
+    assert sum(report["allocations"]["dof"]) in range(31, 34)  # 2 × 16 up to rounding
+    assert report["lam_rule"] == "auto" and report["num_samples"] == 64
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir), size_guidance={"images": 0, "tensors": 0}).Reload()
+    tags = events.Tags()
+    assert {"dof/heads", "dof/feature_dims"} <= set(tags["images"])
+    assert {"train/loss_layer_00", "train/loss_layer_01", "val/ppl_student", "val/ppl_teacher"} <= set(tags["scalars"])
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_killed_run_resumes_from_last_with_same_steps(tmp_path):
+    """Kill at step 5 (last checkpoint: step 4), resume with ``--ckpt_path last``: 8 optimizer steps in all
+    and the same feature maps as an uninterrupted run (data skip + step-seeded row sampling + Adam state)."""
+    import lightning as L
+
+    class KillAt(L.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 5:
+                raise _Killed
+
+    def checkpoints(name):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"trainer": {"callbacks": [{
+            "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+            "init_args": {"dirpath": str(tmp_path / name / "ckpt"), "save_last": True, "every_n_train_steps": 2,
+                          "save_top_k": 0}}]}}))  # fmt: skip
+        return ["--config", str(path)]
+
+    reference = build_cli(fit_args(tmp_path / "ref", steps=8, extra=checkpoints("ref")))
+    args = fit_args(tmp_path / "run", steps=8, extra=checkpoints("run"))
+    cli = build_cli(args[1:], run=False)  # no subcommand: we call fit ourselves to inject the kill
+    cli.trainer.callbacks.append(KillAt())
+    with pytest.raises(_Killed):
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    last = tmp_path / "run" / "ckpt" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == 4
+    resumed = build_cli(args + ["--ckpt_path=last"])
+    assert resumed.trainer.global_step == reference.trainer.global_step == 8
+    a = load_student(Path(reference.trainer.log_dir) / "student").state_dict()
+    b = load_student(Path(resumed.trainer.log_dir) / "student").state_dict()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6)

@@ -1,0 +1,88 @@
+"""Distillation losses against direct float64 references (and a known zero)."""
+
+import math
+
+import pytest
+import torch
+
+from lit_dof.attention import CausalLinearAttention, LearnedPRF
+from lit_dof.students.losses import attention_distillation_loss, log_kernel_scores
+
+
+def _setup(seed=0, shares=True):
+    torch.manual_seed(seed)
+    fm = LearnedPRF(8, 2 if shares else 4, 16, seed=seed)
+    twin = CausalLinearAttention(fm, num_heads=4, num_kv_heads=2)
+    q, k = 1.5 * torch.randn(2, 4, 10, 8), 1.5 * torch.randn(2, 2, 10, 8)
+    return twin, q, k
+
+
+def _reference(twin, q, k, valid, kind):
+    """Direct float64 computation with the feature map's exact kernel and explicit loops."""
+    fm, G = twin.feature_map, 2
+    B, Hq, T, d = q.shape
+    total, count = 0.0, 0
+    for b in range(B):
+        for h in range(Hq):
+            hk = h // G
+            fmh = hk if twin.shares_kv_maps else h
+            lq = fm.log_features(q[b : b + 1, h : h + 1].expand(1, fm.num_heads, T, d))[0, fmh].double()
+            lk = fm.log_features(k[b : b + 1, hk : hk + 1].expand(1, fm.num_heads, T, d))[0, fmh].double()
+            khat = torch.logsumexp(lq[:, None, :] + lk[None, :, :], -1).exp()  # (T, T)
+            kern = (q[b, h].double() @ k[b, hk].double().T / math.sqrt(d)).exp()
+            for i in range(T):
+                if not valid[b, i]:
+                    continue
+                if kind == "softmax":
+                    cols = [j for j in range(i + 1) if valid[b, j]]
+                    p = kern[i, cols] / kern[i, cols].sum()
+                    ph = khat[i, cols] / khat[i, cols].sum()
+                    total += float((p * (p.log() - ph.log())).sum().detach())
+                    count += 1
+                else:
+                    cols = [j for j in range(T) if valid[b, j]]
+                    total += float(((kern[i, cols] - khat[i, cols]) ** 2).sum().detach())
+                    count += len(cols)
+    return total / count
+
+
+@pytest.mark.parametrize("kind", ["softmax", "l2"])
+@pytest.mark.parametrize("shares", [True, False])
+def test_losses_match_direct_reference(kind, shares):
+    twin, q, k = _setup(shares=shares)
+    valid = torch.ones(2, 10, dtype=torch.bool)
+    valid[1, :3] = False
+    loss = attention_distillation_loss(twin, q, k, valid, kind=kind)
+    assert loss.item() == pytest.approx(_reference(twin, q, k, valid, kind), rel=1e-4)
+
+
+def test_softmax_loss_gradients_reach_only_the_feature_map():
+    twin, q, k = _setup()
+    q.requires_grad_(True)
+    loss = attention_distillation_loss(twin, q, k)
+    loss.backward()
+    assert q.grad is None
+    assert twin.feature_map.z.grad is not None and twin.feature_map.z.grad.abs().sum() > 0
+
+
+def test_row_subset_is_unbiased():
+    twin, q, k = _setup(seed=3)
+    full = attention_distillation_loss(twin, q, k).item()
+    g = torch.Generator().manual_seed(0)
+    sub = torch.stack([attention_distillation_loss(twin, q, k, query_rows=3, generator=g) for _ in range(3000)])
+    assert sub.mean().item() == pytest.approx(full, rel=0.05)
+
+
+def test_log_kernel_scores_survive_huge_features():
+    lq, lk = torch.randn(1, 1, 5, 7) * 40 + 300, torch.randn(1, 1, 6, 7) * 40 - 500
+    ref = torch.logsumexp(lq.double()[..., :, None, :] + lk.double()[..., None, :, :], -1)
+    got = log_kernel_scores(lq, lk)
+    close = ref > ref.amax(-1, keepdim=True) - 60  # entries that matter after normalisation
+    torch.testing.assert_close(got.double()[close], ref[close], rtol=1e-6, atol=1e-3)
+    assert torch.isfinite(got).all()
+
+
+def test_bad_kind():
+    twin, q, k = _setup()
+    with pytest.raises(ValueError, match="softmax' or 'l2"):
+        attention_distillation_loss(twin, q, k, kind="kl")
