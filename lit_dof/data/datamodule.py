@@ -105,6 +105,7 @@ class WikipediaDataModule(L.LightningDataModule):
         hub_dataset, hub_config: the hub dataset streamed when no local corpus is given.
         seq_len: tokens per block. batch_size: blocks per batch (per device).
         val_every: every ``val_every``-th document is held out. val_blocks: validation blocks.
+        predict_blocks: training blocks (per rank) that ``predict`` (teacher capture) reads.
         num_workers: dataloader workers (tokenisation runs there).
 
     Raises:
@@ -121,6 +122,7 @@ class WikipediaDataModule(L.LightningDataModule):
         batch_size: int = 1,
         val_every: int = 100,
         val_blocks: int = 16,
+        predict_blocks: int = 8,
         num_workers: int = 0,
     ) -> None:
         super().__init__()
@@ -128,7 +130,7 @@ class WikipediaDataModule(L.LightningDataModule):
         self.tokenizer_name = tokenizer
         self.path = path or os.environ.get(CORPUS_ENV) or None
         self.seq_len, self.batch_size, self.val_every, self.val_blocks = seq_len, batch_size, val_every, val_blocks
-        self.num_workers = num_workers
+        self.num_workers, self.predict_blocks = num_workers, predict_blocks
         self.hub_dataset, self.hub_config = hub_dataset, hub_config
         self.tokenizer = None
 
@@ -165,6 +167,12 @@ class WikipediaDataModule(L.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "val", self.val_every, max_blocks=self.val_blocks)
         return DataLoader(list(data), batch_size=self.batch_size)
+
+    def predict_dataloader(self) -> DataLoader:
+        rank, world = self._rank()
+        data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "train", self.val_every, rank=rank,
+                            world_size=world, max_blocks=self.predict_blocks)  # fmt: skip
+        return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def test_dataloader(self) -> DataLoader:
         return self.val_dataloader()

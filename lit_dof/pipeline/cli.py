@@ -17,11 +17,12 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from lit_dof.data.datamodule import WikipediaDataModule
 from lit_dof.pipeline.callbacks import DoFEstimator, FeatureDimAllocator
-from lit_dof.pipeline.module import StudentModule
+import lightning as L
 
 
 class LitDofCLI(LightningCLI):
-    """LightningCLI for lit-dof phases (any :class:`StudentModule` subclass via ``model.class_path``)."""
+    """LightningCLI for lit-dof phases (any phase LightningModule via ``model.class_path``: the student
+    phases, or :class:`~lit_dof.pipeline.capture.TeacherCapture` for ``predict``)."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(DoFEstimator, "dof")
@@ -33,7 +34,7 @@ class LitDofCLI(LightningCLI):
 def build_cli(args=None, run: bool = True) -> LitDofCLI:
     """Parse ``args`` (default: ``sys.argv``) and, with ``run``, execute the subcommand."""
     return LitDofCLI(
-        StudentModule,
+        L.LightningModule,
         WikipediaDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,

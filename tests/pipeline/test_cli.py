@@ -21,12 +21,15 @@ CONFIGS = sorted(p.relative_to(REPO / "configs").as_posix() for p in (REPO / "co
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_every_config_parses(config):
-    """Each file composed on top of a model file (as users do) gives a complete, printable config."""
-    args = ["fit", "--config", str(REPO / "configs/models/smollm2-135m.yaml"), "--config", str(REPO / "configs" / config),
-            "--print_config"]  # fmt: skip
+    """Complete files (model and data chosen) parse alone; method and trainer files parse composed on top of
+    a model file, as users use them."""
+    path = REPO / "configs" / config
+    content = yaml.safe_load(path.read_text())
+    standalone = all("class_path" in (content.get(key) or {}) for key in ("model", "data"))
+    base = [] if standalone else ["--config", str(REPO / "configs/models/smollm2-135m.yaml")]
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
-        build_cli(args)
+        build_cli(["fit", *base, "--config", str(path), "--print_config"])
     assert exit_info.value.code in (0, None)
     resolved = yaml.safe_load(out.getvalue())
     assert resolved["model"]["class_path"].startswith("lit_dof.pipeline.")
@@ -125,3 +128,19 @@ def test_killed_run_resumes_from_last_with_same_steps(tmp_path):
     b = load_student(Path(resumed.trainer.log_dir) / "student").state_dict()
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6)
+
+
+def test_capture_phase_feeds_a_fit(tmp_path):
+    """``predict`` with the capture config writes q/k samples and dof.json; a fit can reuse that report."""
+    from tests.conftest import TINYSTORIES, WIKIPEDIA
+
+    build_cli(["predict", "--config", str(REPO / "configs/capture.yaml"), f"--model.init_args.teacher={TINYSTORIES}",
+               f"--data.init_args.path={WIKIPEDIA}", "--data.init_args.seq_len=64", "--data.init_args.predict_blocks=4",
+               "--model.init_args.num_samples=64", f"--model.init_args.output_dir={tmp_path / 'cap'}",
+               "--trainer.enable_progress_bar=false", f"--trainer.logger.init_args.save_dir={tmp_path}"])  # fmt: skip
+    samples = torch.load(tmp_path / "cap" / "qk_samples.pt")
+    assert sorted(samples) == [0, 1] and samples[0].shape == (8, 64, 16)
+    report = json.loads((tmp_path / "cap" / "dof.json").read_text())
+    assert report["tokens"] == 4 * 64 and len(report["head_dof"][0]) == 8
+    cli, log_dir = _run(tmp_path / "fit", steps=1, extra=[f"--dof.report_path={tmp_path / 'cap' / 'dof.json'}"])
+    assert cli.model.feature_dims == [max(8, m) for m in report["allocations"]["dof"]]

