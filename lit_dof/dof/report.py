@@ -18,6 +18,7 @@ from typing import Iterable, Literal
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from lit_dof.dof.estimator import (
     STRATEGIES,
@@ -114,6 +115,7 @@ def collect_samples(
     *,
     pooling: Pooling = "query_head",
     seed: int = 0,
+    progress: bool = True,
 ) -> tuple[QKReservoir, int]:
     """Stream ``batches`` through the frozen model, keeping J pooled q/k vectors per head and layer.
 
@@ -127,7 +129,7 @@ def collect_samples(
         reservoir.add(index, pooled_vectors(q, k, pad, pooling))
 
     with capture_attention(model, record):
-        for batch in batches:
+        for batch in tqdm(batches, desc="capture q/k", unit="batch", disable=not progress):
             inputs = _as_inputs(batch)
             mask = inputs.get("attention_mask")
             tokens += int(mask.sum()) if mask is not None else inputs["input_ids"].numel()
@@ -147,6 +149,7 @@ def estimate_model_dof(
     multiple_of: int = 1,
     seed: int = 0,
     name: str | None = None,
+    progress: bool = True,
 ) -> DoFReport:
     """Paper Algorithm 1 end to end on a teacher (METHOD.md §2): :func:`collect_samples` + :func:`dof_report`.
 
@@ -160,7 +163,7 @@ def estimate_model_dof(
         relative_to: see :func:`~lit_dof.dof.degrees_of_freedom`.
         pooling: see :func:`~lit_dof.teacher.capture.pooled_vectors`.
         multiple_of: round dims to multiples of this.
-        seed: sampling seed. name: model name recorded in the report.
+        seed: sampling seed. name: model name recorded in the report. progress: show progress bars.
 
     Returns:
         :class:`DoFReport` with allocations for ``dof``, ``dof_clip`` and ``fix``.
@@ -172,10 +175,10 @@ def estimate_model_dof(
         DegenerateAllocationWarning: saturated DoF or a uniform allocation (also listed in the report).
     """
     start = time.perf_counter()
-    reservoir, tokens = collect_samples(model, batches, num_samples, pooling=pooling, seed=seed)
+    reservoir, tokens = collect_samples(model, batches, num_samples, pooling=pooling, seed=seed, progress=progress)
     report = dof_report(
         model, reservoir, tokens, lam, relative_to=relative_to, pooling=pooling, target_fraction=target_fraction,
-        multiple_of=multiple_of, seed=seed, name=name,
+        multiple_of=multiple_of, seed=seed, name=name, progress=progress,
     )  # fmt: skip
     report.seconds["capture"] = time.perf_counter() - start - report.seconds["dof"]
     return report
@@ -193,6 +196,7 @@ def dof_report(
     multiple_of: int = 1,
     seed: int = 0,
     name: str | None = None,
+    progress: bool = True,
 ) -> DoFReport:
     """DoF and allocations from already collected samples (several λ rules on one capture).
 
@@ -209,7 +213,8 @@ def dof_report(
         lam_value, rule = select_lambda(x, target_fraction, generator=torch.Generator().manual_seed(seed)), "auto"
     else:
         lam_value, rule = float(lam), ("relative" if relative_to else "absolute")
-    heads = degrees_of_freedom(x, lam_value, relative_to=relative_to)  # (L', H)
+    heads = torch.stack([degrees_of_freedom(layer_x, lam_value, relative_to=relative_to)
+                         for layer_x in tqdm(x, desc="degrees of freedom", unit="layer", disable=not progress)])  # (L', H)
     layer_max = layer_dof(heads)
     head_size = layers[0].head_dim
     allocations, caught = {}, []

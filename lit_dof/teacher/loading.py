@@ -108,6 +108,21 @@ def gguf_to_safetensors(gguf_file: str | os.PathLike, cache_dir: str | os.PathLi
     return target
 
 
+def _resolve_source(name_or_path: str, cache_dir) -> Path | str:
+    """A local directory (alias and GGUF files converted first) or the hub id itself."""
+    path = Path(os.path.expanduser(str(name_or_path)))
+    if name_or_path in EMBEDDED_TEACHERS:
+        _require_gguf()
+        return gguf_to_safetensors(embedded_gguf_path(name_or_path), cache_dir)
+    if path.is_file() and path.suffix == ".gguf":
+        return gguf_to_safetensors(path, cache_dir)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise TeacherNotFoundError(f"{path} is a directory without config.json; it is not a transformers model")
+        return path
+    return str(name_or_path)
+
+
 def _load_tokenizer(source):
     try:
         return AutoTokenizer.from_pretrained(source)
@@ -148,18 +163,7 @@ def load_teacher(
         ImportError: a GGUF teacher without ``gguf``/``accelerate`` installed.
         UnsupportedModelError: the model has no attention layers lit-dof supports.
     """
-    path = Path(os.path.expanduser(str(name_or_path)))
-    if name_or_path in EMBEDDED_TEACHERS:
-        _require_gguf()
-        source = gguf_to_safetensors(embedded_gguf_path(name_or_path), cache_dir)
-    elif path.is_file() and path.suffix == ".gguf":
-        source = gguf_to_safetensors(path, cache_dir)
-    elif path.is_dir():
-        if not (path / "config.json").is_file():
-            raise TeacherNotFoundError(f"{path} is a directory without config.json; it is not a transformers model")
-        source = path
-    else:
-        source = str(name_or_path)
+    source = _resolve_source(name_or_path, cache_dir)
     try:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn_implementation)
         tokenizer = _load_tokenizer(source)
@@ -187,14 +191,7 @@ def load_tokenizer(name_or_path: str = DEFAULT_TEACHER, *, cache_dir: str | os.P
     Raises:
         TeacherNotFoundError, ImportError: as :func:`load_teacher`.
     """
-    path = Path(os.path.expanduser(str(name_or_path)))
-    if name_or_path in EMBEDDED_TEACHERS:
-        _require_gguf()
-        source = gguf_to_safetensors(embedded_gguf_path(name_or_path), cache_dir)
-    elif path.is_file() and path.suffix == ".gguf":
-        source = gguf_to_safetensors(path, cache_dir)
-    else:
-        source = path if path.is_dir() else str(name_or_path)
+    source = _resolve_source(name_or_path, cache_dir)
     try:
         tokenizer = _load_tokenizer(source)
     except OSError as exc:

@@ -1,0 +1,32 @@
+"""The quickstart configuration itself, on the real SmolLM2 teacher and the local Wikipedia corpus (tiny budget)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lit_dof.pipeline.cli import build_cli
+from lit_dof.students import load_student
+from tests.conftest import REPO, WIKIPEDIA
+
+
+@pytest.mark.slow
+def test_quickstart_config_runs_on_smollm2(tmp_path, smollm2_dir, monkeypatch):
+    monkeypatch.setenv("LIT_DOF_CORPUS", str(WIKIPEDIA))  # the offline path of scripts/quickstart.sh
+    monkeypatch.chdir(tmp_path)
+    cli = build_cli(["fit", "--config", str(REPO / "configs/quickstart.yaml"), "--trainer.max_steps=2",
+                     "--trainer.val_check_interval=2", "--data.init_args.val_blocks=2", "--dof.num_batches=2",
+                     "--dof.num_samples=256", "--trainer.enable_progress_bar=false",
+                     f"--model.init_args.teacher={smollm2_dir}"])  # fmt: skip
+    log_dir = Path(cli.trainer.log_dir)
+    report = json.loads((log_dir / "dof.json").read_text())
+    assert len(report["head_dof"]) == 30 and all(len(h) == 9 for h in report["head_dof"])
+    assert abs(sum(report["allocations"]["dof"]) - 30 * 64) <= 15 and report["warnings"] == []
+    assert max(report["allocations"]["dof"]) - min(report["allocations"]["dof"]) >= 48
+    student = load_student(log_dir / "student")
+    assert student.feature_dims == [max(8, m) for m in report["allocations"]["dof"]]
+    assert cli.trainer.global_step == 2
+    assert 10 < float(cli.trainer.callback_metrics["val/ppl_teacher"]) < 100
+    assert (tmp_path / "runs" / "quickstart" / "checkpoints" / "last.ckpt").is_file()
