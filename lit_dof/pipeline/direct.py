@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from lit_dof.pipeline.layerwise import LayerwiseDistillation
+from lit_dof.teacher.families import attention_layers
 
 Trainable = Literal["feature_maps", "attention", "all"]
 
@@ -44,7 +45,7 @@ class DirectDistillation(LayerwiseDistillation):
             return params
         if self.trainable == "attention":
             linear = {i for i, on in enumerate(self.student.linear_layers) if on}
-            attn = [layer.module for layer in _layers(self.student) if layer.index in linear]
+            attn = [layer.module for layer in attention_layers(self.student.model) if layer.index in linear]
             names = {id(p) for module in attn for p in module.parameters()}
             return [(n, p) for n, p in params if id(p) in names]
         return super().trainable_parameters()
@@ -66,9 +67,3 @@ class DirectDistillation(LayerwiseDistillation):
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite direct loss at step {self.global_step}; lower the learning rates")
         return loss if loss.requires_grad else None
-
-
-def _layers(student):
-    from lit_dof.teacher.families import attention_layers
-
-    return attention_layers(student.model)
