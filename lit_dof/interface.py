@@ -135,9 +135,13 @@ def lit_dof_attention(
     """
     cache = kwargs.pop(CACHE_KWARG, None)
     slot = getattr(module, "lit_dof", None)
-    if isinstance(slot, AttentionSlot) and slot.is_linear:
+    slot = slot if isinstance(slot, AttentionSlot) else None
+    linear = slot is not None and slot.is_linear
+    recorder = slot.recorder if slot is not None else None
+    if linear or recorder is not None:  # both see the kernel's view: scaled q, key padding
         q = effective_query(query, scaling)
         padding = key_padding_from_mask(attention_mask, key.shape[2])
+    if linear:
         layer = _state_layer(cache, module.layer_idx)
         state = layer.state if layer is not None else None
         y, state = slot.linear(q, key, value, state, padding)
@@ -148,11 +152,8 @@ def lit_dof_attention(
         out, weights = sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
-    recorder = slot.recorder if isinstance(slot, AttentionSlot) else None
     if recorder is not None:
-        recorder(
-            module, effective_query(query, scaling), key, value, key_padding_from_mask(attention_mask, key.shape[2]), out
-        )
+        recorder(module, q, key, value, padding, out)
     return out, weights
 
 

@@ -9,7 +9,6 @@ a layer's heads, and allocate M_s under the uniform budget for every strategy (`
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 import warnings
@@ -239,7 +238,3 @@ def dof_report(
         seconds={"dof": time.perf_counter() - start}, versions=_versions(),
     )  # fmt: skip
 
-
-def log2_lambda(report: DoFReport) -> float:
-    """log₂ of the report's λ (the paper quotes λ as powers of two)."""
-    return math.log2(report.lam)

@@ -25,7 +25,8 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PretrainedConfig, PreTrainedModel
 
-from lit_dof.attention import FeatureMap, FeatureMapFactory
+from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFactory
+from lit_dof.interface import AttentionSlot
 from lit_dof.io import atomic_directory
 from lit_dof.students.cache import student_cache
 from lit_dof.students.surgery import (
@@ -170,8 +171,8 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
         return self.model.get_output_embeddings()
 
     def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, FeatureMap) or any(isinstance(m, FeatureMap) for m in module.modules()):
-            return  # feature maps are initialised by their constructors (or loaded)
+        if isinstance(module, (FeatureMap, CausalLinearAttention, AttentionSlot)):
+            return  # lit-dof's twins are initialised by their constructors (or loaded)
         self.model._init_weights(module)
 
     # -- running -------------------------------------------------------------------------------------------

@@ -149,7 +149,3 @@ def _check_indices(indices: Iterable[int], num_layers: int) -> set[int]:
         out.add(i)
     return out
 
-
-def feature_parameters(model: nn.Module) -> list[torch.nn.Parameter]:
-    """The trainable parameters of every linear twin's feature map (what layer-wise distillation trains)."""
-    return [p for lin in linear_modules(model).values() for p in lin.feature_map.parameters()]

@@ -49,7 +49,6 @@ def test_linear_layers_match_naive_reference(family):
     for index, lin in twins.items():
         c = captured[index]
         fm = lin.feature_map
-        G = c.q.shape[1] // c.k.shape[1]
         log_q = fm.log_features(c.q.reshape(c.q.shape[0], c.k.shape[1], -1, c.q.shape[-1])).reshape(*c.q.shape[:3], -1)
         log_k = fm.log_features(c.k)
         log_k = log_k.masked_fill(~mask.bool()[:, None, :, None], float("-inf"))
@@ -58,7 +57,6 @@ def test_linear_layers_match_naive_reference(family):
         valid = mask.bool()
         torch.testing.assert_close(got.permute(0, 2, 1, 3)[valid], expected.permute(0, 2, 1, 3)[valid].to(got.dtype),
                                    rtol=2e-4, atol=2e-5)
-        assert G >= 1
 
 
 def test_sliding_window_layers_stay_softmax():
