@@ -2,7 +2,9 @@
 per-layer feature dimension follows the degrees of freedom of its attention kernel.
 
 The pipeline, one subpackage per stage: :mod:`lit_dof.teacher` (loading, capture) → :mod:`lit_dof.dof`
-(Algorithm 1) → :mod:`lit_dof.students` (surgery, student model, generation cache); the math lives in
+(Algorithm 1) → :mod:`lit_dof.students` (surgery, student model, generation cache) → :mod:`lit_dof.pipeline`
+(Lightning phases, ``lit-dof``) → :mod:`lit_dof.evaluation` (lm-eval tasks, perplexity, fine-tuning
+protocol, comparison runner); the math lives in
 :mod:`lit_dof.attention` (pure PyTorch). The top-level names below are imported lazily so that
 ``import lit_dof.attention`` does not pull in transformers. ``import lit_dof.students`` registers the
 ``"lit_dof"`` model type with ``AutoConfig`` / ``AutoModelForCausalLM``.
@@ -24,6 +26,7 @@ _LAZY = {
     "load_student": "lit_dof.students.modeling",
     "LitDofConfig": "lit_dof.students.modeling",
     "LitDofForCausalLM": "lit_dof.students.modeling",
+    "evaluate_model": "lit_dof.evaluation.harness",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -93,27 +93,34 @@ class FeatureDimAllocator(L.Callback):
     Args:
         strategy: ``"dof"`` (paper), ``"dof_clip"`` (capped at C) or ``"fix"`` (C everywhere; the Fix baseline).
         multiple_of, min_dim: see :func:`~lit_dof.dof.allocate_feature_dims`.
+        budget: the per-layer mean feature dim C of the allocation (total L·C features); default: the head
+            size, as in the paper. Smaller budgets trade accuracy for speed/state memory.
 
     Raises:
-        ValueError: unknown strategy, or ``dof``/``dof_clip`` without a DoF report.
+        ValueError: unknown strategy, ``budget < 1``, or ``dof``/``dof_clip`` without a DoF report.
     """
 
     planning_stage = "allocate"
 
-    def __init__(self, strategy: Literal["dof", "dof_clip", "fix"] = "dof", multiple_of: int = 1, min_dim: int = 1) -> None:
+    def __init__(self, strategy: Literal["dof", "dof_clip", "fix"] = "dof", multiple_of: int = 1, min_dim: int = 1,
+                 budget: int | None = None) -> None:  # fmt: skip
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-        self.strategy, self.multiple_of, self.min_dim = strategy, multiple_of, min_dim
+        if budget is not None and budget < 1:
+            raise ValueError(f"budget (mean feature dim per layer) must be >= 1, got {budget}")
+        self.strategy, self.multiple_of, self.min_dim, self.budget = strategy, multiple_of, min_dim, budget
 
     def on_teacher_ready(self, trainer: L.Trainer, pl_module, teacher) -> None:
         report = pl_module.dof_report
         if self.strategy == "fix":
             pl_module.feature_dims = None  # the module's feature_dim (default C) everywhere
+            if self.budget is not None:
+                pl_module.feature_dim = self.budget
             return
         if report is None:
             raise ValueError(f"allocator strategy {self.strategy!r} needs a DoF report: enable the DoFEstimator")
         lin = [d for d, ok in zip(report.layer_dof, report.linearizable) if ok]
-        dims = iter(allocate_feature_dims(lin, report.head_size, self.strategy, multiple_of=self.multiple_of,
+        dims = iter(allocate_feature_dims(lin, self.budget or report.head_size, self.strategy, multiple_of=self.multiple_of,
                                           min_dim=self.min_dim, num_samples=report.num_samples))  # fmt: skip
         pl_module.feature_dims = [next(dims) if ok else report.head_size for ok in report.linearizable]
 

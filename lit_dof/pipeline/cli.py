@@ -4,6 +4,8 @@
     lit-dof fit --config configs/models/smollm2-135m.yaml --config configs/methods/fix.yaml \\
         --config configs/trainer/cpu.yaml
     lit-dof fit --config configs/quickstart.yaml --print_config
+    lit-dof eval --model runs/quickstart/version_0/student --data_dir ../shared/data   (lit_dof.evaluation.cli)
+    lit-dof compare --rows '[teacher, performer, fix, dof]'   (lit_dof.evaluation.comparison)
 
 Top-level groups besides LightningCLI's: ``dof:`` (:class:`~lit_dof.pipeline.callbacks.DoFEstimator`) and
 ``allocator:`` (:class:`~lit_dof.pipeline.callbacks.FeatureDimAllocator`) — always-present callbacks, so
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from lit_dof.data.datamodule import WikipediaDataModule
 from lit_dof.pipeline.callbacks import DoFEstimator, FeatureDimAllocator
 import lightning as L
 
@@ -35,7 +36,7 @@ def build_cli(args=None, run: bool = True) -> LitDofCLI:
     """Parse ``args`` (default: ``sys.argv``) and, with ``run``, execute the subcommand."""
     return LitDofCLI(
         L.LightningModule,
-        WikipediaDataModule,
+        L.LightningDataModule,  # WikipediaDataModule, or MultipleChoiceDataModule for task fine-tuning
         subclass_mode_model=True,
         subclass_mode_data=True,
         save_config_kwargs={"overwrite": True},
@@ -45,7 +46,21 @@ def build_cli(args=None, run: bool = True) -> LitDofCLI:
 
 
 def main() -> None:
-    """Entry point of the ``lit-dof`` console script."""
+    """Entry point of the ``lit-dof`` console script: ``lit-dof eval ...`` runs the lm-eval evaluation
+    (:mod:`lit_dof.evaluation.cli`), ``lit-dof compare ...`` the comparison runner
+    (:mod:`lit_dof.evaluation.comparison`), every other subcommand is LightningCLI's."""
+    import sys
+
+    if len(sys.argv) > 1 and sys.argv[1] == "eval":
+        from lit_dof.evaluation.cli import main as eval_main
+
+        eval_main(sys.argv[2:])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "compare":
+        from lit_dof.evaluation.comparison import main as compare_main
+
+        compare_main(sys.argv[2:])
+        return
     build_cli()
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
 from lit_dof.pipeline.layerwise import LayerwiseDistillation
+from lit_dof.students.losses import logit_distillation_loss
 from lit_dof.teacher.families import attention_layers
 
 Trainable = Literal["feature_maps", "attention", "all"]
@@ -26,18 +26,20 @@ class DirectDistillation(LayerwiseDistillation):
     """End-to-end next-token training of the student (same optimizer/schedule settings as the layer-wise phase).
 
     Args (beyond :class:`~lit_dof.pipeline.layerwise.LayerwiseDistillation`, whose ``loss``/``query_rows``
-    are unused here):
+    are unused here and whose ``finetune_fraction`` must stay 0 — every step here is end-to-end):
         trainable: ``"feature_maps"``, ``"attention"`` or ``"all"``.
         logit_kd: weight of the teacher-logit KL term (0: plain next-token loss).
-        kd_temperature: softmax temperature of that term.
+        (``kd_temperature``, inherited, is that term's softmax temperature.)
     """
 
-    def __init__(self, *args, trainable: Trainable = "feature_maps", logit_kd: float = 0.0, kd_temperature: float = 1.0,
+    def __init__(self, *args, trainable: Trainable = "feature_maps", logit_kd: float = 0.0,
                  **kwargs) -> None:  # fmt: skip
         super().__init__(*args, **kwargs)
+        if self.finetune_fraction:
+            raise ValueError("finetune_fraction is a layer-wise option: every direct step is already end-to-end")
         if trainable not in ("feature_maps", "attention", "all"):
             raise ValueError(f"trainable must be 'feature_maps', 'attention' or 'all', got {trainable!r}")
-        self.trainable, self.logit_kd, self.kd_temperature = trainable, logit_kd, kd_temperature
+        self.trainable, self.logit_kd = trainable, logit_kd
 
     def trainable_parameters(self):
         params = list(self.student.named_parameters())
@@ -58,9 +60,7 @@ class DirectDistillation(LayerwiseDistillation):
         if self.logit_kd > 0:
             with torch.no_grad(), self.student.teacher_mode():
                 teacher_logits = self.student(ids, use_cache=False).logits
-            t = self.kd_temperature
-            kd = F.kl_div(F.log_softmax(out.logits.float() / t, -1), F.log_softmax(teacher_logits.float() / t, -1),
-                          log_target=True, reduction="batchmean") * t * t / ids.shape[1]  # fmt: skip
+            kd = logit_distillation_loss(out.logits, teacher_logits, temperature=self.kd_temperature)
             self.log("train/logit_kd", kd.detach())
             loss = loss + self.logit_kd * kd
         self.log("train/loss", loss.detach())

@@ -6,16 +6,25 @@ whose projections *are* the teacher's) captures every layer's post-RoPE q/k; eac
 feature map, so the summed loss trains all layers independently and at once. Only feature-map parameters
 train: ``z`` at ``lr_z`` (paper: 0.02), ``log_alpha`` at ``lr_alpha`` (paper: 0.2 for α), anything else
 (DiJiang's diagonal, Hedgehog's projection) at ``lr``; Adam with linear warm-up and cosine decay.
+
+Optionally the last ``finetune_fraction`` of the optimizer steps switch to an **end-to-end** objective: the same
+feature-map parameters train through the whole linearised model against the teacher's next-token
+distribution (:func:`~lit_dof.students.losses.logit_distillation_loss`), from a fresh Adam state at
+``finetune_lr_ratio`` × the base learning rates, decaying by cosine. Layer-wise training matches each layer
+on the *teacher's* inputs; the end-to-end tail corrects the errors that compound when every layer is
+linear — the "attention transfer, then fine-tune" recipe of Hedgehog (Zhang et al. 2024, §4) and LoLCATs
+(Zhang et al. 2025, §3). It costs about 2.2 layer-wise steps per step (a backward through the model).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 
 from lit_dof.pipeline.module import StudentModule
-from lit_dof.students.losses import LossKind, attention_distillation_loss
+from lit_dof.students.losses import LossKind, attention_distillation_loss, logit_distillation_loss
 from lit_dof.teacher.capture import capture_attention
 
 
@@ -28,6 +37,13 @@ class LayerwiseDistillation(StudentModule):
         warmup_steps: linear warm-up length (optimizer steps). min_lr_ratio: cosine floor.
         query_rows: score this many random query rows per sequence (``None``: all; see the losses module).
         betas, weight_decay: Adam settings.
+        finetune_fraction: the last this fraction of the optimizer steps (rounded) train end-to-end against
+            the teacher's logits (0: layer-wise only, the paper's recipe; 1: end-to-end only).
+        finetune_lr_ratio: learning rates of that tail, as a fraction of ``lr_z``/``lr_alpha``/``lr``.
+        kd_temperature: temperature of its logit distillation.
+
+    Raises:
+        ValueError: ``finetune_fraction`` outside [0, 1], a non-positive ``finetune_lr_ratio`` or ``kd_temperature``.
     """
 
     def __init__(
@@ -42,41 +58,103 @@ class LayerwiseDistillation(StudentModule):
         query_rows: int | None = None,
         betas: tuple[float, float] = (0.9, 0.99),
         weight_decay: float = 0.0,
+        finetune_fraction: float = 0.0,
+        finetune_lr_ratio: float = 0.1,
+        kd_temperature: float = 1.0,
         **kwargs,
     ) -> None:
         super().__init__(*args, **kwargs)
+        if not 0.0 <= finetune_fraction <= 1.0:
+            raise ValueError(f"finetune_fraction must be in [0, 1], got {finetune_fraction}")
+        if finetune_lr_ratio <= 0 or kd_temperature <= 0:
+            raise ValueError(f"finetune_lr_ratio and kd_temperature must be > 0, got {finetune_lr_ratio}, {kd_temperature}")
         self.save_hyperparameters(ignore=["feature_map"])
         self.loss_kind = loss
         self.lr_z, self.lr_alpha, self.lr = lr_z, lr_alpha, lr
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
         self.query_rows, self.betas, self.weight_decay = query_rows, betas, weight_decay
+        self.finetune_fraction, self.finetune_lr_ratio, self.kd_temperature = finetune_fraction, finetune_lr_ratio, kd_temperature
         self._rows_generator = torch.Generator()
+        self._finetune_reset_at: int | None = None
 
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
-        ids = batch["input_ids"]
+    # -- the two phases ----------------------------------------------------------------------------------
+    def _total_steps(self) -> int:
+        return max(1, int(self.trainer.estimated_stepping_batches)) if self._trainer is not None else 1000
+
+    def finetune_start(self) -> int:
+        """First optimizer step of the end-to-end tail (= total steps when there is none)."""
+        total = self._total_steps()
+        return total - round(self.finetune_fraction * total)
+
+    def in_finetune(self) -> bool:
+        return self.global_step >= self.finetune_start()
+
+    def on_train_batch_start(self, batch, batch_idx: int) -> None:
+        start = self.finetune_start()
+        if 0 < start < self._total_steps() and self.global_step == start and self._finetune_reset_at != start:
+            # The tail's gradients have another scale than the layer losses': start Adam's moments afresh.
+            # Keyed on global_step, so a resume before, at or after the switch reproduces the same run.
+            for optimizer in self.trainer.optimizers:
+                optimizer.state.clear()
+            self._finetune_reset_at = start
+
+    def _teacher_forward(self, batch: dict, *, capture: bool) -> tuple[torch.Tensor, dict[int, tuple]]:
+        """One frozen-teacher forward: its logits and, if ``capture``, every layer's (q, k, key padding)."""
         captured: dict[int, tuple] = {}
 
         def record(index, q, k, v, pad, out):
             captured[index] = (q, k, pad)
 
-        with torch.no_grad(), self.student.teacher_mode(), capture_attention(self.student.model, record):
-            self.student(ids, attention_mask=batch.get("attention_mask"), use_cache=False)  # root forward (FSDP)
+        recording = capture_attention(self.student.model, record) if capture else contextlib.nullcontext()
+        with torch.no_grad(), self.student.teacher_mode(), recording:  # root forward (FSDP)
+            logits = self.student(batch["input_ids"], attention_mask=batch.get("attention_mask"), use_cache=False).logits
+        return logits, captured
+
+    def _layer_losses(self, captured: dict[int, tuple], batch_idx: int) -> dict[int, torch.Tensor]:
+        """Each linear layer's attention loss on the teacher's q/k, logged as ``train/loss_layer_XX``."""
         self._rows_generator.manual_seed(self.global_step * 7919 + batch_idx)
-        total, losses = 0.0, {}
+        losses = {}
         for index, twin in self.student.linear_modules().items():
             q, k, pad = captured[index]
-            layer_loss = attention_distillation_loss(
+            losses[index] = attention_distillation_loss(
                 twin, q, k, pad, kind=self.loss_kind, query_rows=self.query_rows, generator=self._rows_generator
             )
-            losses[index] = layer_loss.detach()
-            total = total + layer_loss
+            self.log(f"train/loss_layer_{index:02d}", losses[index].detach())
+        return losses
+
+    def finetune_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        """End-to-end step: KL(teacher ‖ student) of next-token distributions, per token.
+
+        On the steps the logger writes (``log_every_n_steps``), the per-layer attention losses are measured
+        too, without gradients, from the same teacher forward (so TensorBoard shows how the tail moves them,
+        and Lightning does not repeat the layer-wise phase's last values).
+        """
+        ids, mask = batch["input_ids"], batch.get("attention_mask")
+        every = self.trainer.log_every_n_steps if self._trainer is not None else 1
+        measure = bool(every) and (self.global_step + 1) % every == 0
+        teacher_logits, captured = self._teacher_forward(batch, capture=measure)
+        if measure:
+            with torch.no_grad():
+                self._layer_losses(captured, batch_idx)
+        logits = self.student(ids, attention_mask=mask, use_cache=False).logits
+        loss = logit_distillation_loss(logits, teacher_logits, mask, temperature=self.kd_temperature)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite logit distillation loss at step {self.global_step}; "
+                                     "lower finetune_lr_ratio")  # fmt: skip
+        self.log("train/logit_kd", loss.detach(), prog_bar=True)
+        self.log("train/tokens", float(ids.numel()), reduce_fx="sum")
+        return loss if loss.requires_grad else None
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        if self.in_finetune():
+            return self.finetune_step(batch, batch_idx)
+        _, captured = self._teacher_forward(batch, capture=True)
+        losses = self._layer_losses(captured, batch_idx)
         if not losses:
             return None
-        for index, value in losses.items():
-            self.log(f"train/loss_layer_{index:02d}", value)
-        mean = torch.stack(list(losses.values())).mean()
-        self.log("train/loss", mean, prog_bar=True)
-        self.log("train/tokens", float(ids.numel()), reduce_fx="sum")
+        total = sum(losses.values())
+        self.log("train/loss", total.detach() / len(losses), prog_bar=True)
+        self.log("train/tokens", float(batch["input_ids"].numel()), reduce_fx="sum")
         return total if total.requires_grad else None  # nothing trainable (e.g. Performer): just log
 
     def configure_optimizers(self):
@@ -89,14 +167,18 @@ class LayerwiseDistillation(StudentModule):
         if not params:
             return None  # e.g. Performer: nothing to train (validation and export still run)
         optimizer = torch.optim.Adam(params, betas=self.betas, weight_decay=self.weight_decay)
-        total = max(1, int(self.trainer.estimated_stepping_batches)) if self._trainer is not None else 1000
-        warmup, floor = self.warmup_steps, self.min_lr_ratio
+        total, switch = self._total_steps(), self.finetune_start()
+        warmup, floor, ratio = self.warmup_steps, self.min_lr_ratio, self.finetune_lr_ratio
+
+        def cosine(progress: float) -> float:
+            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
         def schedule(step: int) -> float:
+            if step >= switch:  # end-to-end tail: its own cosine, from `ratio` down to ratio · floor
+                return ratio * cosine((step - switch) / max(1, total - switch))
             if step < warmup:
                 return (step + 1) / warmup
-            progress = min(1.0, (step - warmup) / max(1, total - warmup))
-            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+            return cosine((step - warmup) / max(1, switch - warmup))
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -130,3 +130,34 @@ def attention_distillation_loss(
             f"{q.abs().max().item():.3g}, max |k| {k.abs().max().item():.3g}) and the feature map's parameters"
         )
     return loss
+
+
+def logit_distillation_loss(
+    student_logits: Tensor, teacher_logits: Tensor, attention_mask: Tensor | None = None, *, temperature: float = 1.0
+) -> Tensor:
+    """Per-token KL(teacher ‖ student) of next-token distributions (Hinton et al. 2015, "Distilling the
+    Knowledge in a Neural Network", eq. 2, with the usual T² gradient scale).
+
+    Args:
+        student_logits, teacher_logits: ``(B, T, V)`` (any float dtype; computed in float32).
+        attention_mask: ``(B, T)``, 0 at padding (those positions are excluded); ``None``: all count.
+        temperature: softmax temperature T > 0.
+
+    Returns:
+        a 0-d float32 tensor: the mean over valid tokens of T² · KL(p_teacher^T ‖ p_student^T), in nats.
+
+    Raises:
+        ValueError: mismatched shapes or a non-positive temperature.
+    """
+    if student_logits.shape != teacher_logits.shape:
+        raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
+                         f"{tuple(teacher_logits.shape)} differ in shape")  # fmt: skip
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    log_q = torch.log_softmax(student_logits.float() / temperature, dim=-1)
+    log_p = torch.log_softmax(teacher_logits.detach().float() / temperature, dim=-1)
+    kl = (log_p.exp() * (log_p - log_q)).sum(-1)  # (B, T)
+    if attention_mask is None:
+        return kl.mean() * temperature**2
+    weights = attention_mask.to(kl.dtype)
+    return (kl * weights).sum() / weights.sum().clamp_min(1.0) * temperature**2

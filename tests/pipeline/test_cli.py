@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ def test_every_config_parses(config):
         build_cli(["fit", *base, "--config", str(path), "--print_config"])
     assert exit_info.value.code in (0, None)
     resolved = yaml.safe_load(out.getvalue())
-    assert resolved["model"]["class_path"].startswith("lit_dof.pipeline.")
+    assert resolved["model"]["class_path"].startswith(("lit_dof.pipeline.", "lit_dof.evaluation."))
     assert "tokenizer" not in resolved["data"]["init_args"]  # a link target: set from model.teacher
     assert "seq_len" not in resolved["model"]["init_args"]  # a link target: set from data.seq_len
     assert {"dof", "allocator", "trainer"} <= set(resolved)
@@ -72,6 +73,16 @@ def test_method_swap_is_config_only(tmp_path, method, feature_map, strategy):
     assert torch.isfinite(metrics["val/ppl_student"]) and torch.isfinite(metrics["val/ppl_teacher"])
 
 
+def test_allocator_budget_scales_every_strategy(tmp_path):
+    """``allocator.budget`` = mean dim per layer: Fix gets it everywhere, DoF keeps the total L · budget."""
+    fix, _ = _run(tmp_path / "fix", "methods/fix.yaml", steps=1, extra=["--allocator.budget=6"])
+    assert fix.model.student.feature_dims == [6, 6]
+    dof, log_dir = _run(tmp_path / "dof", "methods/dof.yaml", steps=1, extra=["--allocator.budget=40", "--allocator.min_dim=1"])
+    report = json.loads((log_dir / "dof.json").read_text())
+    ratio = torch.tensor(report["layer_dof"]) / torch.tensor(report["layer_dof"]).mean()
+    assert dof.model.student.feature_dims == [max(1, round(40 * float(r))) for r in ratio]
+
+
 def test_direct_and_l2_phases_run(tmp_path):
     for configs in (("methods/direct.yaml",), ("methods/l2.yaml",)):
         cli, log_dir = _run(tmp_path / configs[0].split("/")[1], *configs, steps=2)
@@ -90,6 +101,41 @@ def test_dof_json_and_tensorboard_contents(tmp_path):
     tags = events.Tags()
     assert {"dof/heads", "dof/feature_dims"} <= set(tags["images"])
     assert {"train/loss_layer_00", "train/loss_layer_01", "val/ppl_student", "val/ppl_teacher"} <= set(tags["scalars"])
+
+
+def test_end_to_end_tail_follows_the_layerwise_phase(tmp_path):
+    """``finetune_fraction=0.5`` of 4 steps: steps 0–1 layer-wise (per-layer losses), steps 2–3 logit
+    distillation from a fresh Adam state at ``finetune_lr_ratio`` × the base learning rates."""
+    import lightning as L
+
+    seen = {}
+
+    class Spy(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            seen[trainer.global_step] = [None, trainer.optimizers[0].param_groups[0]["lr"]]
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):  # after the optimizer step
+            optimizer = trainer.optimizers[0]
+            z = next(p for g in optimizer.param_groups if g["name"] == "z" for p in g["params"])
+            seen[trainer.global_step - 1][0] = float(optimizer.state[z]["step"])  # Adam's own step count
+
+    args = fit_args(tmp_path, steps=4, extra=["--model.init_args.finetune_fraction=0.5", "--model.init_args.finetune_lr_ratio=0.25"])
+    cli = build_cli(args[1:], run=False)
+    cli.trainer.callbacks.append(Spy())
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert cli.model.finetune_start() == 2 and cli.trainer.global_step == 4
+    assert [seen[s][0] for s in range(4)] == [1.0, 2.0, 1.0, 2.0]  # Adam restarted at the switch
+    lr_z = cli.model.lr_z
+    assert seen[2][1] == pytest.approx(0.25 * lr_z)  # the tail's cosine starts at finetune_lr_ratio
+    assert seen[3][1] < seen[2][1]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(cli.trainer.log_dir)).Reload()
+    assert [e.step for e in events.Scalars("train/loss_layer_00")] == [0, 1, 2, 3]  # measured in the tail too
+    assert [e.step for e in events.Scalars("train/logit_kd")] == [2, 3]
+    assert all(math.isfinite(e.value) and e.value > 0 for e in events.Scalars("train/logit_kd"))
+    with pytest.raises(ValueError, match="finetune_fraction"):
+        build_cli(fit_args(tmp_path / "bad", steps=1, extra=["--model.init_args.finetune_fraction=1.5"]))
 
 
 class _Killed(Exception):

@@ -86,3 +86,27 @@ def test_bad_kind():
     twin, q, k = _setup()
     with pytest.raises(ValueError, match="softmax' or 'l2"):
         attention_distillation_loss(twin, q, k, kind="kl")
+
+
+def test_logit_distillation_matches_categorical_kl():
+    """Per-token KL(teacher ‖ student) against torch.distributions, with padding excluded and T² scaling."""
+    from lit_dof.students.losses import logit_distillation_loss
+
+    torch.manual_seed(0)
+    student, teacher = torch.randn(2, 5, 11), 2 * torch.randn(2, 5, 11)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+    for t in (1.0, 2.0):
+        kl = torch.distributions.kl_divergence(
+            torch.distributions.Categorical(logits=teacher.double() / t), torch.distributions.Categorical(logits=student.double() / t)
+        )  # (B, T)
+        expected = kl[mask.bool()].mean() * t * t
+        got = logit_distillation_loss(student, teacher, mask, temperature=t)
+        torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-7)
+    changed = student.clone()
+    changed[1, :2] = 50 * torch.randn(2, 11)  # padding positions do not count
+    torch.testing.assert_close(logit_distillation_loss(changed, teacher, mask), logit_distillation_loss(student, teacher, mask))
+    assert logit_distillation_loss(teacher, teacher).abs() < 1e-6
+    with pytest.raises(ValueError, match="temperature"):
+        logit_distillation_loss(student, teacher, temperature=0.0)
+    with pytest.raises(ValueError, match="differ in shape"):
+        logit_distillation_loss(student[:, :4], teacher)

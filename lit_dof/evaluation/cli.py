@@ -1,0 +1,87 @@
+"""``lit-dof eval``: zero-shot accuracy of a teacher or an exported student on the paper's tasks, offline.
+
+    lit-dof eval --model smollm2-135m-instruct --tasks '[arc_easy, piqa]' --data_dir ../shared/data
+    lit-dof eval --model runs/quickstart/version_0/student --limit 200 --output eval.json
+
+Prints a table (acc and acc_norm with standard errors, examples per task) and, with ``--output``, writes
+the numbers and their provenance (versions, settings, wall time) as JSON, atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lit_dof.evaluation.task_data import TASKS
+
+
+def load_model(source: str):
+    """(model, tokenizer) from a student directory (``model_type: lit_dof``) or any teacher source
+    accepted by :func:`lit_dof.load_teacher` (alias, directory, ``.gguf`` file, hub id)."""
+    from lit_dof.teacher.loading import load_teacher, load_tokenizer
+
+    config = Path(source) / "config.json"
+    if config.is_file() and '"lit_dof"' in config.read_text():
+        from lit_dof.students import load_student
+
+        return load_student(source), load_tokenizer(source)
+    return load_teacher(source)
+
+
+def format_table(results: dict) -> str:
+    """Markdown table of :func:`~lit_dof.evaluation.harness.evaluate_model` results."""
+
+    def cell(entry, metric):
+        if metric not in entry:
+            return "–"
+        stderr = entry.get(f"{metric}_stderr")
+        return f"{entry[metric]:.4f} ± {stderr:.4f}" if stderr is not None else f"{entry[metric]:.4f}"
+
+    lines = ["| task | acc | acc_norm | n |", "|---|---|---|---|"]
+    for task, entry in results["tasks"].items():
+        lines.append(f"| {task} | {cell(entry, 'acc')} | {cell(entry, 'acc_norm')} | {entry['n']} |")
+    return "\n".join(lines)
+
+
+def evaluate(
+    model: str = "smollm2-135m-instruct",
+    tasks: list[str] = list(TASKS),
+    data_dir: str | None = None,
+    limit: int | float | None = None,
+    batch_size: int = 16,
+    mmlu_per_subject: int | None = None,
+    builtin: bool = False,
+    output: str | None = None,
+) -> dict:
+    """Evaluate ``model`` zero-shot on ``tasks`` and print the table.
+
+    Args:
+        model: teacher alias/directory/.gguf/hub id, or an exported student directory.
+        tasks: task names (default: all seven: piqa, logiqa, arc_easy, arc_challenge, winogrande, wsc273, mmlu).
+        data_dir: folder laid out like ../shared/data (default: ``$LIT_DOF_DATA``).
+        limit: examples per task (int) or fraction of each task (float); default: full sets.
+        batch_size: loglikelihood requests per forward.
+        mmlu_per_subject: first this-many MMLU questions per subject (fixed stratified subset; 18 → 1026).
+        builtin: use lm-eval's built-in tasks of the same names (downloads from the hub; online only).
+        output: JSON file for the results and their provenance.
+    """
+    from lit_dof.evaluation.harness import evaluate_model
+    from lit_dof.io import atomic_write_json
+
+    loaded, tokenizer = load_model(model)
+    results = evaluate_model(loaded, tokenizer, tasks, data_dir=data_dir, limit=limit, batch_size=batch_size,
+                             mmlu_per_subject=mmlu_per_subject, builtin=builtin)  # fmt: skip
+    results["provenance"]["model"] = model
+    results["provenance"]["data_dir"] = str(data_dir or os.environ.get("LIT_DOF_DATA"))
+    print(format_table(results))
+    print(f"wall time {results['provenance']['seconds']:.1f} s")
+    if output:
+        atomic_write_json(output, results)
+    return results
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry of ``lit-dof eval`` (jsonargparse CLI over :func:`evaluate`)."""
+    from jsonargparse import auto_cli
+
+    auto_cli(evaluate, args=args, as_positional=False)

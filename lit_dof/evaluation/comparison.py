@@ -1,0 +1,413 @@
+"""The comparison runner (``lit-dof compare``): one teacher, one or more feature budgets, every method
+trained the same way and evaluated the same way — the paper's Table 3, resumable cell by cell.
+
+A **cell** is (method row, budget). Its directory ``<out>/C<budget>/<row>/`` holds, each written once and
+atomically, so a re-run skips whatever is finished:
+
+* the fit: ``lit-dof fit`` run as a subprocess *in the cell directory* (the quickstart config's relative
+  log/checkpoint paths land there; a killed fit resumes with ``--ckpt_path last``); ``fit.json`` records
+  its wall time (summed over attempts), steps, tokens seen, dims, λ, J and the validation curve;
+* ``eval/<task>.json``: zero-shot lm-eval results per task (:func:`~lit_dof.evaluation.harness.evaluate_model`);
+* ``ppl.json``: sliding-window perplexity on the held-out Wikipedia documents.
+
+:func:`write_report` gathers every finished cell into ``comparison.json``, ``comparison.md`` (methods ×
+tasks, average, perplexity, budget, λ, J, tokens, wall time, and the fraction of the teacher–Performer
+gap each method closes), ``comparison.png`` (average accuracy vs total feature budget, one line per method)
+and ``curves.png`` (validation perplexity vs step: the λ study's "has the ranking stopped changing").
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from lit_dof.evaluation.task_data import TASKS
+from lit_dof.io import atomic_write_json, atomic_write_text
+
+REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+PRIMARY_METRIC = {"piqa": "acc_norm", "logiqa": "acc_norm", "arc_easy": "acc_norm", "arc_challenge": "acc_norm",
+                  "winogrande": "acc", "wsc273": "acc", "mmlu": "acc"}  # fmt: skip
+"""The metric shown per task (lm-eval's usual headline: acc_norm where defined for multi-word choices)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One method of the comparison: config files (relative to ``configs/``) and extra CLI arguments
+    composed on top of the base config. ``kind``: ``"teacher"`` (no fit) or ``"student"``."""
+
+    name: str
+    configs: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    kind: str = "student"
+    note: str = ""
+
+
+UNTRAINED = ("--trainer.max_steps=1", "--trainer.val_check_interval=1", "--model.init_args.finetune_fraction=0")
+ROWS: dict[str, Row] = {r.name: r for r in [
+    Row("teacher", kind="teacher", note="softmax attention"),
+    Row("performer", ("methods/performer.yaml",), UNTRAINED, note="FAVOR+, untrained"),
+    Row("fix", ("methods/fix.yaml",), note="learned PRF, uniform M, softmax loss"),
+    Row("dof", ("methods/dof.yaml",), note="learned PRF, DoF allocation (λ auto), softmax loss"),
+    Row("dof_clip", ("methods/dof_clip.yaml",), note="DoF capped at C, softmax loss"),
+    Row("fix_l2", ("methods/fix.yaml", "methods/l2.yaml"), note="L2 kernel loss"),
+    Row("dof_l2", ("methods/dof.yaml", "methods/l2.yaml"), note="L2 kernel loss"),
+    Row("dof_clip_l2", ("methods/dof_clip.yaml", "methods/l2.yaml"), note="L2 kernel loss"),
+    Row("direct", ("methods/dof.yaml", "methods/direct.yaml"), note="end-to-end next-token loss, DoF dims"),
+    Row("dijiang", ("methods/dijiang.yaml",), note="DCT features, uniform M"),
+    Row("hedgehog", ("methods/hedgehog.yaml",), note="softmax-of-linear features, uniform M"),
+    # The λ study (METHOD.md §2): DoF at fixed absolute λ and with the relative rule, next to "dof" (auto).
+    Row("dof_lam2^48", ("methods/dof.yaml",), ("--dof.lam=281474976710656",), note="λ = 2^48"),
+    Row("dof_lam2^56", ("methods/dof.yaml",), ("--dof.lam=72057594037927936",), note="λ = 2^56"),
+    Row("dof_lam2^64", ("methods/dof.yaml",), ("--dof.lam=18446744073709551616",), note="λ = 2^64"),
+    Row("dof_rel_trace", ("methods/dof.yaml",), ("--dof.relative_to=trace", "--dof.lam=0.00390625"),
+        note="λ = 2^-8 · tr(G)/J"),
+]}  # fmt: skip
+"""The default rows (``--rows`` picks a subset, in any order)."""
+
+
+@dataclass
+class Comparison:
+    """Where and how to run the comparison (see the module docstring).
+
+    Args:
+        out: root of the cell directories.
+        base_config: the recipe every student shares (default: ``configs/quickstart.yaml``).
+        corpus: training/held-out corpus file (default ``$LIT_DOF_CORPUS``).
+        data_dir: task data folder (default ``$LIT_DOF_DATA``).
+        eval_limit: examples per task (``None``: full sets). mmlu_per_subject: MMLU subset (18 → 1026).
+        ppl_tokens, ppl_window, ppl_stride: held-out perplexity stream length and sliding window (tokens).
+        fit_args: extra ``lit-dof fit`` arguments for every student (e.g. ``--trainer.max_steps=200``).
+        teacher: teacher source (default: the base config's ``model.init_args.teacher``).
+    """
+
+    out: Path
+    base_config: Path = REPO_CONFIGS / "quickstart.yaml"
+    teacher: str | None = None
+    corpus: str | None = None
+    data_dir: str | None = None
+    eval_limit: int | None = None
+    mmlu_per_subject: int | None = 18
+    ppl_tokens: int = 32768
+    ppl_window: int = 512
+    ppl_stride: int = 256
+    batch_size: int = 16
+    fit_args: Sequence[str] = field(default_factory=tuple)
+
+    def cell_dir(self, row: Row, budget: int) -> Path:
+        return Path(self.out) / f"C{budget}" / row.name
+
+    # -- fit ------------------------------------------------------------------------------------------------
+    def fit_command(self, row: Row, budget: int, resume: bool) -> list[str]:
+        command = [sys.executable, "-m", "lit_dof.pipeline.cli", "fit", "--config", str(self.base_config)]
+        for config in row.configs:
+            command += ["--config", str(REPO_CONFIGS / config)]
+        command += [f"--model.init_args.teacher={self.teacher_source()}", f"--allocator.budget={budget}",
+                    *self.fit_args, *row.args]
+        if self.corpus:
+            command.append(f"--data.init_args.path={self.corpus}")
+        return command + (["--ckpt_path=last"] if resume else [])
+
+    def fit(self, row: Row, budget: int) -> dict:
+        """Train the cell's student (or resume it); returns ``fit.json``'s content."""
+        cell = self.cell_dir(row, budget)
+        record_path = cell / "fit.json"
+        if record_path.is_file():
+            return json.loads(record_path.read_text())
+        cell.mkdir(parents=True, exist_ok=True)
+        timing_path = cell / "fit_attempts.json"
+        attempts = json.loads(timing_path.read_text()) if timing_path.is_file() else []
+        resume = bool(glob.glob(str(cell / "**" / "last.ckpt"), recursive=True))
+        command = self.fit_command(row, budget, resume)
+        start = time.time()
+        with open(cell / "fit.log", "a") as log:
+            log.write(f"\n$ (cd {cell} && {' '.join(command)})\n")
+            log.flush()
+            result = subprocess.run(command, cwd=cell, stdout=log, stderr=subprocess.STDOUT)
+        attempts.append({"seconds": time.time() - start, "returncode": result.returncode, "resumed": resume})
+        atomic_write_json(timing_path, attempts)
+        if result.returncode != 0:
+            raise RuntimeError(f"fit of {row.name} (C={budget}) failed with code {result.returncode}; see {cell / 'fit.log'}")
+        record = summarise_fit(cell, attempts, command)
+        atomic_write_json(record_path, record)
+        return record
+
+    # -- evaluation -------------------------------------------------------------------------------------------
+    def teacher_source(self) -> str:
+        if self.teacher:
+            return self.teacher
+        import yaml
+
+        return yaml.safe_load(Path(self.base_config).read_text())["model"]["init_args"]["teacher"]
+
+    def model_source(self, row: Row, budget: int) -> str:
+        if row.kind == "teacher":
+            return self.teacher_source()
+        cell = self.cell_dir(row, budget)
+        return str(cell / json.loads((cell / "fit.json").read_text())["student"])
+
+    def evaluate(self, row: Row, budget: int, tasks: Sequence[str] = TASKS) -> dict:
+        """Zero-shot results of the cell's model, one ``eval/<task>.json`` per task (finished tasks skipped)."""
+        from lit_dof.evaluation.cli import load_model
+        from lit_dof.evaluation.harness import evaluate_model
+
+        folder = self.cell_dir(row, budget) / "eval"
+        todo = [t for t in tasks if not (folder / f"{t}.json").is_file()]
+        if todo:
+            model, tokenizer = load_model(self.model_source(row, budget))
+            for task in todo:  # one task at a time: a kill loses at most one task's work
+                result = evaluate_model(model, tokenizer, [task], data_dir=self.data_dir, limit=self.eval_limit,
+                                        batch_size=self.batch_size, mmlu_per_subject=self.mmlu_per_subject)  # fmt: skip
+                atomic_write_json(folder / f"{task}.json", {**result["tasks"][task], "provenance": result["provenance"]})
+        return {t: json.loads((folder / f"{t}.json").read_text()) for t in tasks}
+
+    def perplexity(self, row: Row, budget: int) -> dict:
+        """Sliding-window perplexity on the held-out documents of the corpus (``ppl.json``)."""
+        from lit_dof.evaluation.cli import load_model
+        from lit_dof.evaluation.perplexity import corpus_perplexity
+
+        path = self.cell_dir(row, budget) / "ppl.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        corpus = self.corpus or os.environ.get("LIT_DOF_CORPUS")
+        if not corpus:
+            raise FileNotFoundError("no corpus for the held-out perplexity: pass --corpus or set LIT_DOF_CORPUS")
+        model, tokenizer = load_model(self.model_source(row, budget))
+        start = time.time()
+        result = corpus_perplexity(model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window,
+                                   stride=self.ppl_stride)  # fmt: skip
+        result["seconds"] = time.time() - start
+        atomic_write_json(path, result)
+        return result
+
+
+def _latest_run(cell: Path) -> Path:
+    runs = sorted(cell.glob("runs/*/version_*/student"), key=lambda p: int(p.parent.name.split("_")[1]))
+    if not runs:
+        raise FileNotFoundError(f"no exported student under {cell}/runs/*/version_*/student")
+    return runs[-1].parent
+
+
+def validation_curve(cell: Path) -> list[tuple[int, float]]:
+    """``(step, val/ppl_student)`` from every TensorBoard log of a cell (resumed runs included)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    points: dict[int, float] = {}
+    for version in sorted(cell.glob("runs/*/version_*")):
+        events = EventAccumulator(str(version)).Reload()
+        if "val/ppl_student" in events.Tags().get("scalars", []):
+            points.update({e.step: e.value for e in events.Scalars("val/ppl_student")})
+    return sorted(points.items())
+
+
+def summarise_fit(cell: Path, attempts: list[dict], command: list[str]) -> dict:
+    """``fit.json``: student path (relative to the cell), dims, budget, λ, J, steps, tokens seen, wall time,
+    validation curve."""
+    import yaml
+
+    run = _latest_run(cell)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    student_config = json.loads((run / "student" / "config.json").read_text())
+    dims = student_config.get("feature_dims")
+    steps = int(config["trainer"]["max_steps"])
+    data = config["data"]["init_args"]
+    record = {"student": str((run / "student").relative_to(cell)),  # relative: cells can move "feature_dims": dims, "total_features": sum(dims) if dims else None,
+              "steps": steps, "tokens": steps * int(data["batch_size"]) * int(data["seq_len"]),
+              "wall_seconds": sum(a["seconds"] for a in attempts), "attempts": len(attempts),
+              "command": " ".join(command), "val_curve": validation_curve(cell)}  # fmt: skip
+    record["strategy"] = (config.get("allocator") or {}).get("strategy")
+    dof_path = run / "dof.json"
+    if dof_path.is_file():
+        dof = json.loads(dof_path.read_text())
+        record.update(lam=dof.get("lam"), lam_rule=dof.get("lam_rule"), num_samples=dof.get("num_samples"))
+    return record
+
+
+# -- the report ---------------------------------------------------------------------------------------------
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], tasks: Sequence[str] = TASKS) -> dict:
+    """Every finished part of every cell (missing parts are ``None``)."""
+    cells = []
+    teacher_dir = comparison.cell_dir(ROWS["teacher"], budgets[0]) if "teacher" in [r.name for r in rows] else None
+    for budget in budgets:
+        for row in rows:
+            if row.kind == "teacher" and budget != budgets[0]:
+                continue  # one teacher row serves every budget
+            cell = comparison.cell_dir(row, budget) if row.kind != "teacher" else teacher_dir
+            if cell is None or not cell.is_dir():
+                continue
+            fit = json.loads((cell / "fit.json").read_text()) if (cell / "fit.json").is_file() else None
+            scores = {}
+            for task in tasks:
+                path = cell / "eval" / f"{task}.json"
+                if path.is_file():
+                    entry = json.loads(path.read_text())
+                    metric = PRIMARY_METRIC[task]
+                    scores[task] = {"value": entry.get(metric), "stderr": entry.get(f"{metric}_stderr"), "metric": metric,
+                                    "n": entry.get("n")}  # fmt: skip
+            ppl = json.loads((cell / "ppl.json").read_text()) if (cell / "ppl.json").is_file() else None
+            complete = len(scores) == len(tasks)
+            cells.append({"row": row.name, "note": row.note, "budget": budget, "kind": row.kind, "fit": fit,
+                          "scores": scores, "average": _mean(s["value"] for s in scores.values()) if complete else None,
+                          "ppl": ppl["ppl"] if ppl else None})  # fmt: skip
+    teacher = next((c for c in cells if c["kind"] == "teacher"), None)
+    for budget in budgets:
+        performer = next((c for c in cells if c["row"] == "performer" and c["budget"] == budget), None)
+        for c in cells:
+            if c["budget"] != budget:
+                continue
+            ok = teacher and performer and None not in (c["average"], teacher["average"], performer["average"])
+            gap = (teacher["average"] - performer["average"]) if ok else None
+            c["gap_closed"] = (c["average"] - performer["average"]) / gap if ok and gap else None
+    return {"budgets": list(budgets), "tasks": list(tasks), "primary_metric": PRIMARY_METRIC, "cells": cells}
+
+
+def _fmt(value, digits=3):
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(report: dict, header: str = "") -> str:
+    """The Table-3-shaped markdown of :func:`collect`'s report."""
+    tasks = report["tasks"]
+    lines = [header] if header else []
+    columns = ["method", *tasks, "avg", "gap closed", "ppl", "C", "Σ M", "λ", "J", "tokens", "fit wall", "note"]
+    lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for c in report["cells"]:
+        fit = c["fit"] or {}
+        uses_dof = fit.get("strategy") in ("dof", "dof_clip")
+        lam = fit.get("lam") if uses_dof else None
+        lam_text = "–" if lam is None else f"2^{math.log2(lam):.1f}" + (" (auto)" if fit.get("lam_rule") == "auto" else "")
+        wall = fit.get("wall_seconds")
+        row = [c["row"], *[_fmt(c["scores"].get(t, {}).get("value")) for t in tasks], _fmt(c["average"]),
+               _fmt(c.get("gap_closed") + 0.0 if c.get("gap_closed") is not None else None, 2), _fmt(c["ppl"], 1), str(c["budget"]) if c["kind"] != "teacher" else "–",
+               str(fit.get("total_features") or "–"), lam_text, str(fit.get("num_samples") or "–") if uses_dof else "–",
+               f"{fit['tokens'] / 1e6:.2f}M" if fit.get("tokens") else "–",
+               f"{wall / 60:.0f} min" if wall else "–", c["note"]]  # fmt: skip
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    lines.append("Metrics: " + ", ".join(f"{t} {m}" for t, m in report["primary_metric"].items() if t in tasks) +
+                 ". gap closed = (avg − Performer avg) / (teacher avg − Performer avg). ppl: sliding-window "
+                 "perplexity on held-out Wikipedia documents.")  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path) -> None:
+    """Average accuracy vs total feature budget (one line per method) and validation curves."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    by_row: dict[str, list] = {}
+    for c in report["cells"]:
+        if c["average"] is not None and c["kind"] != "teacher":
+            by_row.setdefault(c["row"], []).append(((c["fit"] or {}).get("total_features") or 0, c["average"]))
+        if c["fit"] and c["fit"].get("val_curve"):
+            steps, values = zip(*c["fit"]["val_curve"])
+            bx.plot(steps, values, marker="o", label=f"{c['row']} (C={c['budget']})")
+    for name, points in sorted(by_row.items()):
+        points.sort()
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+    teacher = next((c for c in report["cells"] if c["kind"] == "teacher" and c["average"] is not None), None)
+    if teacher:
+        ax.axhline(teacher["average"], color="k", linestyle="--", label="teacher")
+    ax.set_xlabel("total feature budget Σ M (features)")
+    ax.set_ylabel("average zero-shot accuracy")
+    ax.legend(fontsize=7)
+    bx.set_xlabel("optimizer step")
+    bx.set_ylabel("held-out perplexity (validation)")
+    bx.set_yscale("log")
+    bx.legend(fontsize=6)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    os.replace(tmp, path)
+    plt.close(fig)
+
+
+def write_report(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], report_dir: Path,
+                 header: str = "") -> dict:  # fmt: skip
+    """``comparison.json``, ``comparison.md`` and ``comparison.png`` in ``report_dir`` (atomic)."""
+    report = collect(comparison, rows, budgets)
+    report_dir = Path(report_dir)
+    atomic_write_json(report_dir / "comparison.json", report)
+    atomic_write_text(report_dir / "comparison.md", markdown(report, header) + "\n")
+    plot(report, report_dir / "comparison.png")
+    return report
+
+
+def compare(
+    rows: list[str] = list(ROWS),
+    budgets: list[int] = [64],
+    out: str = "runs/compare",
+    report_dir: str | None = None,
+    stages: list[str] = ["fit", "ppl", "eval"],
+    base_config: str | None = None,
+    teacher: str | None = None,
+    corpus: str | None = None,
+    data_dir: str | None = None,
+    eval_limit: int | None = None,
+    mmlu_per_subject: int | None = 18,
+    ppl_tokens: int = 32768,
+    fit_args: list[str] = [],
+) -> dict:
+    """Run (or resume) the comparison and write its report.
+
+    Args:
+        rows: method rows (default: all of :data:`ROWS`, teacher first).
+        budgets: per-layer mean feature dims C (the total budget is L · C).
+        out: cell directories. report_dir: where comparison.{json,md,png} go (default: ``out``).
+        stages: which of ``fit``, ``ppl``, ``eval`` to run now (the report is always rewritten).
+        base_config: shared recipe (default configs/quickstart.yaml). teacher: override its teacher.
+        corpus: corpus file (default ``$LIT_DOF_CORPUS``). data_dir: task data (default ``$LIT_DOF_DATA``).
+        eval_limit: examples per task. mmlu_per_subject: MMLU subset (18 per subject → 1026 questions).
+        ppl_tokens: held-out tokens for the perplexity column.
+        fit_args: extra ``lit-dof fit`` arguments for every student.
+
+    Raises:
+        ValueError: an unknown row or stage.
+    """
+    unknown = sorted(set(rows) - set(ROWS))
+    if unknown:
+        raise ValueError(f"unknown row(s) {unknown}; known: {', '.join(ROWS)}")
+    bad = sorted(set(stages) - {"fit", "ppl", "eval"})
+    if bad:
+        raise ValueError(f"unknown stage(s) {bad}; use fit, ppl, eval")
+    comparison = Comparison(out=Path(out), base_config=Path(base_config) if base_config else REPO_CONFIGS / "quickstart.yaml",
+                            teacher=teacher, corpus=corpus or os.environ.get("LIT_DOF_CORPUS"), data_dir=data_dir,
+                            eval_limit=eval_limit, mmlu_per_subject=mmlu_per_subject, ppl_tokens=ppl_tokens,
+                            fit_args=tuple(fit_args))  # fmt: skip
+    selected = [ROWS[name] for name in rows]
+    for budget in budgets:
+        for row in selected:
+            if row.kind == "teacher" and budget != budgets[0]:
+                continue  # one teacher cell serves every budget
+            print(f"[compare] C={budget} {row.name}", flush=True)
+            if row.kind != "teacher" and "fit" in stages:
+                comparison.fit(row, budget)
+            ready = row.kind == "teacher" or (comparison.cell_dir(row, budget) / "fit.json").is_file()
+            if ready and "ppl" in stages:
+                comparison.perplexity(row, budget)
+            if ready and "eval" in stages:
+                comparison.evaluate(row, budget)
+    return write_report(comparison, selected, budgets, Path(report_dir or out))
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry of ``lit-dof compare``."""
+    from jsonargparse import auto_cli
+
+    auto_cli(compare, args=args, as_positional=False)

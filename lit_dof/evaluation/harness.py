@@ -1,0 +1,117 @@
+"""Zero-shot evaluation of a teacher or a student through lm-eval (paper §5, Table 3's seven tasks).
+
+:func:`evaluate_model` wraps an *already loaded* model in lm-eval's ``HFLM`` and runs
+``lm_eval.simple_evaluate`` on the task definitions shipped in ``lm_eval_tasks/`` (one YAML per task,
+``lit_dof_<task>``, reading the original files of a local data directory through
+:mod:`lit_dof.evaluation.task_data`), with ``TaskManager(include_defaults=False)`` so start-up does not
+index lm-eval's thousands of built-in tasks. ``builtin=True`` runs lm-eval's own task names instead (they
+download their datasets from the hub: online use only).
+
+The result records what produced each number: lm-eval / transformers / torch versions, the model source,
+the tasks, ``limit``, the batch size and the wall time.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from lit_dof.evaluation.task_data import TASKS
+
+TASK_DIR = Path(__file__).with_name("lm_eval_tasks")
+"""Folder of the shipped lm-eval task YAMLs (``lit_dof_<task>.yaml``)."""
+
+METRICS = ("acc", "acc_norm")
+
+
+def task_manager(data_dir: str | os.PathLike | None = None, mmlu_per_subject: int | None = None):
+    """An lm-eval ``TaskManager`` that knows only the shipped tasks; ``data_dir`` (default ``$LIT_DOF_DATA``)
+    and ``mmlu_per_subject`` reach the loaders as task metadata."""
+    from lm_eval.tasks import TaskManager
+
+    metadata = {"data_dir": str(data_dir) if data_dir else os.environ.get("LIT_DOF_DATA")}
+    if mmlu_per_subject:
+        metadata["mmlu_per_subject"] = int(mmlu_per_subject)
+    return TaskManager(include_path=str(TASK_DIR), include_defaults=False, metadata=metadata)
+
+
+def evaluate_model(
+    model: torch.nn.Module,
+    tokenizer,
+    tasks: Sequence[str] = TASKS,
+    *,
+    data_dir: str | os.PathLike | None = None,
+    limit: int | float | None = None,
+    batch_size: int = 16,
+    mmlu_per_subject: int | None = None,
+    builtin: bool = False,
+    max_length: int | None = None,
+) -> dict:
+    """Zero-shot accuracy of ``model`` on ``tasks``.
+
+    Args:
+        model: a loaded causal LM (teacher or :class:`~lit_dof.students.LitDofForCausalLM`), on its device.
+        tokenizer: its tokenizer.
+        tasks: names from :data:`~lit_dof.evaluation.task_data.TASKS` (or lm-eval names with ``builtin``).
+        data_dir: folder laid out like ../shared/data (default ``$LIT_DOF_DATA``).
+        limit: examples per task (int) or fraction (float); ``None``: full sets.
+        batch_size: loglikelihood requests per forward.
+        mmlu_per_subject: first this-many MMLU questions per subject (a fixed stratified subset).
+        builtin: use lm-eval's built-in task names (hub datasets, needs internet).
+        max_length: longest context in tokens (default: the model config's ``max_position_embeddings``).
+
+    Returns:
+        ``{"tasks": {task: {"acc", "acc_stderr", "acc_norm"?, "acc_norm_stderr"?, "n"}}, "provenance": {...}}``.
+
+    Raises:
+        ValueError: an unknown task name; FileNotFoundError: a missing data file.
+    """
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+
+    if not builtin:
+        unknown = sorted(set(tasks) - set(TASKS))
+        if unknown:
+            raise ValueError(f"unknown task(s) {unknown}; known: {', '.join(TASKS)} (or pass builtin=True for lm-eval's)")
+    names = list(tasks) if builtin else [f"lit_dof_{t}" for t in tasks]
+    config = getattr(model.config, "text_config", None) or model.config
+    max_length = max_length or getattr(config, "max_position_embeddings", None) or 2048
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size, max_length=max_length)
+    manager = None if builtin else task_manager(data_dir, mmlu_per_subject)
+    start = time.perf_counter()
+    model.eval()
+    with torch.no_grad():
+        raw = lm_eval.simple_evaluate(model=lm, tasks=names, task_manager=manager, limit=limit, num_fewshot=0,
+                                      log_samples=False)  # fmt: skip
+    seconds = time.perf_counter() - start
+    results = {}
+    for task, name in zip(tasks, names):
+        row = raw["results"][name]
+        entry = {"n": int(raw.get("n-samples", {}).get(name, {}).get("effective", 0))}
+        for metric in METRICS:
+            if f"{metric},none" in row:
+                entry[metric] = float(row[f"{metric},none"])
+                stderr = row.get(f"{metric}_stderr,none")
+                entry[f"{metric}_stderr"] = float(stderr) if isinstance(stderr, (int, float)) else None
+        results[task] = entry
+    return {"tasks": results, "provenance": provenance(tasks=list(tasks), limit=limit, batch_size=batch_size,
+                                                     mmlu_per_subject=mmlu_per_subject, seconds=seconds)}  # fmt: skip
+
+
+def provenance(**extra) -> dict:
+    """Versions and machine of a measurement, plus ``extra`` (wall time in seconds, settings)."""
+    import importlib.metadata as md
+
+    versions = {}
+    for package in ("lit-dof", "lm_eval", "transformers", "torch", "datasets", "lightning"):
+        try:
+            versions[package] = md.version(package)
+        except md.PackageNotFoundError:
+            versions[package] = None
+    return {"versions": versions, "python": platform.python_version(), "machine": platform.machine(),
+            "cpu_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(), **extra}  # fmt: skip

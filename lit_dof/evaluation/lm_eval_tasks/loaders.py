@@ -1,0 +1,48 @@
+"""lm-eval ``custom_dataset`` hooks for the task YAMLs beside this file (loaded by lm-eval from its path).
+
+lm-eval calls each hook with the task's metadata (merged with ``TaskManager(metadata=...)``); the keys read
+here are ``data_dir`` (default: ``$LIT_DOF_DATA``) and ``mmlu_per_subject``. Records come from
+:mod:`lit_dof.evaluation.task_data`.
+"""
+
+import os
+
+import datasets
+
+from lit_dof.evaluation import task_data
+
+
+def _dataset(name: str, metadata: dict, **options) -> dict:
+    data_dir = metadata.get("data_dir") or os.environ.get("LIT_DOF_DATA")
+    if not data_dir:
+        raise FileNotFoundError(f"task {name}: no data directory; pass data_dir (lit-dof eval --data_dir) or set "
+                                "LIT_DOF_DATA to a folder laid out like ../shared/data")  # fmt: skip
+    return {"test": datasets.Dataset.from_list(task_data.load_task(name, data_dir, **options))}
+
+
+def piqa(**metadata):
+    return _dataset("piqa", metadata)
+
+
+def logiqa(**metadata):
+    return _dataset("logiqa", metadata)
+
+
+def arc_easy(**metadata):
+    return _dataset("arc_easy", metadata)
+
+
+def arc_challenge(**metadata):
+    return _dataset("arc_challenge", metadata)
+
+
+def winogrande(**metadata):
+    return _dataset("winogrande", metadata)
+
+
+def wsc273(**metadata):
+    return _dataset("wsc273", metadata)
+
+
+def mmlu(**metadata):
+    return _dataset("mmlu", metadata, per_subject=metadata.get("mmlu_per_subject"))

@@ -1,0 +1,53 @@
+"""The comparison runner end to end on the tiny real teacher: cells, report, resume without recomputation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from lit_dof.evaluation import comparison
+from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
+
+DATA = REPO.parent / "shared" / "data"
+TINY_FIT = [
+    "--data.init_args.seq_len=64", "--data.init_args.batch_size=2", "--data.init_args.val_blocks=2",
+    "--dof.num_samples=64", "--dof.num_batches=2", "--model.init_args.query_rows=32",
+    "--trainer.enable_progress_bar=false", "--trainer.max_steps=3", "--trainer.val_check_interval=3",
+]  # fmt: skip
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
+def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
+    kwargs = dict(rows=["teacher", "performer", "fix", "dof"], budgets=[16], out=str(tmp_path / "cells"),
+                  teacher=str(TINYSTORIES), corpus=str(WIKIPEDIA), data_dir=str(DATA), eval_limit=6,
+                  mmlu_per_subject=1, ppl_tokens=300, fit_args=TINY_FIT)  # fmt: skip
+    report = comparison.compare(**kwargs)
+    cells = {c["row"]: c for c in report["cells"]}
+    assert set(cells) == {"teacher", "performer", "fix", "dof"}
+    assert cells["teacher"]["gap_closed"] == pytest.approx(1.0) and cells["performer"]["gap_closed"] == pytest.approx(0.0)
+    fix, dof = cells["fix"]["fit"], cells["dof"]["fit"]
+    assert fix["feature_dims"] == [16, 16] and fix["steps"] == 3 and fix["tokens"] == 3 * 2 * 64
+    assert dof["feature_dims"] != [16, 16] and dof["total_features"] >= 31  # L · C up to rounding, + the min_dim floor
+    assert dof["lam_rule"] == "auto" and dof["num_samples"] == 64
+    assert [step for step, _ in fix["val_curve"]] == [2]  # one validation at the end (step index of the 3rd step)
+    for c in cells.values():
+        assert c["ppl"] > 1 and len(c["scores"]) == 7 and c["average"] is not None
+    table = (tmp_path / "cells" / "comparison.md").read_text()
+    for needle in ("| teacher |", "| performer |", "| fix |", "| dof |", "arc_easy", "wsc273", "gap closed", "λ", "tokens"):
+        assert needle in table
+    assert (tmp_path / "cells" / "comparison.png").stat().st_size > 0
+
+    # Re-running skips every finished cell: no fit subprocess, no evaluation, same report.
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "cells").rglob("eval/*.json")}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a finished cell was re-fitted")
+
+    monkeypatch.setattr(subprocess, "run", refuse)
+    again = comparison.compare(**kwargs)
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert json.dumps(again, sort_keys=True) == json.dumps(report, sort_keys=True)
+    with pytest.raises(ValueError, match="unknown row"):
+        comparison.compare(**{**kwargs, "rows": ["softmax"]})

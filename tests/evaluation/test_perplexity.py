@@ -1,0 +1,50 @@
+"""Sliding-window perplexity against a per-token reference (each token scored once, with its window's context)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lit_dof.evaluation.perplexity import sliding_window_perplexity, windows
+
+
+@pytest.mark.parametrize("n, window, stride", [(50, 16, 16), (50, 16, 5), (17, 16, 4), (10, 16, 8), (64, 8, 1)])
+def test_windows_score_every_token_once_with_enough_context(n, window, stride):
+    scored = []
+    for start, end, first in windows(n, window, stride):
+        assert 0 <= start < first <= end <= n and end - start <= window
+        assert first - start >= min(first, max(1, window - stride))  # context: ≥ window − stride (≥ 1) tokens
+        scored += range(first, end)
+    assert scored == list(range(1, n))
+
+
+def test_windows_reject_bad_arguments():
+    with pytest.raises(ValueError, match="stride"):
+        list(windows(10, 8, 9))
+    with pytest.raises(ValueError, match="window"):
+        list(windows(10, 1, 1))
+
+
+def test_perplexity_matches_per_token_reference():
+    """Each scored token's NLL recomputed alone with exactly the context its window gives it."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.conftest import tiny_config
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config("llama")).eval()
+    tokens = torch.randint(0, model.config.vocab_size, (45,))
+    window, stride = 12, 5
+    nll = 0.0
+    for start, end, first in windows(tokens.numel(), window, stride):
+        for t in range(first, end):
+            with torch.no_grad():
+                logits = model(tokens[start:t][None]).logits[0, -1].float()
+            nll -= float(logits.log_softmax(-1)[tokens[t]])
+    expected = math.exp(nll / (tokens.numel() - 1))
+    ppl, count = sliding_window_perplexity(model, tokens, window=window, stride=stride, batch_size=3)
+    assert count == 44 and ppl == pytest.approx(expected, rel=1e-4)
+    disjoint, _ = sliding_window_perplexity(model, tokens, window=window, batch_size=2)
+    assert disjoint != pytest.approx(ppl, rel=1e-6)  # less context, a different number
