@@ -218,7 +218,7 @@ def summarise_fit(cell: Path, attempts: list[dict], command: list[str]) -> dict:
     dims = student_config.get("feature_dims")
     steps = int(config["trainer"]["max_steps"])
     data = config["data"]["init_args"]
-    record = {"student": str((run / "student").relative_to(cell)),  # relative: cells can move "feature_dims": dims, "total_features": sum(dims) if dims else None,
+    record = {"student": str((run / "student").relative_to(cell)), "feature_dims": dims, "total_features": sum(dims) if dims else None,
               "steps": steps, "tokens": steps * int(data["batch_size"]) * int(data["seq_len"]),
               "wall_seconds": sum(a["seconds"] for a in attempts), "attempts": len(attempts),
               "command": " ".join(command), "val_curve": validation_curve(cell)}  # fmt: skip
