@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from lit_dof.evaluation.task_data import TASKS
+from lit_dof.evaluation.task_data import TASKS, TRAIN_SPLITS
 from lit_dof.io import atomic_write_json, atomic_write_text
 
 REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -86,6 +86,9 @@ class Comparison:
         ppl_tokens, ppl_window, ppl_stride: held-out perplexity stream length and sliding window (tokens).
         fit_args: extra ``lit-dof fit`` arguments for every student (e.g. ``--trainer.max_steps=200``).
         teacher: teacher source (default: the base config's ``model.init_args.teacher``).
+        finetune_lrs: the protocol's learning-rate grid, searched on the teacher and reused for the students.
+        finetune_args: extra ``lit-dof fit`` arguments of every fine-tuning run (e.g.
+            ``--data.init_args.train_limit=200`` to fit the protocol into a CPU budget).
     """
 
     out: Path
@@ -100,6 +103,8 @@ class Comparison:
     ppl_stride: int = 256
     batch_size: int = 16
     fit_args: Sequence[str] = field(default_factory=tuple)
+    finetune_lrs: Sequence[float] = (1e-5, 3e-5, 1e-4)
+    finetune_args: Sequence[str] = field(default_factory=tuple)
 
     def cell_dir(self, row: Row, budget: int) -> Path:
         return Path(self.out) / f"C{budget}" / row.name
@@ -188,6 +193,59 @@ class Comparison:
         return result
 
 
+    # -- the paper's per-task fine-tuning protocol (METHOD.md §4) -----------------------------------------
+    def _finetune_run(self, source: str, task: str, lr: float, folder: Path) -> dict:
+        """One fine-tuning fit (subprocess, in ``folder``); returns its ``finetune.json``."""
+        result_path = folder / "result.json"
+        if result_path.is_file():
+            return json.loads(result_path.read_text())
+        folder.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "lit_dof.pipeline.cli", "fit", "--config",
+                   str(REPO_CONFIGS / "finetune" / "arc_easy.yaml"), f"--data.init_args.task={task}",
+                   f"--model.init_args.teacher={source}", f"--model.init_args.lr={lr}"]  # fmt: skip
+        if self.data_dir:
+            command.append(f"--data.init_args.data_dir={self.data_dir}")
+        if task == "mmlu":  # the paper: MMLU 1 epoch, last
+            command += ["--trainer.max_epochs=1", "--model.init_args.selection=last"]
+            if self.mmlu_per_subject:
+                command.append(f"--data.init_args.mmlu_per_subject={self.mmlu_per_subject}")
+        command += list(self.finetune_args)
+        start = time.time()
+        with open(folder / "fit.log", "a") as log:
+            log.write(f"\n$ (cd {folder} && {' '.join(command)})\n")
+            log.flush()
+            code = subprocess.run(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT).returncode
+        if code != 0:
+            raise RuntimeError(f"fine-tuning {source} on {task} (lr {lr}) failed with code {code}; see {folder / 'fit.log'}")
+        summaries = sorted(folder.glob("runs/*/version_*/finetune.json"), key=os.path.getmtime)
+        result = {**json.loads(summaries[-1].read_text()), "wall_seconds": time.time() - start, "command": " ".join(command)}
+        atomic_write_json(result_path, result)
+        return result
+
+    def finetune_lr(self, task: str) -> float:
+        """The protocol's learning rate for ``task``: the best of :attr:`finetune_lrs` on the teacher."""
+        folder = Path(self.out) / "finetune_lr" / task
+        scores = {lr: self._finetune_run(self.teacher_source(), task, lr, folder / f"lr{lr:g}")["score"]
+                  for lr in self.finetune_lrs}  # fmt: skip
+        best = max(scores, key=lambda lr: scores[lr])
+        atomic_write_json(folder / "selected.json", {"task": task, "scores": {f"{k:g}": v for k, v in scores.items()},
+                                                      "lr": best})  # fmt: skip
+        return best
+
+    def finetune(self, row: Row, budget: int, task: str) -> dict:
+        """Fine-tune the cell's model on ``task`` at the teacher-selected learning rate (``finetune/<task>.json``)."""
+        path = self.cell_dir(row, budget) / "finetune" / f"{task}.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        lr = self.finetune_lr(task)
+        if row.kind == "teacher":
+            result = self._finetune_run(self.teacher_source(), task, lr, Path(self.out) / "finetune_lr" / task / f"lr{lr:g}")
+        else:
+            result = self._finetune_run(self.model_source(row, budget), task, lr, path.parent / task)
+        atomic_write_json(path, result)
+        return result
+
+
 def _latest_run(cell: Path) -> Path:
     runs = sorted(cell.glob("runs/*/version_*/student"), key=lambda p: int(p.parent.name.split("_")[1]))
     if not runs:
@@ -257,10 +315,11 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                     scores[task] = {"value": entry.get(metric), "stderr": entry.get(f"{metric}_stderr"), "metric": metric,
                                     "n": entry.get("n")}  # fmt: skip
             ppl = json.loads((cell / "ppl.json").read_text()) if (cell / "ppl.json").is_file() else None
+            finetuned = {p.stem: json.loads(p.read_text())["score"] for p in sorted((cell / "finetune").glob("*.json"))}
             complete = len(scores) == len(tasks)
             cells.append({"row": row.name, "note": row.note, "budget": budget, "kind": row.kind, "fit": fit,
                           "scores": scores, "average": _mean(s["value"] for s in scores.values()) if complete else None,
-                          "ppl": ppl["ppl"] if ppl else None})  # fmt: skip
+                          "ppl": ppl["ppl"] if ppl else None, "finetuned": finetuned})  # fmt: skip
     teacher = next((c for c in cells if c["kind"] == "teacher"), None)
     for budget in budgets:
         performer = next((c for c in cells if c["row"] == "performer" and c["budget"] == budget), None)
@@ -295,6 +354,14 @@ def markdown(report: dict, header: str = "") -> str:
                f"{fit['tokens'] / 1e6:.2f}M" if fit.get("tokens") else "–",
                f"{wall / 60:.0f} min" if wall else "–", c["note"]]  # fmt: skip
         lines.append("| " + " | ".join(row) + " |")
+    finetuned_tasks = sorted({t for c in report["cells"] for t in c.get("finetuned", {})})
+    if finetuned_tasks:
+        lines += ["", "Fine-tuned per task (METHOD.md §4; accuracy of the best epoch, MMLU: last; learning rate from "
+                  "the teacher's grid):", "", "| method | " + " | ".join(finetuned_tasks) + " |",
+                  "|" + "---|" * (len(finetuned_tasks) + 1)]  # fmt: skip
+        for c in report["cells"]:
+            if c.get("finetuned"):
+                lines.append(f"| {c['row']} | " + " | ".join(_fmt(c["finetuned"].get(t)) for t in finetuned_tasks) + " |")
     lines.append("")
     lines.append("Metrics: " + ", ".join(f"{t} {m}" for t, m in report["primary_metric"].items() if t in tasks) +
                  ". gap closed = (avg − Performer avg) / (teacher avg − Performer avg). ppl: sliding-window "
@@ -363,6 +430,9 @@ def compare(
     mmlu_per_subject: int | None = 18,
     ppl_tokens: int = 32768,
     fit_args: list[str] = [],
+    finetune_tasks: list[str] = list(TRAIN_SPLITS),
+    finetune_lrs: list[float] = [1e-5, 3e-5, 1e-4],
+    finetune_args: list[str] = [],
 ) -> dict:
     """Run (or resume) the comparison and write its report.
 
@@ -370,12 +440,16 @@ def compare(
         rows: method rows (default: all of :data:`ROWS`, teacher first).
         budgets: per-layer mean feature dims C (the total budget is L · C).
         out: cell directories. report_dir: where comparison.{json,md,png} go (default: ``out``).
-        stages: which of ``fit``, ``ppl``, ``eval`` to run now (the report is always rewritten).
+        stages: which of ``fit``, ``ppl``, ``eval``, ``finetune`` to run now (the report is always rewritten;
+            ``finetune`` — the paper's protocol — is opt-in: it is the costliest stage on a CPU).
         base_config: shared recipe (default configs/quickstart.yaml). teacher: override its teacher.
         corpus: corpus file (default ``$LIT_DOF_CORPUS``). data_dir: task data (default ``$LIT_DOF_DATA``).
         eval_limit: examples per task. mmlu_per_subject: MMLU subset (18 per subject → 1026 questions).
         ppl_tokens: held-out tokens for the perplexity column.
         fit_args: extra ``lit-dof fit`` arguments for every student.
+        finetune_tasks: tasks of the protocol (those with training data offline).
+        finetune_lrs: the learning-rate grid searched on the teacher, reused for the students.
+        finetune_args: extra arguments of every fine-tuning fit (e.g. ``--data.init_args.train_limit=200``).
 
     Raises:
         ValueError: an unknown row or stage.
@@ -383,13 +457,14 @@ def compare(
     unknown = sorted(set(rows) - set(ROWS))
     if unknown:
         raise ValueError(f"unknown row(s) {unknown}; known: {', '.join(ROWS)}")
-    bad = sorted(set(stages) - {"fit", "ppl", "eval"})
+    bad = sorted(set(stages) - {"fit", "ppl", "eval", "finetune"})
     if bad:
-        raise ValueError(f"unknown stage(s) {bad}; use fit, ppl, eval")
+        raise ValueError(f"unknown stage(s) {bad}; use fit, ppl, eval, finetune")
     comparison = Comparison(out=Path(out), base_config=Path(base_config) if base_config else REPO_CONFIGS / "quickstart.yaml",
                             teacher=teacher, corpus=corpus or os.environ.get("LIT_DOF_CORPUS"), data_dir=data_dir,
                             eval_limit=eval_limit, mmlu_per_subject=mmlu_per_subject, ppl_tokens=ppl_tokens,
-                            fit_args=tuple(fit_args))  # fmt: skip
+                            fit_args=tuple(fit_args), finetune_lrs=tuple(finetune_lrs),
+                            finetune_args=tuple(finetune_args))  # fmt: skip
     selected = [ROWS[name] for name in rows]
     for budget in budgets:
         for row in selected:
@@ -403,6 +478,9 @@ def compare(
                 comparison.perplexity(row, budget)
             if ready and "eval" in stages:
                 comparison.evaluate(row, budget)
+            if ready and "finetune" in stages:
+                for task in finetune_tasks:
+                    comparison.finetune(row, budget, task)
     return write_report(comparison, selected, budgets, Path(report_dir or out))
 
 
