@@ -24,7 +24,12 @@ import math
 import torch
 
 from lit_dof.pipeline.module import StudentModule
-from lit_dof.students.losses import LossKind, attention_distillation_loss, logit_distillation_loss
+from lit_dof.students.losses import (
+    LossKind,
+    attention_distillation_loss,
+    attention_output_loss,
+    logit_distillation_loss,
+)
 from lit_dof.teacher.capture import capture_attention
 
 
@@ -32,7 +37,7 @@ class LayerwiseDistillation(StudentModule):
     """The paper's layer-wise phase (softmax or L2 kernel loss), as a LightningModule.
 
     Args (beyond :class:`~lit_dof.pipeline.module.StudentModule`):
-        loss: ``"softmax"`` or ``"l2"``.
+        loss: ``"softmax"``, ``"l2"`` (paper §3) or ``"output"`` (block-output matching, Distill-then-Replace).
         lr_z, lr_alpha, lr: learning rates of z, log α and other feature-map parameters.
         warmup_steps: linear warm-up length (optimizer steps). min_lr_ratio: cosine floor.
         query_rows: score this many random query rows per sequence (``None``: all; see the losses module).
@@ -43,7 +48,7 @@ class LayerwiseDistillation(StudentModule):
         kd_temperature: temperature of its logit distillation.
 
     Raises:
-        ValueError: ``finetune_fraction`` outside [0, 1], a non-positive ``finetune_lr_ratio`` or ``kd_temperature``.
+        ValueError: an unknown ``loss``, ``finetune_fraction`` outside [0, 1], a non-positive ``finetune_lr_ratio`` or ``kd_temperature``.
     """
 
     def __init__(
@@ -64,6 +69,8 @@ class LayerwiseDistillation(StudentModule):
         **kwargs,
     ) -> None:
         super().__init__(*args, **kwargs)
+        if loss not in ("softmax", "l2", "output"):
+            raise ValueError(f"loss must be 'softmax', 'l2' or 'output', got {loss!r}")
         if not 0.0 <= finetune_fraction <= 1.0:
             raise ValueError(f"finetune_fraction must be in [0, 1], got {finetune_fraction}")
         if finetune_lr_ratio <= 0 or kd_temperature <= 0:
@@ -102,8 +109,10 @@ class LayerwiseDistillation(StudentModule):
         """One frozen-teacher forward: its logits and, if ``capture``, every layer's (q, k, key padding)."""
         captured: dict[int, tuple] = {}
 
+        keep_values = self.loss_kind == "output"
+
         def record(index, q, k, v, pad, out):
-            captured[index] = (q, k, pad)
+            captured[index] = (q, k, pad, v, out) if keep_values else (q, k, pad)
 
         recording = capture_attention(self.student.model, record) if capture else contextlib.nullcontext()
         with torch.no_grad(), self.student.teacher_mode(), recording:  # root forward (FSDP)
@@ -115,10 +124,14 @@ class LayerwiseDistillation(StudentModule):
         self._rows_generator.manual_seed(self.global_step * 7919 + batch_idx)
         losses = {}
         for index, twin in self.student.linear_modules().items():
-            q, k, pad = captured[index]
-            losses[index] = attention_distillation_loss(
-                twin, q, k, pad, kind=self.loss_kind, query_rows=self.query_rows, generator=self._rows_generator
-            )
+            q, k, pad = captured[index][:3]
+            if self.loss_kind == "output":
+                v, out = captured[index][3:]
+                losses[index] = attention_output_loss(twin, q, k, v, out, pad)
+            else:
+                losses[index] = attention_distillation_loss(
+                    twin, q, k, pad, kind=self.loss_kind, query_rows=self.query_rows, generator=self._rows_generator
+                )
             self.log(f"train/loss_layer_{index:02d}", losses[index].detach())
         return losses
 

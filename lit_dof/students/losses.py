@@ -8,6 +8,8 @@ R ≤ T scored query rows, M features, d head size.
 * **softmax** (paper §3, "softmax loss"): cross-entropy between the teacher's causal attention rows
   p_i = softmax_{j≤i}(q_iᵀk_j/√d) and the twin's normalised rows p̂_i ∝ K̂(q_i, k_j), averaged over rows
   and heads. We return KL(p‖p̂) = CE − H(p): the same gradient, and 0 at a perfect match.
+* **output** (:func:`attention_output_loss`, Distill-then-Replace's blockwise objective): relative squared
+  error of the twin's attention output against the teacher's, on the teacher's q/k/v.
 * **l2** (paper §3, "L2 loss"): mean squared error between K(q, k) = exp(qᵀk/√d) and K̂(q, k) over all
   pairs of valid tokens (not only causal ones, as in the paper). Real teachers have kernel values up to
   e^160, so it is computed in float64 (e^320 squared errors stay finite); Adam is insensitive to the scale.
@@ -26,7 +28,7 @@ from torch import Tensor
 
 from lit_dof.attention import CausalLinearAttention
 
-LossKind = Literal["softmax", "l2"]
+LossKind = Literal["softmax", "l2", "output"]
 
 
 def _twin_log_features(twin: CausalLinearAttention, q: Tensor, k: Tensor, exact: bool) -> tuple[Tensor, Tensor]:
@@ -129,6 +131,41 @@ def attention_distillation_loss(
             f"non-finite {kind} distillation loss ({loss.item()}); check the teacher's q/k (max |q| "
             f"{q.abs().max().item():.3g}, max |k| {k.abs().max().item():.3g}) and the feature map's parameters"
         )
+    return loss
+
+
+def attention_output_loss(
+    twin: CausalLinearAttention, q: Tensor, k: Tensor, v: Tensor, out: Tensor, key_padding: Tensor | None = None
+) -> Tensor:
+    """Output-matching loss of one attention block (Distill-then-Replace's blockwise local distillation,
+    arXiv 2601.11667 §3.1): the twin's linear attention on the teacher's own q, k, v against the teacher's
+    softmax attention output, as a relative squared error Σ‖ŷ − y‖² / Σ‖y‖² over valid rows and heads.
+
+    Unlike the kernel losses it sees the values, so it weighs each attention error by what it changes in the
+    block's output; it is scale-free (0 at a perfect match, 1 for an all-zero output).
+
+    Args:
+        twin: the layer's :class:`~lit_dof.attention.CausalLinearAttention`.
+        q: ``(B, Hq, T, d)`` teacher queries (scaled, post-RoPE); k: ``(B, Hk, T, d)``; v: ``(B, Hk, T, D)``.
+        out: ``(B, T, Hq, D)`` the teacher's attention output before the output projection (as captured).
+        key_padding: ``(B, T)`` bool, False at padding (those rows and keys are excluded).
+
+    Returns:
+        a 0-d float32 tensor.
+
+    Raises:
+        FloatingPointError: a non-finite loss.
+    """
+    y, _ = twin(q.detach(), k.detach(), v.detach(), key_padding_mask=key_padding)  # (B, Hq, T, D)
+    target = out.detach().transpose(1, 2).float()
+    err = (y.float() - target).pow(2).sum(-1)  # (B, Hq, T)
+    norm = target.pow(2).sum(-1)
+    if key_padding is not None:
+        rows = key_padding.bool()[:, None, :].float()
+        err, norm = err * rows, norm * rows
+    loss = err.sum() / norm.sum().clamp_min(torch.finfo(torch.float32).tiny)
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"non-finite output-matching loss ({loss.item()}); check the twin's feature map")
     return loss
 
 

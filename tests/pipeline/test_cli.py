@@ -84,7 +84,7 @@ def test_allocator_budget_scales_every_strategy(tmp_path):
 
 
 def test_direct_and_l2_phases_run(tmp_path):
-    for configs in (("methods/direct.yaml",), ("methods/l2.yaml",)):
+    for configs in (("methods/direct.yaml",), ("methods/l2.yaml",), ("methods/output.yaml",)):
         cli, log_dir = _run(tmp_path / configs[0].split("/")[1], *configs, steps=2)
         assert cli.trainer.global_step == 2 and (log_dir / "student" / "model.safetensors").is_file()
 

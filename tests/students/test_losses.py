@@ -110,3 +110,35 @@ def test_logit_distillation_matches_categorical_kl():
         logit_distillation_loss(student, teacher, temperature=0.0)
     with pytest.raises(ValueError, match="differ in shape"):
         logit_distillation_loss(student[:, :4], teacher)
+
+
+def test_output_loss_matches_explicit_reference():
+    """Relative squared error of the twin's output against a given target, with the twin's output computed
+    here by explicit float64 loops over K̂ (causal, padding excluded)."""
+    from lit_dof.students.losses import attention_output_loss
+
+    twin, q, k = _setup(seed=3)
+    torch.manual_seed(4)
+    v = torch.randn(2, 2, 10, 8)
+    out = torch.randn(2, 10, 4, 8)  # an arbitrary "teacher output" (B, T, Hq, D)
+    valid = torch.ones(2, 10, dtype=torch.bool)
+    valid[1, :3] = False
+    fm, G = twin.feature_map, 2
+    err = norm = 0.0
+    for b in range(2):
+        for h in range(4):
+            hk = h // G
+            lq = fm.log_features(q[b : b + 1, h : h + 1].expand(1, fm.num_heads, 10, 8))[0, hk].double()
+            lk = fm.log_features(k[b : b + 1, hk : hk + 1].expand(1, fm.num_heads, 10, 8))[0, hk].double()
+            khat = torch.logsumexp(lq[:, None, :] + lk[None, :, :], -1).exp().detach()
+            for i in range(10):
+                if not valid[b, i]:
+                    continue
+                cols = [j for j in range(i + 1) if valid[b, j]]
+                y = (khat[i, cols, None] * v[b, hk, cols].double()).sum(0) / khat[i, cols].sum()
+                err += float(((y - out[b, i, h].double()) ** 2).sum())
+                norm += float((out[b, i, h].double() ** 2).sum())
+    loss = attention_output_loss(twin, q, k, v, out, valid)
+    assert float(loss) == pytest.approx(err / norm, rel=1e-4)
+    loss.backward()
+    assert twin.feature_map.z.grad is not None and twin.feature_map.z.grad.abs().sum() > 0
