@@ -71,7 +71,12 @@ def collate_choices(docs: list[dict], tokenizer, max_length: int) -> dict:
 
 def option_scores(model, batch: dict) -> torch.Tensor:
     """Summed log p(continuation) per option ``(P,)`` (right padding: causal, so padding never leaks in)."""
-    logits = model(batch["input_ids"], use_cache=False).logits[:, :-1].float()
+    return option_scores_from_logits(model(batch["input_ids"], use_cache=False).logits, batch)
+
+
+def option_scores_from_logits(logits: torch.Tensor, batch: dict) -> torch.Tensor:
+    """:func:`option_scores` from already computed logits ``(P, T, V)``."""
+    logits = logits[:, :-1].float()
     targets = batch["targets"][:, 1:]
     logprobs = logits.log_softmax(-1).gather(-1, targets.clamp_min(0)[..., None])[..., 0]
     return (logprobs * (targets != -100)).sum(-1)

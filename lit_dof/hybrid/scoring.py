@@ -1,0 +1,87 @@
+"""Scorers of hybrids for :func:`~lit_dof.hybrid.search.greedy_replacement`: a student with a bank of linear
+twins is switched to a given set of linear layers and scored on fixed validation data, reusing the teacher's
+cached prefix (:mod:`lit_dof.hybrid.prefix`) so that only layers from the first linear one onwards run.
+
+Metrics: ``"accuracy"`` on multiple-choice items (lm-eval's ``acc``: argmax of summed option
+log-likelihoods, :mod:`lit_dof.evaluation.finetune`) — higher is better; ``"perplexity"`` on token
+blocks — lower is better.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Literal
+
+import torch
+
+from lit_dof.evaluation.finetune import collate_choices, option_scores_from_logits, score_matrix
+from lit_dof.hybrid.prefix import PrefixCache
+
+Metric = Literal["accuracy", "perplexity"]
+
+
+class HybridScorer:
+    """``scorer(linear_layers) -> score`` for a :class:`~lit_dof.students.LitDofForCausalLM` student.
+
+    Args:
+        student: the student holding a linear twin for every candidate layer.
+        batches: for ``"accuracy"`` batches from :func:`~lit_dof.evaluation.finetune.collate_choices`; for
+            ``"perplexity"`` ``{"input_ids": (B, T)}`` blocks.
+        metric: ``"accuracy"`` or ``"perplexity"``.
+        prefix_cache: reuse the teacher's hidden states before the first linear layer (exact in float32).
+
+    Attributes:
+        evaluations: scorer calls so far. seconds: time spent in them.
+
+    Raises:
+        ValueError: an unknown metric, or a layer index outside the model.
+    """
+
+    def __init__(self, student, batches: list[dict], metric: Metric = "accuracy", prefix_cache: bool = True) -> None:
+        if metric not in ("accuracy", "perplexity"):
+            raise ValueError(f"metric must be 'accuracy' or 'perplexity', got {metric!r}")
+        self.student, self.batches, self.metric = student, batches, metric
+        self.num_layers = len(student.linear_layers)
+        self.inputs = [{"input_ids": b["input_ids"]} for b in batches]
+        self.cache = PrefixCache(student, self.inputs) if prefix_cache else None
+        self.evaluations, self.seconds = 0, 0.0
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric == "accuracy"
+
+    def _logits(self, index: int, first_linear: int | None) -> torch.Tensor:
+        if self.cache is not None and first_linear is not None and first_linear > 0:
+            return self.cache.logits(self.student, index, first_linear)
+        with torch.no_grad():
+            return self.student(**self.inputs[index], use_cache=False).logits
+
+    def __call__(self, linear: frozenset) -> float:
+        bad = [i for i in linear if not 0 <= i < self.num_layers]
+        if bad:
+            raise ValueError(f"layer indices {bad} outside 0..{self.num_layers - 1}")
+        start = time.perf_counter()
+        self.student.set_softmax_layers([i for i in range(self.num_layers) if i not in linear])
+        first = min(linear) if linear else None
+        hits = total = 0
+        nll, tokens = 0.0, 0
+        for index, batch in enumerate(self.batches):
+            logits = self._logits(index, first)
+            if self.metric == "accuracy":
+                matrix = score_matrix(option_scores_from_logits(logits, batch), batch)
+                hits += int((matrix.argmax(-1) == batch["gold"]).sum())
+                total += len(batch["gold"])
+            else:
+                ids = batch["input_ids"]
+                flat = logits[:, :-1].float().reshape(-1, logits.shape[-1])
+                nll += float(torch.nn.functional.cross_entropy(flat, ids[:, 1:].reshape(-1), reduction="sum"))
+                tokens += ids[:, 1:].numel()
+        self.evaluations += 1
+        self.seconds += time.perf_counter() - start
+        return hits / max(1, total) if self.metric == "accuracy" else math.exp(nll / max(1, tokens))
+
+
+def choice_batches(docs: list[dict], tokenizer, batch_size: int = 8, max_length: int = 512) -> list[dict]:
+    """Multiple-choice items in scorer batches (:func:`~lit_dof.evaluation.finetune.collate_choices`)."""
+    return [collate_choices(docs[i : i + batch_size], tokenizer, max_length) for i in range(0, len(docs), batch_size)]
