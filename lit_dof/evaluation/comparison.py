@@ -32,7 +32,15 @@ from typing import Sequence
 from lit_dof.evaluation.task_data import TASKS, TRAIN_SPLITS
 from lit_dof.io import atomic_write_json, atomic_write_text
 
-REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_CONFIGS = REPO_ROOT / "configs"
+
+
+def portable(command: Sequence[str]) -> str:
+    """A recorded command without this machine's paths: the interpreter as ``python``, repository paths
+    relative to its root, and paths beside the repository as ``../``."""
+    text = " ".join(command).replace(sys.executable, "python")
+    return text.replace(f"{REPO_ROOT}/", "").replace(f"{REPO_ROOT.parent}/", "../")
 PRIMARY_METRIC = {"piqa": "acc_norm", "logiqa": "acc_norm", "arc_easy": "acc_norm", "arc_challenge": "acc_norm",
                   "winogrande": "acc", "wsc273": "acc", "mmlu": "acc"}  # fmt: skip
 """The metric shown per task (lm-eval's usual headline: acc_norm where defined for multi-word choices)."""
@@ -218,7 +226,7 @@ class Comparison:
         if code != 0:
             raise RuntimeError(f"fine-tuning {source} on {task} (lr {lr}) failed with code {code}; see {folder / 'fit.log'}")
         summaries = sorted(folder.glob("runs/*/version_*/finetune.json"), key=os.path.getmtime)
-        result = {**json.loads(summaries[-1].read_text()), "wall_seconds": time.time() - start, "command": " ".join(command)}
+        result = {**json.loads(summaries[-1].read_text()), "wall_seconds": time.time() - start, "command": portable(command)}
         atomic_write_json(result_path, result)
         return result
 
@@ -279,7 +287,7 @@ def summarise_fit(cell: Path, attempts: list[dict], command: list[str]) -> dict:
     record = {"student": str((run / "student").relative_to(cell)), "feature_dims": dims, "total_features": sum(dims) if dims else None,
               "steps": steps, "tokens": steps * int(data["batch_size"]) * int(data["seq_len"]),
               "wall_seconds": sum(a["seconds"] for a in attempts), "attempts": len(attempts),
-              "command": " ".join(command), "val_curve": validation_curve(cell)}  # fmt: skip
+              "command": portable(command), "val_curve": validation_curve(cell)}  # fmt: skip
     record["strategy"] = (config.get("allocator") or {}).get("strategy")
     dof_path = run / "dof.json"
     if dof_path.is_file():

@@ -38,6 +38,7 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     for needle in ("| teacher |", "| performer |", "| fix |", "| dof |", "arc_easy", "wsc273", "gap closed", "λ", "tokens"):
         assert needle in table
     assert (tmp_path / "cells" / "comparison.png").stat().st_size > 0
+    assert str(REPO) not in fix["command"] and fix["command"].startswith("python -m lit_dof.pipeline.cli fit")
 
     # Re-running skips every finished cell: no fit subprocess, no evaluation, same report.
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "cells").rglob("eval/*.json")}
