@@ -106,7 +106,8 @@ class LayerwiseDistillation(StudentModule):
             self._finetune_reset_at = start
 
     def _teacher_forward(self, batch: dict, *, capture: bool) -> tuple[torch.Tensor, dict[int, tuple]]:
-        """One frozen-teacher forward: its logits and, if ``capture``, every layer's (q, k, key padding)."""
+        """One frozen-teacher forward: its logits and, if ``capture``, every layer's (q, k, key padding), plus
+        (v, attention output) for the ``output`` loss."""
         captured: dict[int, tuple] = {}
 
         keep_values = self.loss_kind == "output"
