@@ -9,6 +9,7 @@ the numbers and their provenance (versions, settings, wall time) as JSON, atomic
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -21,7 +22,7 @@ def load_model(source: str):
     from lit_dof.teacher.loading import load_teacher, load_tokenizer
 
     config = Path(source) / "config.json"
-    if config.is_file() and '"lit_dof"' in config.read_text():
+    if config.is_file() and json.loads(config.read_text()).get("model_type") == "lit_dof":
         from lit_dof.students import load_student
 
         return load_student(source), load_tokenizer(source)

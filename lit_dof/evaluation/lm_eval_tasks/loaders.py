@@ -20,29 +20,14 @@ def _dataset(name: str, metadata: dict, **options) -> dict:
     return {"test": datasets.Dataset.from_list(task_data.load_task(name, data_dir, **options))}
 
 
-def piqa(**metadata):
-    return _dataset("piqa", metadata)
+def _hook(name: str):
+    def load(**metadata):
+        options = {"per_subject": metadata.get("mmlu_per_subject")} if name == "mmlu" else {}
+        return _dataset(name, metadata, **options)
+
+    load.__name__ = name
+    return load
 
 
-def logiqa(**metadata):
-    return _dataset("logiqa", metadata)
-
-
-def arc_easy(**metadata):
-    return _dataset("arc_easy", metadata)
-
-
-def arc_challenge(**metadata):
-    return _dataset("arc_challenge", metadata)
-
-
-def winogrande(**metadata):
-    return _dataset("winogrande", metadata)
-
-
-def wsc273(**metadata):
-    return _dataset("wsc273", metadata)
-
-
-def mmlu(**metadata):
-    return _dataset("mmlu", metadata, per_subject=metadata.get("mmlu_per_subject"))
+# One hook per task, named as the YAMLs reference them (``!function loaders.<task>``).
+piqa, logiqa, arc_easy, arc_challenge, winogrande, wsc273, mmlu = map(_hook, task_data.TASKS)
