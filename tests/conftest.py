@@ -104,3 +104,10 @@ def wikipedia_ids(tokenizer, count: int, length: int, skip: int = 5000) -> torch
         if len(rows) == count:
             return torch.stack(rows)
     raise RuntimeError("not enough long documents")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_working_directory(tmp_path, monkeypatch):
+    """Every test runs in its own temporary directory, so relative output paths of the shipped configs
+    (e.g. the quickstart's ``runs/quickstart/checkpoints``) never land in the repository."""
+    monkeypatch.chdir(tmp_path)

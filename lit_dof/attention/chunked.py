@@ -101,94 +101,100 @@ def chunked_linear_attention(
 
     C = min(chunk_size, T)
     N = math.ceil(T / C)
+    # Blocks of S chunks keep every temporary cache-sized: on CPU, large fresh tensors cost more than the math.
+    # The N chunks are split into equal blocks (padding at most one chunk per block).
+    blocks = math.ceil(N / max(1, block_size // C))
+    S = math.ceil(N / blocks)
+    N = blocks * S
     pad = N * C - T
-    lq, lk = log_phi_q.float(), log_phi_k.float()
-    # The normaliser rides along as a ones column of v, so every matmul below yields numerator and denominator.
-    v1 = F.pad(v.float(), (0, 1), value=1.0)  # (B, Hk, T, D+1)
+    lq, lk, vf = log_phi_q.float(), log_phi_k.float(), v.float()
     if pad:
         lq = F.pad(lq, (0, 0, 0, pad))
         lk = F.pad(lk, (0, 0, 0, pad), value=EMPTY_LOG_SCALE)  # padded keys have φ = 0
-        v1 = F.pad(v1, (0, 0, 0, pad))
+        vf = F.pad(vf, (0, 0, 0, pad))
     lq = lq.view(B, Hk, G, N, C, M)
     lk = lk.view(B, Hk, N, C, M)
-    v1 = v1.view(B, Hk, N, C, D + 1)
+    # Values block-major, (blocks, B·Hk·S, C, D): each block's chunks are one contiguous batch of matmuls.
+    vb = vf.reshape(B * Hk, blocks, S * C, D)
+    vb = (vb.transpose(0, 1).contiguous() if blocks > 1 else vb).reshape(blocks, B * Hk * S, C, D)
 
-    # Blocks of S chunks keep every temporary cache-sized: on CPU, large fresh tensors cost more than the math.
-    S = max(1, block_size // C)
     exclusive = torch.ones(S, S, device=v.device).tril_(-1)  # (S, S): strictly-lower prefix-sum operator
-    # Carried state [A | B] of METHOD.md §1, relative to the per-feature stabiliser m_ref: (B, Hk, M, D+1).
-    carry = torch.cat([initial_state.kv, initial_state.k_sum.unsqueeze(-1)], dim=-1)
-    m_ref = initial_state.log_scale  # (B, Hk, M)
+    # Carried state A = Σ φ(k) vᵀ, B = Σ φ(k) (METHOD.md §1), relative to the per-feature stabiliser m_ref.
+    kv, k_sum, m_ref = initial_state.kv, initial_state.k_sum, initial_state.log_scale
     # Without autograd the blocks are written straight into the result (no final concatenation).
     y = None if torch.is_grad_enabled() else torch.empty(B, Hk, N, G * C, D, device=v.device)
     outputs = []
-    for start in range(0, N, S):
-        stop = min(start + S, N)
-        lq_blk, lk_blk, v_blk = lq[:, :, :, start:stop], lk[:, :, start:stop], v1[:, :, start:stop]
-        out, new_carry, new_m = _block(lq_blk, lk_blk, v_blk, carry, m_ref, exclusive)
-        if underflow_fallback and C > 1 and bool((out[..., D:] < _UNDERFLOW).any()):
+    for b in range(blocks):
+        start, stop = b * S, (b + 1) * S
+        lq_blk, lk_blk = lq[:, :, :, start:stop], lk[:, :, start:stop]
+        num, den, new_kv, new_k_sum, new_m = _block(lq_blk, lk_blk, vb[b], kv, k_sum, m_ref, exclusive)
+        if underflow_fallback and C > 1 and bool((den < _UNDERFLOW).any()):
             # Some row's mass vanished under a later key of this block: redo the block with one stabiliser
             # per (smaller) chunk; recursion ends at one token per chunk, the recurrent form's stabiliser.
             finer = max(1, C // 4)
-            n = stop - start
-            state = LinearAttentionState(carry[..., :D], carry[..., D], m_ref)
             y_blk, state = chunked_linear_attention(
-                lq_blk.reshape(B, Hq, n * C, M), lk_blk.reshape(B, Hk, n * C, M), v_blk[..., :D].reshape(B, Hk, n * C, D),
-                chunk_size=finer, block_size=finer, initial_state=state, check_inputs=False,
+                lq_blk.reshape(B, Hq, S * C, M), lk_blk.reshape(B, Hk, S * C, M), vb[b].view(B, Hk, S * C, D),
+                chunk_size=finer, block_size=finer, initial_state=LinearAttentionState(kv, k_sum, m_ref),
+                check_inputs=False,
             )  # fmt: skip
-            y_blk = y_blk.view(B, Hk, G, n, C, D).transpose(2, 3).reshape(B, Hk, n, G * C, D)
-            carry, m_ref = torch.cat([state.kv, state.k_sum.unsqueeze(-1)], dim=-1), state.log_scale
+            y_blk = y_blk.view(B, Hk, G, S, C, D).transpose(2, 3).reshape(B, Hk, S, G * C, D)
+            kv, k_sum, m_ref = state.kv, state.k_sum, state.log_scale
             if y is None:
                 outputs.append(y_blk)
             else:
                 y[:, :, start:stop] = y_blk
             continue
-        carry, m_ref = new_carry, new_m
-        den = out[..., D:].clamp_min(_TINY)
+        kv, k_sum, m_ref = new_kv, new_k_sum, new_m
+        inv = den.clamp_min(_TINY).reciprocal()  # one reciprocal per row, then a multiply (cheaper than a divide)
         if y is None:
-            outputs.append(out[..., :D] / den)  # (B, Hk, n, G·C, D)
+            outputs.append(num * inv)  # (B, Hk, S, G·C, D)
         else:
-            torch.div(out[..., :D], den, out=y[:, :, start:stop])
+            torch.mul(num, inv, out=y[:, :, start:stop])
 
     if y is None:
         y = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]  # (B, Hk, N, G·C, D)
     y = y.view(B, Hk, N, G, C, D).transpose(2, 3).reshape(B, Hq, N * C, D)[:, :, :T]
-    return y.to(v.dtype), LinearAttentionState(carry[..., :D], carry[..., D], m_ref)
+    return y.to(v.dtype), LinearAttentionState(kv, k_sum, m_ref)
 
 
 def _block(
-    lq: Tensor, lk: Tensor, v1: Tensor, carry: Tensor, m_ref: Tensor, exclusive: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
-    """One block of n chunks. lq ``(B, Hk, G, n, C, M)``, lk ``(B, Hk, n, C, M)``, v1 ``(B, Hk, n, C, D+1)``
-    (last column ones), carry ``(B, Hk, M, D+1)`` relative to m_ref ``(B, Hk, M)``.
+    lq: Tensor, lk: Tensor, v: Tensor, kv: Tensor, k_sum: Tensor, m_ref: Tensor, exclusive: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """One block of n chunks. lq ``(B, Hk, G, n, C, M)``, lk ``(B, Hk, n, C, M)``, v ``(B·Hk·n, C, D)``
+    float32, the carried state kv ``(B, Hk, M, D)`` and k_sum ``(B, Hk, M)`` relative to m_ref ``(B, Hk, M)``.
 
-    Returns ``(out (B, Hk, n, G·C, D+1), carry, m_ref)``: numerators and (last column) denominators of the
-    block's rows, and the state after the block relative to the new stabiliser.
+    Returns ``(num (B, Hk, n, G·C, D), den (B, Hk, n, G·C, 1), kv, k_sum, m_ref)``: numerators and
+    denominators of the block's rows, and the state after the block relative to the new stabiliser.
+    Numerator and denominator are separate matmuls so that every matmul is D (not D + 1) wide.
     """
     B, Hk, G, n, C, M = lq.shape
-    Dp = v1.shape[-1]
+    D = v.shape[-1]
+    BH = B * Hk
     with torch.no_grad():
         m_new = torch.maximum(m_ref, lk.amax(dim=(2, 3)))  # running max at the block's end, (B, Hk, M)
-        decay = torch.exp(m_ref - m_new).unsqueeze(-1)  # ≤ 1, rescales the carried state
-    carry = carry * decay
-    k_hat = (lk - m_new[:, :, None, None, :]).exp_()  # (B, Hk, n, C, M), every entry ≤ 1
+        decay = torch.exp(m_ref - m_new)  # ≤ 1, rescales the carried state
+    k_hat = (lk - m_new[:, :, None, None, :]).exp_().view(BH * n, C, M)  # every entry ≤ 1
     shifted = lq.transpose(2, 3) + m_new[:, :, None, None, None, :]  # (B, Hk, n, G, C, M)
     q_hat = shifted.sub_(shifted.detach().amax(dim=-1, keepdim=True)).exp_()  # row max 1; the shift cancels
-    q_hat = q_hat.reshape(B * Hk * n, G * C, M)  # GQA: the group's queries are extra rows of the chunk
-    k_hat = k_hat.view(B * Hk * n, C, M)
-    v_blk = v1.reshape(B * Hk * n, C, Dp)
+    q_hat = q_hat.reshape(BH * n, G * C, M)  # GQA: the group's queries are extra rows of the chunk
 
     # Intra-chunk: masked C×C kernel block (row g·C + i attends to columns j ≤ i).
     scores = torch.bmm(q_hat, k_hat.transpose(-1, -2))  # (BHn, G·C, C)
-    scores = scores.view(B * Hk * n, G, C, C).tril_().view(B * Hk * n, G * C, C)
-    out = torch.bmm(scores, v_blk)  # (BHn, G·C, D+1)
+    scores = scores.view(BH * n, G, C, C).tril_().view(BH * n, G * C, C)
+    num = torch.bmm(scores, v)  # (BHn, G·C, D)
+    den = scores.sum(-1, keepdim=True)  # (BHn, G·C, 1)
 
     # Inter-chunk: the state before each chunk = carried state + exclusive prefix sum of chunk states.
-    chunk_kv = torch.bmm(k_hat.transpose(-1, -2), v_blk).view(B, Hk, n, M * Dp)
-    prefix = (exclusive[:n, :n] @ chunk_kv).view(B, Hk, n, M, Dp) + carry.unsqueeze(2)
-    out = out.baddbmm_(q_hat, prefix.view(B * Hk * n, M, Dp)).view(B, Hk, n, G * C, Dp)
-    carry = prefix[:, :, -1] + chunk_kv[:, :, -1].view(B, Hk, M, Dp)
-    return out, carry, m_new
+    chunk_kv = torch.bmm(k_hat.transpose(-1, -2), v).view(BH, n, M * D)
+    chunk_k = k_hat.sum(1).view(BH, n, M)
+    ops = exclusive[:n, :n]
+    prefix_kv = (ops @ chunk_kv).view(B, Hk, n, M, D).add_((kv * decay.unsqueeze(-1)).unsqueeze(2))
+    prefix_k = (ops @ chunk_k).view(B, Hk, n, M).add_((k_sum * decay).unsqueeze(2))
+    num = num.baddbmm_(q_hat, prefix_kv.view(BH * n, M, D)).view(B, Hk, n, G * C, D)
+    den = den.baddbmm_(q_hat, prefix_k.view(BH * n, M, 1)).view(B, Hk, n, G * C, 1)
+    kv = prefix_kv[:, :, -1] + chunk_kv.view(B, Hk, n, M, D)[:, :, -1]
+    k_sum = prefix_k[:, :, -1] + chunk_k.view(B, Hk, n, M)[:, :, -1]
+    return num, den, kv, k_sum, m_new
 
 
 def accumulate_state(

@@ -430,6 +430,7 @@ def compare(
     out: str = "runs/compare",
     report_dir: str | None = None,
     stages: list[str] = ["fit", "ppl", "eval"],
+    tasks: list[str] = list(TASKS),
     base_config: str | None = None,
     teacher: str | None = None,
     corpus: str | None = None,
@@ -450,6 +451,7 @@ def compare(
         out: cell directories. report_dir: where comparison.{json,md,png} go (default: ``out``).
         stages: which of ``fit``, ``ppl``, ``eval``, ``finetune`` to run now (the report is always rewritten;
             ``finetune`` — the paper's protocol — is opt-in: it is the costliest stage on a CPU).
+        tasks: which tasks the ``eval`` stage runs now (the report always shows all seven; missing cells are –).
         base_config: shared recipe (default configs/quickstart.yaml). teacher: override its teacher.
         corpus: corpus file (default ``$LIT_DOF_CORPUS``). data_dir: task data (default ``$LIT_DOF_DATA``).
         eval_limit: examples per task. mmlu_per_subject: MMLU subset (18 per subject → 1026 questions).
@@ -465,6 +467,9 @@ def compare(
     unknown = sorted(set(rows) - set(ROWS))
     if unknown:
         raise ValueError(f"unknown row(s) {unknown}; known: {', '.join(ROWS)}")
+    unknown_tasks = sorted(set(tasks) - set(TASKS))
+    if unknown_tasks:
+        raise ValueError(f"unknown task(s) {unknown_tasks}; known: {', '.join(TASKS)}")
     bad = sorted(set(stages) - {"fit", "ppl", "eval", "finetune"})
     if bad:
         raise ValueError(f"unknown stage(s) {bad}; use fit, ppl, eval, finetune")
@@ -485,7 +490,7 @@ def compare(
             if ready and "ppl" in stages:
                 comparison.perplexity(row, budget)
             if ready and "eval" in stages:
-                comparison.evaluate(row, budget)
+                comparison.evaluate(row, budget, tasks)
             if ready and "finetune" in stages:
                 for task in finetune_tasks:
                     comparison.finetune(row, budget, task)

@@ -3,8 +3,9 @@ twins is switched to a given set of linear layers and scored on fixed validation
 cached prefix (:mod:`lit_dof.hybrid.prefix`) so that only layers from the first linear one onwards run.
 
 Metrics: ``"accuracy"`` on multiple-choice items (lm-eval's ``acc``: argmax of summed option
-log-likelihoods, :mod:`lit_dof.evaluation.finetune`) — higher is better; ``"perplexity"`` on token
-blocks — lower is better.
+log-likelihoods, :mod:`lit_dof.evaluation.finetune`) and ``"acc_norm"`` (lm-eval's ``acc_norm``: argmax of
+log-likelihood per character of the option) — higher is better; ``"perplexity"`` on token blocks — lower
+is better.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import torch
 from lit_dof.evaluation.finetune import collate_choices, option_scores_from_logits, score_matrix
 from lit_dof.hybrid.prefix import PrefixCache
 
-Metric = Literal["accuracy", "perplexity"]
+Metric = Literal["accuracy", "acc_norm", "perplexity"]
+METRICS = ("accuracy", "acc_norm", "perplexity")
 
 
 class HybridScorer:
@@ -28,7 +30,7 @@ class HybridScorer:
         student: the student holding a linear twin for every candidate layer.
         batches: for ``"accuracy"`` batches from :func:`~lit_dof.evaluation.finetune.collate_choices`; for
             ``"perplexity"`` ``{"input_ids": (B, T)}`` blocks.
-        metric: ``"accuracy"`` or ``"perplexity"``.
+        metric: ``"accuracy"``, ``"acc_norm"`` or ``"perplexity"``.
         prefix_cache: reuse the teacher's hidden states before the first linear layer (exact in float32).
 
     Attributes:
@@ -39,8 +41,8 @@ class HybridScorer:
     """
 
     def __init__(self, student, batches: list[dict], metric: Metric = "accuracy", prefix_cache: bool = True) -> None:
-        if metric not in ("accuracy", "perplexity"):
-            raise ValueError(f"metric must be 'accuracy' or 'perplexity', got {metric!r}")
+        if metric not in METRICS:
+            raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
         self.student, self.batches, self.metric = student, batches, metric
         self.num_layers = len(student.linear_layers)
         self.inputs = [{"input_ids": b["input_ids"]} for b in batches]
@@ -49,7 +51,7 @@ class HybridScorer:
 
     @property
     def higher_is_better(self) -> bool:
-        return self.metric == "accuracy"
+        return self.metric != "perplexity"
 
     def _logits(self, index: int, first_linear: int | None) -> torch.Tensor:
         if self.cache is not None and first_linear is not None and first_linear > 0:
@@ -68,8 +70,11 @@ class HybridScorer:
         nll, tokens = 0.0, 0
         for index, batch in enumerate(self.batches):
             logits = self._logits(index, first)
-            if self.metric == "accuracy":
-                matrix = score_matrix(option_scores_from_logits(logits, batch), batch)
+            if self.metric != "perplexity":
+                scores = option_scores_from_logits(logits, batch)
+                if self.metric == "acc_norm":
+                    scores = scores / batch["lengths"].clamp_min(1)
+                matrix = score_matrix(scores, batch)
                 hits += int((matrix.argmax(-1) == batch["gold"]).sum())
                 total += len(batch["gold"])
             else:
@@ -79,9 +84,14 @@ class HybridScorer:
                 tokens += ids[:, 1:].numel()
         self.evaluations += 1
         self.seconds += time.perf_counter() - start
-        return hits / max(1, total) if self.metric == "accuracy" else math.exp(nll / max(1, tokens))
+        return hits / max(1, total) if self.metric != "perplexity" else math.exp(nll / max(1, tokens))
 
 
 def choice_batches(docs: list[dict], tokenizer, batch_size: int = 8, max_length: int = 512) -> list[dict]:
-    """Multiple-choice items in scorer batches (:func:`~lit_dof.evaluation.finetune.collate_choices`)."""
+    """Multiple-choice items in scorer batches (:func:`~lit_dof.evaluation.finetune.collate_choices`), grouped
+    by length so that little of each batch is padding (accuracy does not depend on the grouping)."""
+    from lit_dof.evaluation.finetune import option_pairs
+
+    size = [sum(len(c) + len(o) for c, o in option_pairs(doc)) for doc in docs]
+    docs = [docs[i] for i in sorted(range(len(docs)), key=lambda i: size[i])]
     return [collate_choices(docs[i : i + batch_size], tokenizer, max_length) for i in range(0, len(docs), batch_size)]

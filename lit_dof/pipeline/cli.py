@@ -6,6 +6,7 @@
     lit-dof fit --config configs/quickstart.yaml --print_config
     lit-dof eval --model runs/quickstart/version_0/student --data_dir ../shared/data   (lit_dof.evaluation.cli)
     lit-dof compare --rows '[teacher, performer, fix, dof]'   (lit_dof.evaluation.comparison)
+    lit-dof hybrid --bank runs/hybrid/twins/version_0/student --task arc_easy   (lit_dof.hybrid.cli)
 
 Top-level groups besides LightningCLI's: ``dof:`` (:class:`~lit_dof.pipeline.callbacks.DoFEstimator`) and
 ``allocator:`` (:class:`~lit_dof.pipeline.callbacks.FeatureDimAllocator`) — always-present callbacks, so
@@ -48,7 +49,8 @@ def build_cli(args=None, run: bool = True) -> LitDofCLI:
 def main() -> None:
     """Entry point of the ``lit-dof`` console script: ``lit-dof eval ...`` runs the lm-eval evaluation
     (:mod:`lit_dof.evaluation.cli`), ``lit-dof compare ...`` the comparison runner
-    (:mod:`lit_dof.evaluation.comparison`), every other subcommand is LightningCLI's."""
+    (:mod:`lit_dof.evaluation.comparison`), ``lit-dof hybrid ...`` the hybrid search (:mod:`lit_dof.hybrid.cli`),
+    every other subcommand is LightningCLI's."""
     import sys
 
     if len(sys.argv) > 1 and sys.argv[1] == "eval":
@@ -60,6 +62,11 @@ def main() -> None:
         from lit_dof.evaluation.comparison import main as compare_main
 
         compare_main(sys.argv[2:])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "hybrid":
+        from lit_dof.hybrid.cli import main as hybrid_main
+
+        hybrid_main(sys.argv[2:])
         return
     build_cli()
 

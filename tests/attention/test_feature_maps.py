@@ -51,6 +51,36 @@ def test_learned_prf_kernel_formula():
     assert fm.z.requires_grad and fm.log_alpha.requires_grad
 
 
+@pytest.mark.parametrize("with_norm", [True, False], ids=["keys", "queries"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_exponential_log_features_values_and_gradients(with_norm, bias):
+    """log φ(x) = x·W + b − ‖x‖²/(2√d) and its gradients in x, W and b, against the formula under autograd."""
+    from lit_dof.attention.feature_maps.base import exponential_log_features
+
+    g = torch.Generator().manual_seed(3)
+    d, H, M = 8, 3, 5
+    x = torch.randn(2, H, 7, d, generator=g, dtype=torch.float64)
+    x[0, 0, 0] = 0.0  # a zero row: ‖x‖ has no derivative there, ‖x‖² does (0)
+    W = torch.randn(H, d, M, generator=g, dtype=torch.float64)
+    b = torch.randn(H, 1, M, generator=g, dtype=torch.float64) if bias else None
+    weight = torch.randn(2, H, 7, M, generator=g, dtype=torch.float64)
+
+    def reference(x, W, b):
+        out = x @ W + (b if b is not None else 0.0)
+        return out - (x * x).sum(-1, keepdim=True) / (2 * math.sqrt(d)) if with_norm else out
+
+    grads = []
+    for fn in (exponential_log_features, reference):
+        inputs = [t.clone().requires_grad_() if t is not None else None for t in (x, W, b)]
+        out = fn(*inputs, with_norm) if fn is exponential_log_features else fn(*inputs)
+        (out * weight).sum().backward()
+        grads.append((out.detach(), [t.grad for t in inputs if t is not None]))
+    torch.testing.assert_close(grads[0][0], grads[1][0])
+    for got, want in zip(grads[0][1], grads[1][1]):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, want)
+
+
 def test_performer_unbiased_and_error_shrinks_like_inverse_sqrt_m():
     """Each 'head' is an independent draw of z: mean K̂ → exp(xᵀy/√d), mean |error| ∝ 1/√M."""
     d, draws = 16, 4000

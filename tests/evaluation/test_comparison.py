@@ -52,6 +52,12 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     assert json.dumps(again, sort_keys=True) == json.dumps(report, sort_keys=True)
     with pytest.raises(ValueError, match="unknown row"):
         comparison.compare(**{**kwargs, "rows": ["softmax"]})
+    with pytest.raises(ValueError, match="unknown task"):
+        comparison.compare(**{**kwargs, "tasks": ["hellaswag"]})
+    # `tasks` limits what the eval stage runs now: a new budget's cells get only those task files
+    monkeypatch.undo()  # lm-eval itself runs git in a subprocess
+    comparison.compare(**{**kwargs, "rows": ["teacher"], "out": str(tmp_path / "few"), "tasks": ["wsc273"]})
+    assert [p.name for p in (tmp_path / "few").rglob("eval/*.json")] == ["wsc273.json"]
 
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")

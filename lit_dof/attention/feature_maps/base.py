@@ -146,14 +146,17 @@ def exponential_log_features(x: Tensor, projection: Tensor, bias: Tensor | None,
     B, H, T, d = x.shape
     M = projection.shape[-1]
     weight = projection.to(x.dtype).expand(B, H, d, M).reshape(B * H, d, M)
-    if bias is None:
-        out = torch.bmm(x.reshape(B * H, T, d), weight)
-    else:
-        out = torch.baddbmm(bias.to(x.dtype).expand(B, H, 1, M).reshape(B * H, 1, M), x.reshape(B * H, T, d), weight)
-    out = out.view(B, H, T, M)
+    rows = x.reshape(B * H, T, d)
+    if bias is None and not with_norm:
+        return torch.bmm(rows, weight).view(B, H, T, M)
+    # The additive terms are written once, broadcast to (B, H, T, M); the matmul then accumulates into them
+    # in place (a baddbmm with a broadcast bias would first copy it out, and ‖x‖² as x·x would allocate x²).
     if with_norm:
-        out = out.add_(torch.linalg.vecdot(x, x).unsqueeze(-1), alpha=-0.5 / math.sqrt(d))  # baddbmm keeps no output
-    return out
+        shift = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square().mul_(-0.5 / math.sqrt(d))  # (B, H, T, 1)
+        shift = shift + bias.to(x.dtype) if bias is not None else shift.expand(B, H, T, M).contiguous()
+    else:
+        shift = bias.to(x.dtype).expand(B, H, T, M).contiguous()
+    return shift.view(B * H, T, M).baddbmm_(rows, weight).view(B, H, T, M)
 
 
 def orthogonal_gaussian(num_heads: int, feature_dim: int, head_dim: int, generator: torch.Generator | None = None) -> Tensor:

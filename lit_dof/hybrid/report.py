@@ -1,0 +1,171 @@
+"""The hybrid report: ``hybrid.md`` (search trajectory, exported hybrids, orderings compared at equal numbers
+of linear layers on held-out items), ``hybrid.json`` (the numbers) and ``hybrid.png`` (score vs linear
+layers, one line per ordering), written atomically from :func:`lit_dof.hybrid.cli.search`'s state.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from lit_dof.io import atomic_write_json, atomic_write_text
+
+NAMES = {"greedy": "greedy search", "dof": "DoF-guided (low DoF first)", "loss": "local-loss-guided (low loss first)",
+         "uniform": "uniform interleaving", "random": "random (seeded)"}  # fmt: skip
+
+
+def versions() -> dict:
+    """Versions of the libraries that produced the numbers."""
+    import transformers
+
+    import lit_dof
+
+    return {"transformers": transformers.__version__, "lit_dof": getattr(lit_dof, "__version__", "unknown")}
+
+
+def _key(linear) -> str:
+    return ",".join(str(i) for i in sorted(linear)) or "teacher"
+
+
+def ordering_costs(data: dict) -> dict[str, dict]:
+    """Per ordering: evaluations and seconds to *choose* the order (greedy: its search; loss: the local
+    losses; dof: none here, the fit's DoF estimate is reused; uniform/random: none) and to score its curve."""
+    heldout, timing = data["heldout"], data["timing"]
+    costs = {}
+    for name, order in data["orders"].items():
+        keys = {_key(order[: int(k)]) for k in data["curves"][name]}
+        curve_seconds = sum(heldout[k]["seconds"] for k in keys if k in heldout)
+        choose = {"greedy": (data["search"]["evaluations"], timing.get("search", 0.0) + timing.get("local_loss", 0.0)),
+                  "loss": (0, timing.get("local_loss", 0.0))}.get(name, (0, 0.0))  # fmt: skip
+        costs[name] = {"search_evaluations": choose[0], "search_seconds": choose[1],
+                       "heldout_evaluations": len(keys), "heldout_seconds": curve_seconds}  # fmt: skip
+    return costs
+
+
+def winners(data: dict) -> tuple[dict[str, list[str]], str | None]:
+    """Best ordering(s) at each count, and the ordering with the best mean over the counts all of them reach."""
+    higher = data["settings"]["metric"] != "perplexity"
+    curves = data["curves"]
+    per_count = {}
+    for k in map(str, data["counts"]):
+        scores = {name: curve[k] for name, curve in curves.items() if k in curve}
+        if scores:
+            best = max(scores.values()) if higher else min(scores.values())
+            per_count[k] = [name for name, v in scores.items() if v == best]
+    shared = [k for k in map(str, data["counts"]) if all(k in c for c in curves.values())]
+    if not shared:
+        return per_count, None
+    mean = {name: sum(c[k] for k in shared) / len(shared) for name, c in curves.items()}
+    overall = (max if higher else min)(mean, key=mean.get)
+    return per_count, overall
+
+
+def markdown(data: dict, command: str | None = None) -> str:
+    """``hybrid.md`` from the search state (see :func:`lit_dof.hybrid.cli.search`)."""
+    s, search = data["settings"], data["search"]
+    metric = s["metric"]
+    L = data["num_layers"]
+    fmt = (lambda v: f"{v:.4f}") if metric != "perplexity" else (lambda v: f"{v:.2f}")
+    tol = f"{s['tolerance']:.0%} of the teacher" if s["relative"] else f"{s['tolerance']} {metric} (absolute)"
+    lines = [
+        "# Hybrid models: Distill-then-Replace on the embedded SmolLM2-135M-Instruct",
+        "",
+        f"- Twin bank: `{s['bank']}` (every layer's linear twin, trained locally with the output loss).",
+        f"- Target: {s['task'] or s['corpus']}, metric **{metric}**; {data['items']}.",
+        f"- Search on {s['search_items']} items, held-out comparison on {s['heldout_items']} other items.",
+        f"- Tolerance: a hybrid passes if its score is within {tol}: search threshold {fmt(search['threshold'])} "
+        f"(teacher {fmt(search['teacher_score'])}), held-out threshold {fmt(data['heldout_threshold'])} "
+        f"(teacher {fmt(data['teacher_heldout'])}).",
+        f"- Shortlist: {s['shortlist_k']} lowest {s['shortlist']} per round" if s["shortlist"] else "- Shortlist: none (every remaining layer)",
+        f"- Layer DoF from {data['dof_source']}; local losses measured on the search items.",
+    ]
+    if command:
+        lines += ["", "Command:", "", f"    {command}"]
+    lines += ["", "## Greedy search", "", "| round | layer chosen | search score | linear layers | evaluations | seconds |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in data["rounds"]:
+        chosen = r["chosen"] if r["passed"] else "— (none passes: stop)"
+        best_failed = max(r["scores"].values()) if metric != "perplexity" else min(r["scores"].values())
+        score = fmt(r["score"]) if r["passed"] else f"best {fmt(best_failed)}"
+        lines.append(f"| {r['index']} | {chosen} | {score} | {len(r['linear'])}/{L} | {r['evaluations']} | {r['seconds']:.0f} |")
+    total_min = search["seconds"] / 60
+    lines += ["", f"Search: {search['evaluations']} evaluations in {total_min:.1f} min "
+              f"({search['evaluations'] / max(total_min, 1e-9):.2f} evaluations/min, prefix cache "
+              f"{'on' if s['prefix_cache'] else 'off'}); local losses {data['timing'].get('local_loss', 0):.0f} s."]  # fmt: skip
+    confirm = data.get("confirm")
+    if confirm:
+        teacher_confirm = confirm["scores"]["teacher"]["score"]
+        lines += ["", f"## Confirmation on {confirm['items']} validation items the search did not use", "",
+                  f"Teacher {fmt(teacher_confirm)}, threshold {fmt(confirm['threshold'])}. The search's hybrids, most "
+                  "linear first, until one passes; that one is exported as `most_linear`.", "",
+                  "| linear layers | confirmation score | passes |", "|---|---|---|"]  # fmt: skip
+        for r in reversed([r for r in data["rounds"] if r["passed"]]):
+            entry = confirm["scores"].get(_key(r["linear"]))
+            if entry is None:
+                break
+            ok = entry["score"] >= confirm["threshold"] if metric != "perplexity" else entry["score"] <= confirm["threshold"]
+            lines.append(f"| {len(r['linear'])} | {fmt(entry['score'])} | {'yes' if ok else 'no'} |")
+        lines += ["", f"Confirmation: {len(confirm['scores'])} evaluations in {data['timing'].get('confirm', 0) / 60:.1f} min."]
+    lines += ["", "## Exported hybrids (held-out items)", "", "| hybrid | linear layers | which | held-out score | within tolerance |",
+              "|---|---|---|---|---|", f"| teacher | 0/{L} | – | {fmt(data['teacher_heldout'])} | – |"]  # fmt: skip
+    higher = metric != "perplexity"
+    shown = [(f"{name} (`{entry['path']}`)", entry["linear"]) for name, entry in data["exported"].items()]
+    if confirm and search["most_linear"] != data["exported"]["most_linear"]["linear"]:
+        shown.append(("the search's most linear, before confirmation (not exported)", search["most_linear"]))
+    for name, linear in shown:
+        score = data["heldout"][_key(linear)]["score"]
+        ok = score >= data["heldout_threshold"] if higher else score <= data["heldout_threshold"]
+        lines.append(f"| {name} | {len(linear)}/{L} ({len(linear) / L:.0%}) | {linear} | {fmt(score)} | "
+                     f"{'yes' if ok else 'no'} |")  # fmt: skip
+    counts = [str(k) for k in data["counts"]]
+    costs = ordering_costs(data)
+    lines += ["", "## Orderings at equal numbers of linear layers (held-out items)", "",
+              "| ordering | " + " | ".join(f"{k} linear" for k in counts) + " | evaluations to choose | time to choose (s) | held-out evaluations | time to score (s) |",
+              "|---|" + "---|" * (len(counts) + 4)]  # fmt: skip
+    for name, curve in data["curves"].items():
+        cells = [fmt(curve[k]) if k in curve else "–" for k in counts]
+        c = costs[name]
+        lines.append(f"| {NAMES[name]} | " + " | ".join(cells) + f" | {c['search_evaluations']} | {c['search_seconds']:.0f} | "
+                     f"{c['heldout_evaluations']} | {c['heldout_seconds']:.0f} |")  # fmt: skip
+    per_count, overall = winners(data)
+    lines += ["", "Orders (first = first replaced):", ""]
+    lines += [f"- {NAMES[name]}: {order}" for name, order in data["orders"].items()]
+    lines += ["", "Winner per count: " + "; ".join(f"{k} linear: {', '.join(v)}" for k, v in per_count.items()) + "."]
+    if overall:
+        lines += [f"Best mean over the counts: **{NAMES[overall]}**."]
+    lines += ["", f"Versions: {', '.join(f'{k} {v}' for k, v in data.get('versions', {}).items())}.", ""]
+    return "\n".join(lines)
+
+
+def plot(data: dict) -> bytes:
+    """PNG bytes: held-out score vs number of linear layers, one line per ordering."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for name, curve in data["curves"].items():
+        ks = sorted(int(k) for k in curve)
+        ax.plot([0, *ks], [data["teacher_heldout"], *(curve[str(k)] for k in ks)], marker="o", label=NAMES[name])
+    ax.axhline(data["heldout_threshold"], color="grey", linestyle="--", linewidth=1, label="tolerance")
+    ax.set_xlabel("linear attention layers")
+    ax.set_ylabel(f"held-out {data['settings']['metric']}")
+    ax.set_title(f"{data['settings']['task'] or 'perplexity'}: hybrids of {data['num_layers']} layers")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def write(data: dict, directory: Path, command: str | None = None) -> None:
+    """Write ``hybrid.md``, ``hybrid.json`` and ``hybrid.png`` into ``directory`` (atomically)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(directory / "hybrid.json", data)
+    atomic_write_text(directory / "hybrid.md", markdown(data, command))
+    png = plot(data)
+    tmp = directory / ".hybrid.png.tmp"
+    tmp.write_bytes(png)
+    tmp.replace(directory / "hybrid.png")

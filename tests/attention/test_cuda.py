@@ -1,0 +1,58 @@
+"""The kernels on a CUDA device against the float64 CPU reference (skipped without a GPU; CI has none).
+
+Run where a GPU exists: ``python -m pytest tests/attention/test_cuda.py``.
+"""
+
+import pytest
+import torch
+
+from lit_dof.attention import (
+    CausalLinearAttention,
+    LearnedPRF,
+    chunked_linear_attention,
+    naive_linear_attention,
+    recurrent_linear_attention,
+)
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _inputs(T, Hq=6, Hk=2, M=16, D=8, scale=1.5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(2, Hq, T, M, generator=g) * scale, torch.randn(2, Hk, T, M, generator=g) * scale,
+            torch.randn(2, Hk, T, D, generator=g))  # fmt: skip
+
+
+@pytest.mark.parametrize("T", [1, 63, 257, 1000])
+def test_chunked_and_recurrent_on_cuda_match_the_cpu_reference(T):
+    lq, lk, v = _inputs(T)
+    weight = torch.randn(2, 6, T, 8, dtype=torch.float64)
+    ref = naive_linear_attention(lq.double(), lk.double(), v.double())
+    inputs = [x.cuda().requires_grad_() for x in (lq, lk, v)]
+    out, state = chunked_linear_attention(*inputs, chunk_size=50)
+    (out.double().cpu() * weight).sum().backward()
+    torch.testing.assert_close(out.double().cpu(), ref, rtol=1e-4, atol=1e-5)
+    ref_inputs = [x.double().requires_grad_() for x in (lq, lk, v)]
+    (naive_linear_attention(*ref_inputs) * weight).sum().backward()
+    for x, r in zip(inputs, ref_inputs):
+        torch.testing.assert_close(x.grad.double().cpu(), r.grad, rtol=1e-4, atol=1e-5)
+    step, step_state = recurrent_linear_attention(*(x.detach() for x in inputs))
+    torch.testing.assert_close(step.double().cpu(), ref, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(step_state.kv * step_state.log_scale.exp()[..., None],
+                               state.kv * state.log_scale.exp()[..., None], rtol=1e-4, atol=1e-5)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_long_sequence_large_norm_is_finite_on_cuda(dtype):
+    """T = 32768, ‖q‖ = ‖k‖ = 30, SmolLM2's head layout (9 query heads, 3 KV heads): finite outputs."""
+    g = torch.Generator().manual_seed(6)
+    d, T = 64, 32768
+    q = torch.nn.functional.normalize(torch.randn(1, 9, T, d, generator=g), dim=-1) * 30
+    k = torch.nn.functional.normalize(torch.randn(1, 3, T, d, generator=g), dim=-1) * 30
+    v = torch.randn(1, 3, T, d, generator=g)
+    layer = CausalLinearAttention(LearnedPRF(d, 3, 64, seed=0), 9, 3).cuda()
+    with torch.no_grad():
+        out, state = layer(q.cuda().to(dtype), k.cuda().to(dtype), v.cuda().to(dtype))
+    assert out.dtype == dtype and state.kv.dtype == torch.float32
+    assert torch.isfinite(out).all() and torch.isfinite(state.kv).all()
+    assert (out.float().abs().amax(-1) <= v.abs().amax().cuda() * 1.01).all()  # convex combinations of values

@@ -1,0 +1,155 @@
+"""``lit-dof hybrid`` end to end on the tiny real TinyStories Llama: items, local losses, search, export,
+held-out comparison, report; resume re-scores nothing; bad settings fail clearly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lit_dof.attention import LearnedPRF
+from lit_dof.evaluation import task_data
+from lit_dof.hybrid.cli import default_counts, task_items
+from lit_dof.hybrid.local import local_losses, valid_positions
+from lit_dof.students import linearize, load_student
+from tests.conftest import REPO, TINYSTORIES, tiny_model
+
+DATA = REPO.parent / "shared" / "data"
+needs_data = pytest.mark.skipif(not (DATA.is_dir() and TINYSTORIES.is_dir()), reason="../shared not present")
+
+
+@pytest.fixture(scope="module")
+def bank(tmp_path_factory):
+    from lit_dof.teacher.loading import load_teacher
+
+    torch.manual_seed(0)
+    teacher, tokenizer = load_teacher(TINYSTORIES)
+    student = linearize(teacher, LearnedPRF, [4, 8]).eval()  # 2 layers
+    path = tmp_path_factory.mktemp("bank") / "student"
+    student.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@needs_data
+def test_task_items_are_disjoint_seeded_and_use_validation_splits():
+    items = lambda docs: {(d["query"], tuple(d["choices"]), d["gold"]) for d in docs}  # noqa: E731
+    search, confirm, heldout, where = task_items("arc_easy", DATA, 20, 30, seed=1, confirm_items=25)
+    assert len(search) == 20 and len(confirm) == 25 and len(heldout) == 30 and "validation split" in where
+    dev = items(task_data.arc(DATA, "Easy", "Dev"))
+    assert items(search) <= dev and items(confirm) <= dev and items(search).isdisjoint(items(confirm))
+    assert items(heldout) <= items(task_data.arc(DATA, "Easy", "Test"))
+    again = task_items("arc_easy", DATA, 20, 30, seed=1)  # the confirmation set does not move the others
+    assert again[0] == search and again[2] == heldout and again[1] == []
+    search, confirm, heldout, where = task_items("piqa", DATA, 50, 60, confirm_items=10)  # PIQA repeats goals
+    assert "permutation" in where and len(items(search)) == 50 and items(search).isdisjoint(items(heldout))
+    assert items(confirm).isdisjoint(items(search) | items(heldout))
+    with pytest.raises(ValueError, match="unknown task"):
+        task_items("hellaswag", DATA, 1, 1)
+
+
+def test_local_losses_match_a_direct_computation_and_vanish_for_exact_twins():
+    from lit_dof.students.losses import attention_output_loss
+    from lit_dof.teacher.capture import capture_attention
+
+    torch.manual_seed(0)
+    student = linearize(tiny_model("llama"), LearnedPRF, 8).eval()
+    ids = torch.randint(3, 97, (2, 12))
+    losses = local_losses(student, [{"input_ids": ids}])
+    captured = {}
+    with torch.no_grad(), student.teacher_mode(), capture_attention(student.model, lambda i, q, k, v, p, o: captured.__setitem__(i, (q, k, v, o))):
+        student(ids)
+    for index, twin in student.linear_modules().items():
+        q, k, v, out = captured[index]
+        with torch.no_grad():
+            assert losses[index] == pytest.approx(float(attention_output_loss(twin, q, k, v, out)), rel=1e-5)
+    assert all(v > 0 for v in losses.values())
+    # right padding: positions after the last continuation target are excluded
+    batch = {"input_ids": ids, "targets": torch.full_like(ids, -100)}
+    batch["targets"][0, 4:7] = ids[0, 4:7]
+    batch["targets"][1, 2:12] = ids[1, 2:12]
+    assert valid_positions(batch).sum(-1).tolist() == [7, 12]
+
+
+def test_default_counts():
+    assert default_counts(8, 30) == [2, 4, 6, 8]
+    assert default_counts(0, 30) == [1, 2, 3, 4]
+    assert default_counts(3, 3) == [1, 2, 3]
+
+
+@needs_data
+def test_search_exports_reports_and_resumes(bank, tmp_path):
+    from lit_dof.hybrid.cli import main
+
+    out = tmp_path / "search"
+    args = ["--bank", str(bank), "--task", "arc_easy", "--data_dir", str(DATA), "--search_items", "12",
+            "--heldout_items", "16", "--tolerance", "1.0", "--shortlist", "loss", "--shortlist_k", "2",
+            "--batch_size", "6", "--confirm_items", "8", "--out", str(out)]  # fmt: skip
+    main(args)
+    data = json.loads((out / "search.json").read_text())
+    L = data["num_layers"]
+    # tolerance 1.0 accepts every swap: the search makes every layer linear, two candidates per round
+    # (one in the last round), each the lower-local-loss ones among the remaining layers
+    assert len(data["rounds"]) == L and data["search"]["most_linear"] == list(range(L))
+    assert data["search"]["evaluations"] == 1 + 2 * (L - 1) + 1
+    loss = {int(i): v for i, v in data["local_loss"].items()}
+    for r in data["rounds"]:
+        remaining = sorted(set(range(L)) - set(r["linear"]) | {r["chosen"]}, key=lambda i: (loss[i], i))
+        assert sorted(map(int, r["scores"])) == sorted(remaining[:2])
+    # confirmation: the most linear hybrid passes at once (tolerance 1.0), after the teacher
+    assert data["confirm"]["items"] == 8 and list(data["confirm"]["scores"]) == ["teacher", ",".join(map(str, range(L)))]
+    assert data["confirm"]["most_linear"] == list(range(L)) and "Confirmation on 8 validation items" in (out / "hybrid.md").read_text()
+    # exports carry their hybrid configuration
+    for name in ("best", "most_linear"):
+        exported = load_student(out / name)
+        linear = data["exported"][name]["linear"]
+        assert [i for i, on in enumerate(exported.linear_layers) if on] == linear
+    # held-out curves for all five orderings at the default counts, first k of each order
+    assert set(data["curves"]) == {"greedy", "dof", "loss", "uniform", "random"}
+    assert data["counts"] == default_counts(L, L)
+    for name, order in data["orders"].items():
+        assert sorted(order) == list(range(L))
+        for k, score in data["curves"][name].items():
+            key = ",".join(map(str, sorted(order[: int(k)])))
+            assert data["heldout"][key]["score"] == score
+    md = (out / "hybrid.md").read_text()
+    assert "greedy search" in md and "Winner per count" in md and "lit-dof hybrid --bank" in md
+    assert (out / "hybrid.png").stat().st_size > 1000
+    assert list((out / "tensorboard").rglob("events.out.tfevents.*"))
+    # resume: everything is found in search.json, nothing is scored again
+    from lit_dof.hybrid import scoring
+
+    calls = []
+    original = scoring.HybridScorer.__call__
+    scoring.HybridScorer.__call__ = lambda self, linear: calls.append(linear) or original(self, linear)
+    try:
+        main(args)
+    finally:
+        scoring.HybridScorer.__call__ = original
+    assert calls == [] and json.loads((out / "search.json").read_text())["rounds"] == data["rounds"]
+    with pytest.raises(ValueError, match="other settings"):
+        main([*args[:-2], "--tolerance", "0.5", "--out", str(out)])
+
+
+@needs_data
+def test_search_on_perplexity_exports_the_teacher_when_no_swap_passes(bank, tmp_path):
+    from lit_dof.hybrid.cli import search
+    from tests.conftest import WIKIPEDIA
+
+    # untrained twins raise the perplexity of every single-layer swap: with a zero tolerance none passes
+    data = search(str(bank), metric="perplexity", corpus=str(WIKIPEDIA), block=32, search_items=3, heldout_items=2,
+                  tolerance=0.0, shortlist=None, out=str(tmp_path / "s"), orderings=["dof", "uniform"],
+                  confirm_items=2)  # fmt: skip
+    assert list(data["confirm"]["scores"]) == ["teacher"] and data["confirm"]["most_linear"] == []  # nothing to confirm
+    assert len(data["rounds"]) == 1 and not data["rounds"][0]["passed"]
+    assert min(data["rounds"][0]["scores"].values()) > data["teacher_search_score"]
+    assert data["search"]["most_linear"] == data["search"]["best"] == []
+    assert not any(load_student(tmp_path / "s" / "most_linear").linear_layers)
+    assert set(data["curves"]) == {"dof", "uniform"} and data["counts"] == [1, 2]  # 2 layers
+    # perplexity: lower is better, so the threshold lies above the teacher
+    assert data["heldout_threshold"] == data["teacher_heldout"]
+    with pytest.raises(ValueError, match="shortlist"):
+        search(str(bank), data_dir=str(DATA), shortlist="random", out=str(tmp_path / "t"))
+    with pytest.raises(FileNotFoundError, match="hybrid/twins.yaml"):
+        search(str(tmp_path / "missing"), data_dir=str(DATA), out=str(tmp_path / "u"))
