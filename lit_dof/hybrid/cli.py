@@ -122,6 +122,11 @@ def default_counts(most_linear: int, num_layers: int) -> list[int]:
     return sorted({max(1, round(top * j / 4)) for j in range(1, 5)})
 
 
+def hybrid_key(linear) -> str:
+    """The key of a hybrid in ``search.json``: its sorted linear layers, comma-separated (``"teacher"``: none)."""
+    return ",".join(str(i) for i in sorted(linear)) or "teacher"
+
+
 class _State:
     """``search.json``: settings, then every measured number, written atomically on each change."""
 
@@ -141,6 +146,21 @@ class _State:
 
     def timed(self, key: str, seconds: float) -> None:
         self.data["timing"][key] = self.data["timing"].get(key, 0.0) + seconds
+
+    def memoised(self, store: dict, scorer):
+        """``score(linear layers)`` that looks in ``store`` first (keyed by :func:`hybrid_key`) and otherwise
+        scores, records ``{"score", "seconds"}`` and saves the state."""
+
+        def score(linear) -> float:
+            key = hybrid_key(linear)
+            if key not in store:
+                start = time.perf_counter()
+                value = scorer(frozenset(linear))
+                store[key] = {"score": value, "seconds": time.perf_counter() - start}
+                self.save()
+            return store[key]["score"]
+
+        return score
 
 
 def search(
@@ -318,14 +338,7 @@ def search(
             confirm.update(items=n_confirm, scores={})
         confirm_scorer = HybridScorer(student, confirm_batches, metric, prefix_cache=prefix_cache)
 
-        def confirmed(linear) -> float:
-            key = ",".join(str(i) for i in sorted(linear)) or "teacher"
-            if key not in confirm["scores"]:
-                start = time.perf_counter()
-                confirm["scores"][key] = {"score": confirm_scorer(frozenset(linear)), "seconds": time.perf_counter() - start}
-                state.save()
-            return confirm["scores"][key]["score"]
-
+        confirmed = state.memoised(confirm["scores"], confirm_scorer)
         teacher_confirm = confirmed(())
         confirm["threshold"] = rule.threshold(teacher_confirm)
         most_linear = []
@@ -359,15 +372,7 @@ def search(
     heldout_scorer = HybridScorer(student, heldout_batches, metric, prefix_cache=prefix_cache)
     memo = data["heldout"]
 
-    def heldout(linear) -> float:  # memoised by the set of linear layers: {"score", "seconds"}
-        key = ",".join(str(i) for i in sorted(linear)) or "teacher"
-        if key not in memo:
-            start = time.perf_counter()
-            score = heldout_scorer(frozenset(linear))
-            memo[key] = {"score": score, "seconds": time.perf_counter() - start}
-            state.save()
-        return memo[key]["score"]
-
+    heldout = state.memoised(memo, heldout_scorer)
     teacher_heldout = heldout(())
     for linear in [*hybrids.values(), sorted(result.most_linear)]:  # also the search's own most-linear hybrid
         heldout(linear)

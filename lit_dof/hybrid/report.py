@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from lit_dof.hybrid.cli import hybrid_key
 from lit_dof.io import atomic_write_json, atomic_write_text
 
 NAMES = {"greedy": "greedy search", "dof": "DoF-guided (low DoF first)", "loss": "local-loss-guided (low loss first)",
@@ -23,17 +24,13 @@ def versions() -> dict:
     return {"transformers": transformers.__version__, "lit_dof": getattr(lit_dof, "__version__", "unknown")}
 
 
-def _key(linear) -> str:
-    return ",".join(str(i) for i in sorted(linear)) or "teacher"
-
-
 def ordering_costs(data: dict) -> dict[str, dict]:
     """Per ordering: evaluations and seconds to *choose* the order (greedy: its search; loss: the local
     losses; dof: none here, the fit's DoF estimate is reused; uniform/random: none) and to score its curve."""
     heldout, timing = data["heldout"], data["timing"]
     costs = {}
     for name, order in data["orders"].items():
-        keys = {_key(order[: int(k)]) for k in data["curves"][name]}
+        keys = {hybrid_key(order[: int(k)]) for k in data["curves"][name]}
         curve_seconds = sum(heldout[k]["seconds"] for k in keys if k in heldout)
         choose = {"greedy": (data["search"]["evaluations"], timing.get("search", 0.0) + timing.get("local_loss", 0.0)),
                   "loss": (0, timing.get("local_loss", 0.0))}.get(name, (0, 0.0))  # fmt: skip
@@ -100,7 +97,7 @@ def markdown(data: dict, command: str | None = None) -> str:
                   "linear first, until one passes; that one is exported as `most_linear`.", "",
                   "| linear layers | confirmation score | passes |", "|---|---|---|"]  # fmt: skip
         for r in reversed([r for r in data["rounds"] if r["passed"]]):
-            entry = confirm["scores"].get(_key(r["linear"]))
+            entry = confirm["scores"].get(hybrid_key(r["linear"]))
             if entry is None:
                 break
             ok = entry["score"] >= confirm["threshold"] if metric != "perplexity" else entry["score"] <= confirm["threshold"]
@@ -113,7 +110,7 @@ def markdown(data: dict, command: str | None = None) -> str:
     if confirm and search["most_linear"] != data["exported"]["most_linear"]["linear"]:
         shown.append(("the search's most linear, before confirmation (not exported)", search["most_linear"]))
     for name, linear in shown:
-        score = data["heldout"][_key(linear)]["score"]
+        score = data["heldout"][hybrid_key(linear)]["score"]
         ok = score >= data["heldout_threshold"] if higher else score <= data["heldout_threshold"]
         lines.append(f"| {name} | {len(linear)}/{L} ({len(linear) / L:.0%}) | {linear} | {fmt(score)} | "
                      f"{'yes' if ok else 'no'} |")  # fmt: skip
