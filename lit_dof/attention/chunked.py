@@ -73,7 +73,8 @@ def chunked_linear_attention(
         log_phi_k: ``(B, Hk, T, M)`` log-features of the keys; ``Hq % Hk == 0``.
         v: ``(B, Hk, T, D)`` values; ``D`` may differ from ``M``.
         chunk_size: tokens per chunk C (≥ 1); T need not be a multiple of it.
-        block_size: tokens processed together (rounded down to whole chunks, at least one). The key
+        block_size: most tokens processed together (rounded down to whole chunks, at least one); the chunks
+            are split into equal blocks of at most that size (padding at most one chunk per block). The key
             stabiliser is updated once per block; temporaries are ``O(B·H·block_size·M)``.
         initial_state: state after the tokens preceding this segment, or ``None`` for an empty prefix.
         check_inputs: reject NaN/+inf inputs (a reduction over the inputs; turn off in tight loops).
