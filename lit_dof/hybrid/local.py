@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from lit_dof.students.losses import output_error_sums
 from lit_dof.teacher.capture import capture_attention
 
 
@@ -60,10 +61,7 @@ def local_losses(student, batches: list[dict]) -> dict[int, float]:
             student(batch["input_ids"], use_cache=False)
         with torch.no_grad():
             for index, twin in twins.items():
-                q, k, v, out = captured[index]
-                y, _ = twin(q, k, v, key_padding_mask=valid)  # (B, Hq, T, D)
-                target = out.transpose(1, 2).float()
-                rows = valid[:, None, :].float()
-                err[index] += float(((y.float() - target).pow(2).sum(-1) * rows).sum())
-                norm[index] += float((target.pow(2).sum(-1) * rows).sum())
+                e, n = output_error_sums(twin, *captured[index], valid)
+                err[index] += float(e)
+                norm[index] += float(n)
     return {i: err[i] / max(norm[i], torch.finfo(torch.float32).tiny) for i in twins}

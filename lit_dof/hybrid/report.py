@@ -24,6 +24,11 @@ def versions() -> dict:
     return {"transformers": transformers.__version__, "lit_dof": getattr(lit_dof, "__version__", "unknown")}
 
 
+def _within(score: float, threshold: float, metric: str) -> bool:
+    """Whether ``score`` is on the passing side of ``threshold`` (perplexity: lower is better)."""
+    return score <= threshold if metric == "perplexity" else score >= threshold
+
+
 def ordering_costs(data: dict) -> dict[str, dict]:
     """Per ordering: evaluations and seconds to *choose* the order (greedy: its search; loss: the local
     losses; dof: none here, the fit's DoF estimate is reused; uniform/random: none) and to score its curve."""
@@ -100,18 +105,17 @@ def markdown(data: dict, command: str | None = None) -> str:
             entry = confirm["scores"].get(hybrid_key(r["linear"]))
             if entry is None:
                 break
-            ok = entry["score"] >= confirm["threshold"] if metric != "perplexity" else entry["score"] <= confirm["threshold"]
+            ok = _within(entry["score"], confirm["threshold"], metric)
             lines.append(f"| {len(r['linear'])} | {fmt(entry['score'])} | {'yes' if ok else 'no'} |")
         lines += ["", f"Confirmation: {len(confirm['scores'])} evaluations in {data['timing'].get('confirm', 0) / 60:.1f} min."]
     lines += ["", "## Exported hybrids (held-out items)", "", "| hybrid | linear layers | which | held-out score | within tolerance |",
               "|---|---|---|---|---|", f"| teacher | 0/{L} | – | {fmt(data['teacher_heldout'])} | – |"]  # fmt: skip
-    higher = metric != "perplexity"
     shown = [(f"{name} (`{entry['path']}`)", entry["linear"]) for name, entry in data["exported"].items()]
     if confirm and search["most_linear"] != data["exported"]["most_linear"]["linear"]:
         shown.append(("the search's most linear, before confirmation (not exported)", search["most_linear"]))
     for name, linear in shown:
         score = data["heldout"][hybrid_key(linear)]["score"]
-        ok = score >= data["heldout_threshold"] if higher else score <= data["heldout_threshold"]
+        ok = _within(score, data["heldout_threshold"], metric)
         lines.append(f"| {name} | {len(linear)}/{L} ({len(linear) / L:.0%}) | {linear} | {fmt(score)} | "
                      f"{'yes' if ok else 'no'} |")  # fmt: skip
     counts = [str(k) for k in data["counts"]]

@@ -134,6 +134,21 @@ def attention_distillation_loss(
     return loss
 
 
+def output_error_sums(
+    twin: CausalLinearAttention, q: Tensor, k: Tensor, v: Tensor, out: Tensor, key_padding: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Σ‖ŷ − y‖² and Σ‖y‖² over the valid rows and heads of one block (shapes as :func:`attention_output_loss`),
+    as 0-d float32 tensors: the loss is their ratio; sums over several batches give the pooled ratio."""
+    y, _ = twin(q.detach(), k.detach(), v.detach(), key_padding_mask=key_padding)  # (B, Hq, T, D)
+    target = out.detach().transpose(1, 2).float()
+    err = (y.float() - target).pow(2).sum(-1)  # (B, Hq, T)
+    norm = target.pow(2).sum(-1)
+    if key_padding is not None:
+        rows = key_padding.bool()[:, None, :].float()
+        err, norm = err * rows, norm * rows
+    return err.sum(), norm.sum()
+
+
 def attention_output_loss(
     twin: CausalLinearAttention, q: Tensor, k: Tensor, v: Tensor, out: Tensor, key_padding: Tensor | None = None
 ) -> Tensor:
@@ -156,14 +171,8 @@ def attention_output_loss(
     Raises:
         FloatingPointError: a non-finite loss.
     """
-    y, _ = twin(q.detach(), k.detach(), v.detach(), key_padding_mask=key_padding)  # (B, Hq, T, D)
-    target = out.detach().transpose(1, 2).float()
-    err = (y.float() - target).pow(2).sum(-1)  # (B, Hq, T)
-    norm = target.pow(2).sum(-1)
-    if key_padding is not None:
-        rows = key_padding.bool()[:, None, :].float()
-        err, norm = err * rows, norm * rows
-    loss = err.sum() / norm.sum().clamp_min(torch.finfo(torch.float32).tiny)
+    err, norm = output_error_sums(twin, q, k, v, out, key_padding)
+    loss = err / norm.clamp_min(torch.finfo(torch.float32).tiny)
     if not torch.isfinite(loss):
         raise FloatingPointError(f"non-finite output-matching loss ({loss.item()}); check the twin's feature map")
     return loss
