@@ -21,8 +21,9 @@ killed run resumes where it stopped and a finished one only rewrites the report)
 4. **Export** the best-scoring and the most-linear hybrid as students (``<out>/best``, ``<out>/most_linear``).
 5. **Held-out comparison**: the teacher, both exported hybrids, and the five orderings — greedy (its rounds'
    prefixes), DoF-guided, local-loss-guided, uniform, random — at equal numbers of linear layers
-   (``counts``), scored on the held-out items; then ``report_dir``/hybrid.{md,json,png}
-   (:mod:`lit_dof.hybrid.report`).
+   (``counts``), scored on the held-out items.
+6. **Verification** (``verify_items``): the teacher and the exported hybrids once more on a larger held-out
+   set (e.g. the whole test split); then ``report_dir``/hybrid.{md,json,png} (:mod:`lit_dof.hybrid.report`).
 """
 
 from __future__ import annotations
@@ -116,6 +117,26 @@ def layer_dof(bank: Path, feature_dims: list[int]) -> tuple[dict[int, float], st
     return {i: float(m) for i, m in enumerate(feature_dims)}, "feature dims (no dof.json)"
 
 
+def bank_recipe(bank: Path) -> str | None:
+    """How the bank was trained, from the ``config.yaml`` that ``lit-dof fit`` saved one folder up (``None``
+    when absent): loss, layer-wise steps and the end-to-end tail, e.g.
+    ``"softmax loss, 400 steps, no end-to-end tail"``."""
+    import yaml
+
+    config = bank.parent / "config.yaml"
+    if not config.is_file():
+        return None
+    saved = yaml.safe_load(config.read_text()) or {}
+    model = (saved.get("model") or {}).get("init_args") or {}
+    steps = (saved.get("trainer") or {}).get("max_steps")
+    tail = float(model.get("finetune_fraction") or 0.0)
+    parts = [f"{model.get('loss', 'softmax')} loss"]
+    if isinstance(steps, int) and steps > 0:
+        parts.append(f"{steps} steps")
+    parts.append(f"end-to-end tail {tail:.0%} of the steps" if tail else "no end-to-end tail")
+    return ", ".join(parts)
+
+
 def default_counts(most_linear: int, num_layers: int) -> list[int]:
     """Four evenly spaced counts of linear layers up to the greedy search's most-linear hybrid (at least 4)."""
     top = max(most_linear, min(4, num_layers))
@@ -178,6 +199,7 @@ def search(
     shortlist_k: int = 4,
     max_linear: int | None = None,
     confirm_items: int = 0,
+    verify_items: int = 0,
     counts: list[int] | None = None,
     orderings: list[str] = list(ORDERINGS),
     prefix_cache: bool = True,
@@ -207,6 +229,10 @@ def search(
             on them from its most linear hybrid down, and the exported ``most_linear`` is the most linear
             one that passes there too: each round keeps the best of several noisy scores, so the search's
             own scores are optimistic (the winner's curse), and this is the check against it.
+        verify_items: after everything else, score the teacher and the exported hybrids on this many test
+            items (the whole test split when larger; 0: off) without the prefix cache — one precise final
+            check of the exports, where ``heldout_items`` is sized for the many scores of the orderings'
+            curves. With ``perplexity``: that many further blocks after all others.
         counts: numbers of linear layers for the held-out comparison (default: four up to the search's
             most-linear hybrid).
         orderings: which of greedy, dof, loss, uniform, random to compare.
@@ -277,6 +303,7 @@ def search(
         n_confirm = len(confirm_docs)
         heldout_batches = choice_batches(heldout_docs, tokenizer, batch_size)
     data["items"] = where
+    data["bank_recipe"] = bank_recipe(bank_path)
     rule = Tolerance(tolerance, relative, higher_is_better=metric != "perplexity")
 
     # 2. layer statistics
@@ -323,6 +350,7 @@ def search(
     saved_rounds = [{k: v for k, v in r.items() if k != "seconds"} for r in data["rounds"]]
     result = greedy_replacement(candidates, scorer, rule, shortlist=pick if rank else None, max_linear=max_linear,
                                 teacher_score=data["teacher_search_score"], resume=saved_rounds, on_round=on_round)  # fmt: skip
+    del scorer  # each scorer's prefix cache holds (L + 1) hidden states per item: keep one set alive at a time
     data["search"] = {k: v for k, v in result.to_json().items() if k != "rounds"}
     data["search"]["evaluations"] = data.get("search_evaluations", 0)
     data["search"]["seconds"] = data["timing"].get("search", 0.0)
@@ -349,6 +377,7 @@ def search(
         confirm["most_linear"] = most_linear
         data["timing"]["confirm"] = sum(v["seconds"] for v in confirm["scores"].values())
         state.save()
+        del confirm_scorer, confirmed
 
     # 4. export
     hybrids = {"best": sorted(result.best), "most_linear": most_linear}
@@ -383,6 +412,28 @@ def search(
     data["curves"] = curves
     data["heldout_threshold"] = rule.threshold(teacher_heldout)
     data["teacher_heldout"] = teacher_heldout
+    del heldout_scorer, heldout
+
+    # 6. a final, precise check of the exported hybrids on more held-out items
+    if verify_items:
+        if metric == "perplexity":
+            first = search_items + heldout_items + n_confirm  # after every block used so far
+            verify_batches = text_blocks(corpus, tokenizer, block, first, verify_items)[2]
+            count = len(verify_batches)
+        else:
+            verify_docs = task_items(task, data_dir, search_items, verify_items, seed)[2]
+            verify_batches, count = choice_batches(verify_docs, tokenizer, batch_size), len(verify_docs)
+        verify = data.setdefault("verify", {})
+        if verify.get("items") != count:  # other items: earlier scores do not apply
+            verify.clear()
+            verify.update(items=count, scores={})
+        # no prefix cache: it would hold (L + 1) hidden states of every item, and exports mostly start at layer 0
+        verified = state.memoised(verify["scores"], HybridScorer(student, verify_batches, metric, prefix_cache=False))
+        verify["threshold"] = rule.threshold(verified(()))
+        for linear in hybrids.values():
+            verified(linear)
+        data["timing"]["verify"] = sum(v["seconds"] for v in verify["scores"].values())
+        state.save()
     data["num_layers"] = num_layers
     data["versions"] = {"torch": torch.__version__, **hybrid_report.versions()}
     state.save()

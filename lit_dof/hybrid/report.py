@@ -72,7 +72,8 @@ def markdown(data: dict, command: str | None = None) -> str:
     lines = [
         "# Hybrid models: Distill-then-Replace on the embedded SmolLM2-135M-Instruct",
         "",
-        f"- Twin bank: `{s['bank']}` (every layer's linear twin, trained locally with the output loss).",
+        f"- Twin bank: `{s['bank']}` (every layer's linear twin, trained locally on the teacher's inputs"
+        + (f": {data['bank_recipe']})." if data.get("bank_recipe") else ")."),
         f"- Target: {s['task'] or s['corpus']}, metric **{metric}**; {data['items']}.",
         f"- Search on {s['search_items']} items, held-out comparison on {s['heldout_items']} other items.",
         f"- Tolerance: a hybrid passes if its score is within {tol}: search threshold {fmt(search['threshold'])} "
@@ -118,6 +119,20 @@ def markdown(data: dict, command: str | None = None) -> str:
         ok = _within(score, data["heldout_threshold"], metric)
         lines.append(f"| {name} | {len(linear)}/{L} ({len(linear) / L:.0%}) | {linear} | {fmt(score)} | "
                      f"{'yes' if ok else 'no'} |")  # fmt: skip
+    verify = data.get("verify")
+    if verify:
+        scores = verify["scores"]
+        lines += ["", f"## Verification on {verify['items']} held-out items", "",
+                  f"The teacher and the exported hybrids once more, on more items than the orderings' curves "
+                  f"(threshold {fmt(verify['threshold'])}).", "",
+                  "| hybrid | linear layers | score | within tolerance |", "|---|---|---|---|",
+                  f"| teacher | 0/{L} | {fmt(scores['teacher']['score'])} | – |"]  # fmt: skip
+        for name, entry in data["exported"].items():
+            score = scores[hybrid_key(entry["linear"])]["score"]
+            ok = _within(score, verify["threshold"], metric)
+            lines.append(f"| {name} | {len(entry['linear'])}/{L} ({len(entry['linear']) / L:.0%}) | {fmt(score)} | "
+                         f"{'yes' if ok else 'no'} |")  # fmt: skip
+        lines += ["", f"Verification: {len(scores)} evaluations in {data['timing'].get('verify', 0) / 60:.1f} min."]
     counts = [str(k) for k in data["counts"]]
     costs = ordering_costs(data)
     lines += ["", "## Orderings at equal numbers of linear layers (held-out items)", "",
@@ -134,6 +149,10 @@ def markdown(data: dict, command: str | None = None) -> str:
     lines += ["", "Winner per count: " + "; ".join(f"{k} linear: {', '.join(v)}" for k, v in per_count.items()) + "."]
     if overall:
         lines += [f"Best mean over the counts: **{NAMES[overall]}**."]
+    if metric != "perplexity":
+        p, n = data["teacher_heldout"], s["heldout_items"]
+        lines += [f"One held-out item is {1 / n:.4f}; the binomial standard error of one score is "
+                  f"≈ {(p * (1 - p) / n) ** 0.5:.4f}, so smaller differences between orderings are not resolved."]  # fmt: skip
     lines += ["", f"Versions: {', '.join(f'{k} {v}' for k, v in data.get('versions', {}).items())}.", ""]
     return "\n".join(lines)
 

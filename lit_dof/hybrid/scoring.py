@@ -31,7 +31,8 @@ class HybridScorer:
         batches: for ``"accuracy"`` batches from :func:`~lit_dof.evaluation.finetune.collate_choices`; for
             ``"perplexity"`` ``{"input_ids": (B, T)}`` blocks.
         metric: ``"accuracy"``, ``"acc_norm"`` or ``"perplexity"``.
-        prefix_cache: reuse the teacher's hidden states before the first linear layer (exact in float32).
+        prefix_cache: reuse the teacher's hidden states before the first linear layer (exact in float32;
+            built on the first call that needs it).
 
     Attributes:
         evaluations: scorer calls so far. seconds: time spent in them.
@@ -46,15 +47,24 @@ class HybridScorer:
         self.student, self.batches, self.metric = student, batches, metric
         self.num_layers = len(student.linear_layers)
         self.inputs = [{"input_ids": b["input_ids"]} for b in batches]
-        self.cache = PrefixCache(student, self.inputs) if prefix_cache else None
+        self.prefix_cache = prefix_cache
+        self._cache: PrefixCache | None = None
         self.evaluations, self.seconds = 0, 0.0
+
+    @property
+    def cache(self) -> PrefixCache | None:
+        """The teacher's hidden states for these batches, built on first use (a resumed search that finds
+        every score already measured never pays for it); ``None`` without ``prefix_cache``."""
+        if self.prefix_cache and self._cache is None:
+            self._cache = PrefixCache(self.student, self.inputs)
+        return self._cache
 
     @property
     def higher_is_better(self) -> bool:
         return self.metric != "perplexity"
 
     def _logits(self, index: int, first_linear: int | None) -> torch.Tensor:
-        if self.cache is not None and first_linear is not None and first_linear > 0:
+        if self.prefix_cache and first_linear is not None and first_linear > 0:
             return self.cache.logits(self.student, index, first_linear)
         with torch.no_grad():
             return self.student(**self.inputs[index], use_cache=False).logits

@@ -10,7 +10,7 @@ import torch
 
 from lit_dof.attention import LearnedPRF
 from lit_dof.evaluation import task_data
-from lit_dof.hybrid.cli import default_counts, task_items
+from lit_dof.hybrid.cli import bank_recipe, default_counts, task_items
 from lit_dof.hybrid.local import local_losses, valid_positions
 from lit_dof.students import linearize, load_student
 from tests.conftest import REPO, TINYSTORIES, tiny_model
@@ -78,6 +78,18 @@ def test_default_counts():
     assert default_counts(3, 3) == [1, 2, 3]
 
 
+def test_bank_recipe_reads_the_fit_config_next_to_the_bank(tmp_path):
+    student = tmp_path / "version_0" / "student"
+    student.mkdir(parents=True)
+    assert bank_recipe(student) is None  # no config.yaml: nothing is claimed
+    (tmp_path / "version_0" / "config.yaml").write_text(
+        "trainer:\n  max_steps: 400\nmodel:\n  init_args:\n    loss: output\n    finetune_fraction: 0.0\n")
+    assert bank_recipe(student) == "output loss, 400 steps, no end-to-end tail"
+    (tmp_path / "version_0" / "config.yaml").write_text(
+        "trainer:\n  max_steps: 800\nmodel:\n  init_args:\n    loss: softmax\n    finetune_fraction: 0.3\n")
+    assert bank_recipe(student) == "softmax loss, 800 steps, end-to-end tail 30% of the steps"
+
+
 @needs_data
 def test_search_exports_reports_and_resumes(bank, tmp_path):
     from lit_dof.hybrid.cli import main
@@ -85,7 +97,7 @@ def test_search_exports_reports_and_resumes(bank, tmp_path):
     out = tmp_path / "search"
     args = ["--bank", str(bank), "--task", "arc_easy", "--data_dir", str(DATA), "--search_items", "12",
             "--heldout_items", "16", "--tolerance", "1.0", "--shortlist", "loss", "--shortlist_k", "2",
-            "--batch_size", "6", "--confirm_items", "8", "--out", str(out)]  # fmt: skip
+            "--batch_size", "6", "--confirm_items", "8", "--verify_items", "20", "--out", str(out)]  # fmt: skip
     main(args)
     data = json.loads((out / "search.json").read_text())
     L = data["num_layers"]
@@ -113,8 +125,22 @@ def test_search_exports_reports_and_resumes(bank, tmp_path):
         for k, score in data["curves"][name].items():
             key = ",".join(map(str, sorted(order[: int(k)])))
             assert data["heldout"][key]["score"] == score
+    # verification: the teacher and both exports on 20 test items, scored without the prefix cache, equal to a
+    # direct computation on those items
+    from lit_dof.hybrid.scoring import HybridScorer, choice_batches
+    from lit_dof.teacher.loading import load_tokenizer
+
+    verify = data["verify"]
+    exported = {",".join(map(str, e["linear"])) or "teacher" for e in data["exported"].values()}
+    assert verify["items"] == 20 and set(verify["scores"]) == {"teacher", *exported}
+    docs = task_items("arc_easy", DATA, 12, 20)[2]
+    direct = HybridScorer(load_student(bank).eval(), choice_batches(docs, load_tokenizer(bank), 6), prefix_cache=False)
+    assert verify["scores"]["teacher"]["score"] == pytest.approx(direct(frozenset()))
+    linear = data["exported"]["most_linear"]["linear"]
+    assert verify["scores"][",".join(map(str, linear))]["score"] == pytest.approx(direct(frozenset(linear)))
     md = (out / "hybrid.md").read_text()
     assert "greedy search" in md and "Winner per count" in md and "lit-dof hybrid --bank" in md
+    assert "Verification on 20 held-out items" in md
     assert (out / "hybrid.png").stat().st_size > 1000
     assert list((out / "tensorboard").rglob("events.out.tfevents.*"))
     # resume: everything is found in search.json, nothing is scored again
@@ -140,7 +166,7 @@ def test_search_on_perplexity_exports_the_teacher_when_no_swap_passes(bank, tmp_
     # untrained twins raise the perplexity of every single-layer swap: with a zero tolerance none passes
     data = search(str(bank), metric="perplexity", corpus=str(WIKIPEDIA), block=32, search_items=3, heldout_items=2,
                   tolerance=0.0, shortlist=None, out=str(tmp_path / "s"), orderings=["dof", "uniform"],
-                  confirm_items=2)  # fmt: skip
+                  confirm_items=2, verify_items=2)  # fmt: skip
     assert list(data["confirm"]["scores"]) == ["teacher"] and data["confirm"]["most_linear"] == []  # nothing to confirm
     assert len(data["rounds"]) == 1 and not data["rounds"][0]["passed"]
     assert min(data["rounds"][0]["scores"].values()) > data["teacher_search_score"]
@@ -149,6 +175,9 @@ def test_search_on_perplexity_exports_the_teacher_when_no_swap_passes(bank, tmp_
     assert set(data["curves"]) == {"dof", "uniform"} and data["counts"] == [1, 2]  # 2 layers
     # perplexity: lower is better, so the threshold lies above the teacher
     assert data["heldout_threshold"] == data["teacher_heldout"]
+    # verification: two further blocks, after the search, held-out and confirmation blocks
+    assert data["verify"]["items"] == 2 and list(data["verify"]["scores"]) == ["teacher"]
+    assert data["verify"]["threshold"] == data["verify"]["scores"]["teacher"]["score"] > 1
     with pytest.raises(ValueError, match="shortlist"):
         search(str(bank), data_dir=str(DATA), shortlist="random", out=str(tmp_path / "t"))
     with pytest.raises(FileNotFoundError, match="hybrid/twins.yaml"):

@@ -30,6 +30,12 @@ def test_perplexity_scorer_cached_equals_uncached_and_teacher():
     batches = [{"input_ids": torch.randint(5, 2000, (2, 24))} for _ in range(2)]
     cached, plain = HybridScorer(student, batches, "perplexity"), HybridScorer(student, batches, "perplexity", prefix_cache=False)
     L = cached.num_layers
+    # the cache is built on the first call that starts past layer 0, not before
+    cached(frozenset()), cached(frozenset({0}))
+    assert cached._cache is None
+    cached(frozenset({1}))
+    assert cached._cache is not None and plain.cache is None
+    cached.evaluations = 0
     for k in range(L + 1):
         for linear in itertools.combinations(range(L), k):
             assert cached(frozenset(linear)) == pytest.approx(plain(frozenset(linear)), rel=1e-5)
