@@ -168,6 +168,15 @@ class _State:
     def timed(self, key: str, seconds: float) -> None:
         self.data["timing"][key] = self.data["timing"].get(key, 0.0) + seconds
 
+    def scores_on(self, name: str, items: int) -> dict:
+        """``data[name]`` (``{"items": items, "scores": {...}}`` plus what the caller adds), emptied first when
+        it was measured on another number of items: those scores do not apply."""
+        entry = self.data.setdefault(name, {})
+        if entry.get("items") != items:
+            entry.clear()
+            entry.update(items=items, scores={})
+        return entry
+
     def memoised(self, store: dict, scorer):
         """``score(linear layers)`` that looks in ``store`` first (keyed by :func:`hybrid_key`) and otherwise
         scores, records ``{"score", "seconds"}`` and saves the state."""
@@ -360,10 +369,7 @@ def search(
     most_linear = sorted(result.most_linear)
     trajectory = [sorted(r["linear"]) for r in data["rounds"] if r["passed"]]
     if confirm_items:
-        confirm = data.setdefault("confirm", {})
-        if confirm.get("items") != n_confirm:  # other confirmation items: earlier scores do not apply
-            confirm.clear()
-            confirm.update(items=n_confirm, scores={})
+        confirm = state.scores_on("confirm", n_confirm)
         confirm_scorer = HybridScorer(student, confirm_batches, metric, prefix_cache=prefix_cache)
 
         confirmed = state.memoised(confirm["scores"], confirm_scorer)
@@ -423,10 +429,7 @@ def search(
         else:
             verify_docs = task_items(task, data_dir, search_items, verify_items, seed)[2]
             verify_batches, count = choice_batches(verify_docs, tokenizer, batch_size), len(verify_docs)
-        verify = data.setdefault("verify", {})
-        if verify.get("items") != count:  # other items: earlier scores do not apply
-            verify.clear()
-            verify.update(items=count, scores={})
+        verify = state.scores_on("verify", count)
         # no prefix cache: it would hold (L + 1) hidden states of every item, and exports mostly start at layer 0
         verified = state.memoised(verify["scores"], HybridScorer(student, verify_batches, metric, prefix_cache=False))
         verify["threshold"] = rule.threshold(verified(()))
