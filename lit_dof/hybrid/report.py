@@ -29,6 +29,16 @@ def _within(score: float, threshold: float, metric: str) -> bool:
     return score <= threshold if metric == "perplexity" else score >= threshold
 
 
+def _verdict(score: float, threshold: float, metric: str) -> str:
+    """``"yes"``/``"no"``: the report's "within tolerance" cell."""
+    return "yes" if _within(score, threshold, metric) else "no"
+
+
+def _layers(linear: list[int], num_layers: int) -> str:
+    """``"k/L (p%)"``: how many of the ``num_layers`` layers are linear."""
+    return f"{len(linear)}/{num_layers} ({len(linear) / num_layers:.0%})"
+
+
 def ordering_costs(data: dict) -> dict[str, dict]:
     """Per ordering: evaluations and seconds to *choose* the order (greedy: its search; loss: the local
     losses; dof: none here, the fit's DoF estimate is reused; uniform/random: none) and to score its curve."""
@@ -106,8 +116,7 @@ def markdown(data: dict, command: str | None = None) -> str:
             entry = confirm["scores"].get(hybrid_key(r["linear"]))
             if entry is None:
                 break
-            ok = _within(entry["score"], confirm["threshold"], metric)
-            lines.append(f"| {len(r['linear'])} | {fmt(entry['score'])} | {'yes' if ok else 'no'} |")
+            lines.append(f"| {len(r['linear'])} | {fmt(entry['score'])} | {_verdict(entry['score'], confirm['threshold'], metric)} |")
         lines += ["", f"Confirmation: {len(confirm['scores'])} evaluations in {data['timing'].get('confirm', 0) / 60:.1f} min."]
     lines += ["", "## Exported hybrids (held-out items)", "", "| hybrid | linear layers | which | held-out score | within tolerance |",
               "|---|---|---|---|---|", f"| teacher | 0/{L} | – | {fmt(data['teacher_heldout'])} | – |"]  # fmt: skip
@@ -116,9 +125,8 @@ def markdown(data: dict, command: str | None = None) -> str:
         shown.append(("the search's most linear, before confirmation (not exported)", search["most_linear"]))
     for name, linear in shown:
         score = data["heldout"][hybrid_key(linear)]["score"]
-        ok = _within(score, data["heldout_threshold"], metric)
-        lines.append(f"| {name} | {len(linear)}/{L} ({len(linear) / L:.0%}) | {linear} | {fmt(score)} | "
-                     f"{'yes' if ok else 'no'} |")  # fmt: skip
+        lines.append(f"| {name} | {_layers(linear, L)} | {linear} | {fmt(score)} | "
+                     f"{_verdict(score, data['heldout_threshold'], metric)} |")  # fmt: skip
     verify = data.get("verify")
     if verify:
         scores = verify["scores"]
@@ -129,9 +137,8 @@ def markdown(data: dict, command: str | None = None) -> str:
                   f"| teacher | 0/{L} | {fmt(scores['teacher']['score'])} | – |"]  # fmt: skip
         for name, entry in data["exported"].items():
             score = scores[hybrid_key(entry["linear"])]["score"]
-            ok = _within(score, verify["threshold"], metric)
-            lines.append(f"| {name} | {len(entry['linear'])}/{L} ({len(entry['linear']) / L:.0%}) | {fmt(score)} | "
-                         f"{'yes' if ok else 'no'} |")  # fmt: skip
+            lines.append(f"| {name} | {_layers(entry['linear'], L)} | {fmt(score)} | "
+                         f"{_verdict(score, verify['threshold'], metric)} |")  # fmt: skip
         lines += ["", f"Verification: {len(scores)} evaluations in {data['timing'].get('verify', 0) / 60:.1f} min."]
     counts = [str(k) for k in data["counts"]]
     costs = ordering_costs(data)

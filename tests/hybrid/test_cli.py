@@ -10,7 +10,7 @@ import torch
 
 from lit_dof.attention import LearnedPRF
 from lit_dof.evaluation import task_data
-from lit_dof.hybrid.cli import bank_recipe, default_counts, task_items
+from lit_dof.hybrid.cli import bank_recipe, default_counts, hybrid_key, task_items
 from lit_dof.hybrid.local import local_losses, valid_positions
 from lit_dof.students import linearize, load_student
 from tests.conftest import REPO, TINYSTORIES, tiny_model
@@ -110,7 +110,7 @@ def test_search_exports_reports_and_resumes(bank, tmp_path):
         remaining = sorted(set(range(L)) - set(r["linear"]) | {r["chosen"]}, key=lambda i: (loss[i], i))
         assert sorted(map(int, r["scores"])) == sorted(remaining[:2])
     # confirmation: the most linear hybrid passes at once (tolerance 1.0), after the teacher
-    assert data["confirm"]["items"] == 8 and list(data["confirm"]["scores"]) == ["teacher", ",".join(map(str, range(L)))]
+    assert data["confirm"]["items"] == 8 and list(data["confirm"]["scores"]) == ["teacher", hybrid_key(range(L))]
     assert data["confirm"]["most_linear"] == list(range(L)) and "Confirmation on 8 validation items" in (out / "hybrid.md").read_text()
     # exports carry their hybrid configuration
     for name in ("best", "most_linear"):
@@ -123,21 +123,20 @@ def test_search_exports_reports_and_resumes(bank, tmp_path):
     for name, order in data["orders"].items():
         assert sorted(order) == list(range(L))
         for k, score in data["curves"][name].items():
-            key = ",".join(map(str, sorted(order[: int(k)])))
-            assert data["heldout"][key]["score"] == score
+            assert data["heldout"][hybrid_key(order[: int(k)])]["score"] == score
     # verification: the teacher and both exports on 20 test items, scored without the prefix cache, equal to a
     # direct computation on those items
     from lit_dof.hybrid.scoring import HybridScorer, choice_batches
     from lit_dof.teacher.loading import load_tokenizer
 
     verify = data["verify"]
-    exported = {",".join(map(str, e["linear"])) or "teacher" for e in data["exported"].values()}
+    exported = {hybrid_key(e["linear"]) for e in data["exported"].values()}
     assert verify["items"] == 20 and set(verify["scores"]) == {"teacher", *exported}
     docs = task_items("arc_easy", DATA, 12, 20)[2]
     direct = HybridScorer(load_student(bank).eval(), choice_batches(docs, load_tokenizer(bank), 6), prefix_cache=False)
     assert verify["scores"]["teacher"]["score"] == pytest.approx(direct(frozenset()))
     linear = data["exported"]["most_linear"]["linear"]
-    assert verify["scores"][",".join(map(str, linear))]["score"] == pytest.approx(direct(frozenset(linear)))
+    assert verify["scores"][hybrid_key(linear)]["score"] == pytest.approx(direct(frozenset(linear)))
     md = (out / "hybrid.md").read_text()
     assert "greedy search" in md and "Winner per count" in md and "lit-dof hybrid --bank" in md
     assert "Verification on 20 held-out items" in md
