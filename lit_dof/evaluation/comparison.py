@@ -114,6 +114,14 @@ class Comparison:
     finetune_lrs: Sequence[float] = (1e-5, 3e-5, 1e-4)
     finetune_args: Sequence[str] = field(default_factory=tuple)
 
+    def __post_init__(self) -> None:
+        # Fits and fine-tuning runs are subprocesses *in the cell directory*: relative paths given on the
+        # command line (``--corpus ../shared/...``) would point elsewhere there, so resolve them here.
+        self.base_config = Path(self.base_config).resolve()
+        self.corpus, self.data_dir = _absolute(self.corpus), _absolute(self.data_dir)
+        if self.teacher and Path(self.teacher).exists():
+            self.teacher = _absolute(self.teacher)
+
     def cell_dir(self, row: Row, budget: int) -> Path:
         return Path(self.out) / f"C{budget}" / row.name
 
@@ -252,6 +260,10 @@ class Comparison:
             result = self._finetune_run(self.model_source(row, budget), task, lr, path.parent / task)
         atomic_write_json(path, result)
         return result
+
+
+def _absolute(path: str | None) -> str | None:
+    return os.path.abspath(path) if path else path
 
 
 def _latest_run(cell: Path) -> Path:
@@ -474,7 +486,8 @@ def compare(
     if bad:
         raise ValueError(f"unknown stage(s) {bad}; use fit, ppl, eval, finetune")
     comparison = Comparison(out=Path(out), base_config=Path(base_config) if base_config else REPO_CONFIGS / "quickstart.yaml",
-                            teacher=teacher, corpus=corpus or os.environ.get("LIT_DOF_CORPUS"), data_dir=data_dir,
+                            teacher=teacher, corpus=corpus or os.environ.get("LIT_DOF_CORPUS"),
+                            data_dir=data_dir or os.environ.get("LIT_DOF_DATA"),
                             eval_limit=eval_limit, mmlu_per_subject=mmlu_per_subject, ppl_tokens=ppl_tokens,
                             fit_args=tuple(fit_args), finetune_lrs=tuple(finetune_lrs),
                             finetune_args=tuple(finetune_args))  # fmt: skip

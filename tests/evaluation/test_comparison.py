@@ -75,3 +75,21 @@ def test_finetune_stage_selects_the_lr_on_the_teacher_and_reuses_it(tmp_path):
     assert student["lr"] == selected["lr"] and student["model"].endswith("student")
     assert cells["fix"]["finetuned"]["arc_easy"] == student["score"] and "arc_easy" in cells["teacher"]["finetuned"]
     assert "Fine-tuned per task" in (tmp_path / "cells" / "comparison.md").read_text()
+
+
+def test_relative_paths_are_resolved_before_the_fits_run_in_the_cell_directory(tmp_path, monkeypatch):
+    """Fits run with the cell directory as working directory: a relative ``--corpus`` / ``--data_dir`` /
+    teacher path from the user's shell must reach them as the same file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.txt").write_text("text")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "teacher").mkdir()
+    runner = comparison.Comparison(out=tmp_path / "cells", corpus="corpus.txt", data_dir="data", teacher="teacher",
+                                   base_config="base.yaml")  # fmt: skip
+    command = runner.fit_command(comparison.ROWS["fix"], 16, resume=False)
+    assert f"--data.init_args.path={tmp_path / 'corpus.txt'}" in command
+    assert f"--model.init_args.teacher={tmp_path / 'teacher'}" in command
+    assert command[command.index("--config") + 1] == str(tmp_path / "base.yaml")
+    assert runner.data_dir == str(tmp_path / "data")
+    hub = comparison.Comparison(out=tmp_path / "cells", teacher="HuggingFaceTB/SmolLM2-135M")  # a hub id stays one
+    assert hub.teacher == "HuggingFaceTB/SmolLM2-135M"
