@@ -12,8 +12,9 @@ atomically, so a re-run skips whatever is finished:
 
 :func:`write_report` gathers every finished cell into ``comparison.json``, ``comparison.md`` (methods ×
 tasks, average, perplexity, budget, λ, J, tokens, wall time, and the fraction of the teacher–Performer
-gap each method closes), ``comparison.png`` (average accuracy vs total feature budget, one line per method)
-and ``curves.png`` (validation perplexity vs step: the λ study's "has the ranking stopped changing").
+gap each method closes) and ``comparison.png``: average accuracy vs total feature budget (one line per
+method), validation perplexity vs step, and each curve divided by Fix's at the same step (the λ study's
+"has the ranking stopped changing").
 """
 
 from __future__ import annotations
@@ -382,6 +383,7 @@ def markdown(report: dict, header: str = "") -> str:
         for c in report["cells"]:
             if c.get("finetuned"):
                 lines.append(f"| {c['row']} | " + " | ".join(_fmt(c["finetuned"].get(t)) for t in finetuned_tasks) + " |")
+    lines += curve_table(report)
     lines.append("")
     lines.append("Metrics: " + ", ".join(f"{t} {m}" for t, m in report["primary_metric"].items() if t in tasks) +
                  ". gap closed = (avg − Performer avg) / (teacher avg − Performer avg). ppl: sliding-window "
@@ -389,14 +391,39 @@ def markdown(report: dict, header: str = "") -> str:
     return "\n".join(lines)
 
 
+def curve_table(report: dict) -> list[str]:
+    """Markdown lines: each fitted cell's validation perplexity at every validation step and, where the
+    budget has a Fix cell, its ratio to Fix's at the last shared step (empty when no cell has a curve)."""
+    curved = [c for c in report["cells"] if (c["fit"] or {}).get("val_curve")]
+    if not curved:
+        return []
+    steps = sorted({step for c in curved for step, _ in c["fit"]["val_curve"]})
+    fix = {c["budget"]: dict(c["fit"]["val_curve"]) for c in curved if c["row"] == "fix"}
+    lines = ["", "Validation perplexity during the fit (held-out blocks; step = optimizer step index):", "",
+             "| method | C | dims | " + " | ".join(str(s) for s in steps) + " | / Fix (last) |",
+             "|" + "---|" * (len(steps) + 4)]  # fmt: skip
+    for c in curved:
+        curve, dims = dict(c["fit"]["val_curve"]), c["fit"].get("feature_dims") or []
+        shared = [s for s in steps if s in curve and s in fix.get(c["budget"], {})]
+        ratio = curve[shared[-1]] / fix[c["budget"]][shared[-1]] if shared else None
+        cells = [c["row"], str(c["budget"]), f"{min(dims)}…{max(dims)}" if dims else "–",
+                 *[_fmt(curve.get(s), 1) for s in steps], _fmt(ratio)]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def plot(report: dict, path: Path) -> None:
-    """Average accuracy vs total feature budget (one line per method) and validation curves."""
+    """Average accuracy vs total feature budget (one line per method), validation curves and, when a Fix cell
+    has one, each curve divided by Fix's at the same step (the λ study's "has the ranking stopped changing")."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    fix_curves = {c["budget"]: dict(c["fit"]["val_curve"]) for c in report["cells"]
+                  if c["row"] == "fix" and c["fit"] and c["fit"].get("val_curve")}  # fmt: skip
+    fig, axes = plt.subplots(1, 3 if fix_curves else 2, figsize=(16 if fix_curves else 11, 4))
+    ax, bx = axes[:2]
     by_row: dict[str, list] = {}
     for c in report["cells"]:
         if c["average"] is not None and c["kind"] != "teacher":
@@ -412,11 +439,28 @@ def plot(report: dict, path: Path) -> None:
         ax.axhline(teacher["average"], color="k", linestyle="--", label="teacher")
     ax.set_xlabel("total feature budget Σ M (features)")
     ax.set_ylabel("average zero-shot accuracy")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no seven-task averages yet", ha="center", va="center", transform=ax.transAxes)
     bx.set_xlabel("optimizer step")
     bx.set_ylabel("held-out perplexity (validation)")
     bx.set_yscale("log")
-    bx.legend(fontsize=6)
+    if bx.get_legend_handles_labels()[0]:
+        bx.legend(fontsize=6)
+    if fix_curves:  # the λ study's question, directly: is each method ahead of Fix, and has that stopped changing?
+        cx = axes[2]
+        for c in report["cells"]:
+            fix = fix_curves.get(c["budget"])
+            if c["row"] == "fix" or not fix or not (c["fit"] or {}).get("val_curve"):
+                continue
+            shared = [(step, value / fix[step]) for step, value in c["fit"]["val_curve"] if step in fix]
+            if shared:
+                cx.plot(*zip(*shared), marker="o", label=f"{c['row']} (C={c['budget']})")
+        cx.axhline(1.0, color="k", linestyle="--", label="fix")
+        cx.set_xlabel("optimizer step")
+        cx.set_ylabel("validation perplexity / Fix's (same step)")
+        cx.legend(fontsize=6)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.png")

@@ -93,3 +93,23 @@ def test_relative_paths_are_resolved_before_the_fits_run_in_the_cell_directory(t
     assert runner.data_dir == str(tmp_path / "data")
     hub = comparison.Comparison(out=tmp_path / "cells", teacher="HuggingFaceTB/SmolLM2-135M")  # a hub id stays one
     assert hub.teacher == "HuggingFaceTB/SmolLM2-135M"
+
+
+def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_path):
+    def cell(row, curve, dims):
+        return {"row": row, "note": "", "budget": 64, "kind": "student", "scores": {}, "average": None, "ppl": None,
+                "finetuned": {}, "fit": {"val_curve": curve, "feature_dims": dims, "total_features": sum(dims)}}  # fmt: skip
+
+    report = {"tasks": ["piqa"], "primary_metric": {"piqa": "acc_norm"}, "cells": [
+        cell("fix", [(49, 400.0), (99, 200.0)], [64, 64]),
+        cell("dof", [(49, 440.0), (99, 190.0)], [8, 120]),
+        cell("dof_clip", [(49, 500.0)], [8, 64]),  # shorter curve: compared at its last shared step
+    ]}  # fmt: skip
+    rows = {line.split(" | ")[0].strip("| "): line for line in comparison.curve_table(report) if line.startswith("| ")}
+    assert rows["fix"].endswith("| 400.0 | 200.0 | 1.000 |")
+    assert rows["dof"].endswith("| 8…120 | 440.0 | 190.0 | 0.950 |")  # 190 / 200
+    assert rows["dof_clip"].endswith("| 500.0 | – | 1.250 |")  # 500 / 400 at step 49
+    assert "| 49 | 99 | / Fix (last) |" in rows["method"]
+    assert comparison.curve_table({**report, "cells": [cell("fix", [], [64])]}) == []
+    comparison.plot(report, tmp_path / "comparison.png")
+    assert (tmp_path / "comparison.png").stat().st_size > 0
