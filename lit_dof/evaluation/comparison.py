@@ -107,7 +107,7 @@ class Comparison:
     data_dir: str | None = None
     eval_limit: int | None = None
     mmlu_per_subject: int | None = 18
-    ppl_tokens: int = 32768
+    ppl_tokens: int = 16384
     ppl_window: int = 512
     ppl_stride: int = 256
     batch_size: int = 16
@@ -340,7 +340,7 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
             complete = len(scores) == len(tasks)
             cells.append({"row": row.name, "note": row.note, "budget": budget, "kind": row.kind, "fit": fit,
                           "scores": scores, "average": _mean(s["value"] for s in scores.values()) if complete else None,
-                          "ppl": ppl["ppl"] if ppl else None, "finetuned": finetuned})  # fmt: skip
+                          "ppl": ppl["ppl"] if ppl else None, "ppl_setting": _ppl_setting(ppl), "finetuned": finetuned})  # fmt: skip
     teacher = next((c for c in cells if c["kind"] == "teacher"), None)
     for budget in budgets:
         performer = next((c for c in cells if c["row"] == "performer" and c["budget"] == budget), None)
@@ -351,6 +351,12 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
             gap = (teacher["average"] - performer["average"]) if ok else None
             c["gap_closed"] = (c["average"] - performer["average"]) / gap if ok and gap else None
     return {"budgets": list(budgets), "tasks": list(tasks), "primary_metric": PRIMARY_METRIC, "cells": cells}
+
+
+def _ppl_setting(ppl: dict | None) -> str | None:
+    if not ppl:
+        return None
+    return f"{ppl['tokens']} tokens, window {ppl['window']}, stride {ppl['stride']}"
 
 
 def _fmt(value, digits=3):
@@ -387,8 +393,20 @@ def markdown(report: dict, header: str = "") -> str:
     lines.append("")
     lines.append("Metrics: " + ", ".join(f"{t} {m}" for t, m in report["primary_metric"].items() if t in tasks) +
                  ". gap closed = (avg − Performer avg) / (teacher avg − Performer avg). ppl: sliding-window "
-                 "perplexity on held-out Wikipedia documents.")  # fmt: skip
+                 "perplexity on held-out Wikipedia documents" + _ppl_note(report) + ".")  # fmt: skip
     return "\n".join(lines)
+
+
+def _ppl_note(report: dict) -> str:
+    """The perplexity setting of the report's cells; names the cells when they differ (not comparable)."""
+    settings: dict[str, list[str]] = {}
+    for c in report["cells"]:
+        if c.get("ppl_setting"):
+            settings.setdefault(c["ppl_setting"], []).append(c["row"])
+    if len(settings) == 1:
+        return f" ({next(iter(settings))})"
+    return "".join(f"; {', '.join(rows)}: {setting}" for setting, rows in settings.items()) + \
+        " — **settings differ, so these perplexities are not comparable**" if settings else ""
 
 
 def curve_table(report: dict) -> list[str]:
@@ -493,7 +511,7 @@ def compare(
     data_dir: str | None = None,
     eval_limit: int | None = None,
     mmlu_per_subject: int | None = 18,
-    ppl_tokens: int = 32768,
+    ppl_tokens: int = 16384,
     fit_args: list[str] = [],
     finetune_tasks: list[str] = list(TRAIN_SPLITS),
     finetune_lrs: list[float] = [1e-5, 3e-5, 1e-4],

@@ -111,5 +111,12 @@ def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_
     assert rows["dof_clip"].endswith("| 500.0 | – | 1.250 |")  # 500 / 400 at step 49
     assert "| 49 | 99 | / Fix (last) |" in rows["method"]
     assert comparison.curve_table({**report, "cells": [cell("fix", [], [64])]}) == []
+    # the perplexity footnote gives the setting, and flags cells measured differently
+    for c, setting in zip(report["cells"], ["100 tokens, window 8, stride 4"] * 2 + ["200 tokens, window 8, stride 4"]):
+        c["ppl_setting"] = setting
+    assert "not comparable" in comparison.markdown(report) and "dof_clip: 200 tokens" in comparison.markdown(report)
+    report["cells"][2]["ppl_setting"] = None
+    assert "(100 tokens, window 8, stride 4)." in comparison.markdown(report)
+    assert "not comparable" not in comparison.markdown(report)
     comparison.plot(report, tmp_path / "comparison.png")
     assert (tmp_path / "comparison.png").stat().st_size > 0
