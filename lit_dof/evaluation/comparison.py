@@ -409,23 +409,26 @@ def _ppl_note(report: dict) -> str:
         " — **settings differ, so these perplexities are not comparable**" if settings else ""
 
 
-def curve_table(report: dict) -> list[str]:
+def curve_table(report: dict, tail: int = 5) -> list[str]:
     """Markdown lines: each fitted cell's validation perplexity at every validation step and, where the
-    budget has a Fix cell, its ratio to Fix's at the last shared step (empty when no cell has a curve)."""
+    budget has a Fix cell, its ratio to Fix's at the last shared step and the mean ratio over the last
+    ``tail`` shared steps (one validation point is noisy: single-seed curves wobble by ~5%). Empty when no
+    cell has a curve."""
     curved = [c for c in report["cells"] if (c["fit"] or {}).get("val_curve")]
     if not curved:
         return []
     steps = sorted({step for c in curved for step, _ in c["fit"]["val_curve"]})
     fix = {c["budget"]: dict(c["fit"]["val_curve"]) for c in curved if c["row"] == "fix"}
     lines = ["", "Validation perplexity during the fit (held-out blocks; step = optimizer step index):", "",
-             "| method | C | dims | " + " | ".join(str(s) for s in steps) + " | / Fix (last) |",
-             "|" + "---|" * (len(steps) + 4)]  # fmt: skip
+             "| method | C | Σ M | dims | " + " | ".join(str(s) for s in steps) +
+             f" | / Fix (last) | / Fix (mean of last {tail}) |", "|" + "---|" * (len(steps) + 6)]  # fmt: skip
     for c in curved:
         curve, dims = dict(c["fit"]["val_curve"]), c["fit"].get("feature_dims") or []
-        shared = [s for s in steps if s in curve and s in fix.get(c["budget"], {})]
-        ratio = curve[shared[-1]] / fix[c["budget"]][shared[-1]] if shared else None
-        cells = [c["row"], str(c["budget"]), f"{min(dims)}…{max(dims)}" if dims else "–",
-                 *[_fmt(curve.get(s), 1) for s in steps], _fmt(ratio)]  # fmt: skip
+        reference = fix.get(c["budget"], {})
+        ratios = [curve[s] / reference[s] for s in steps if s in curve and s in reference]
+        cells = [c["row"], str(c["budget"]), str(sum(dims)) if dims else "–", f"{min(dims)}…{max(dims)}" if dims else "–",
+                 *[_fmt(curve.get(s), 1) for s in steps], _fmt(ratios[-1] if ratios else None),
+                 _fmt(_mean(ratios[-tail:]))]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

@@ -106,10 +106,12 @@ def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_
         cell("dof_clip", [(49, 500.0)], [8, 64]),  # shorter curve: compared at its last shared step
     ]}  # fmt: skip
     rows = {line.split(" | ")[0].strip("| "): line for line in comparison.curve_table(report) if line.startswith("| ")}
-    assert rows["fix"].endswith("| 400.0 | 200.0 | 1.000 |")
-    assert rows["dof"].endswith("| 8…120 | 440.0 | 190.0 | 0.950 |")  # 190 / 200
-    assert rows["dof_clip"].endswith("| 500.0 | – | 1.250 |")  # 500 / 400 at step 49
-    assert "| 49 | 99 | / Fix (last) |" in rows["method"]
+    assert rows["fix"].endswith("| 400.0 | 200.0 | 1.000 | 1.000 |")
+    assert rows["dof"].endswith("| 128 | 8…120 | 440.0 | 190.0 | 0.950 | 1.025 |")  # 190 / 200; (1.1 + 0.95) / 2
+    assert rows["dof_clip"].endswith("| 500.0 | – | 1.250 | 1.250 |")  # 500 / 400 at step 49
+    assert "| 49 | 99 | / Fix (last) | / Fix (mean of last 5) |" in rows["method"]
+    one = [line for line in comparison.curve_table(report, tail=1) if line.startswith("| dof |")]
+    assert one[0].endswith("| 0.950 | 0.950 |")
     assert comparison.curve_table({**report, "cells": [cell("fix", [], [64])]}) == []
     # the perplexity footnote gives the setting, and flags cells measured differently
     for c, setting in zip(report["cells"], ["100 tokens, window 8, stride 4"] * 2 + ["200 tokens, window 8, stride 4"]):
