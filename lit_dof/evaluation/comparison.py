@@ -317,7 +317,7 @@ def _mean(values):
 
 def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], tasks: Sequence[str] = TASKS) -> dict:
     """Every finished part of every cell (missing parts are ``None``)."""
-    cells = []
+    cells, items = [], []  # items[i][task]: cell i's per-example scores of the task's primary metric
     teacher_dir = comparison.cell_dir(ROWS["teacher"], budgets[0]) if "teacher" in [r.name for r in rows] else None
     for budget in budgets:
         for row in rows:
@@ -327,7 +327,7 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
             if cell is None or not cell.is_dir():
                 continue
             fit = json.loads((cell / "fit.json").read_text()) if (cell / "fit.json").is_file() else None
-            scores = {}
+            scores, cell_items = {}, {}
             for task in tasks:
                 path = cell / "eval" / f"{task}.json"
                 if path.is_file():
@@ -335,6 +335,9 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                     metric = PRIMARY_METRIC[task]
                     scores[task] = {"value": entry.get(metric), "stderr": entry.get(f"{metric}_stderr"), "metric": metric,
                                     "n": entry.get("n")}  # fmt: skip
+                    if (entry.get("items") or {}).get(metric):
+                        cell_items[task] = entry["items"][metric]
+            items.append(cell_items)
             ppl = json.loads((cell / "ppl.json").read_text()) if (cell / "ppl.json").is_file() else None
             finetuned = {p.stem: json.loads(p.read_text())["score"] for p in sorted((cell / "finetune").glob("*.json"))}
             complete = len(scores) == len(tasks)
@@ -350,7 +353,36 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
             ok = teacher and performer and None not in (c["average"], teacher["average"], performer["average"])
             gap = (teacher["average"] - performer["average"]) if ok else None
             c["gap_closed"] = (c["average"] - performer["average"]) / gap if ok and gap else None
+        fix = next((i for i, c in enumerate(cells) if c["row"] == "fix" and c["budget"] == budget), None)
+        for c, cell_items in zip(cells, items):
+            if c["budget"] == budget and c["kind"] != "teacher" and fix is not None and c is not cells[fix]:
+                c["vs_fix"] = {task: dict(zip(("difference", "stderr", "n"), paired_difference(cell_items[task], values)))
+                               for task, values in items[fix].items()
+                               if len(cell_items.get(task, ())) == len(values)}  # fmt: skip
     return {"budgets": list(budgets), "tasks": list(tasks), "primary_metric": PRIMARY_METRIC, "cells": cells}
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, int]:
+    """Mean per-example difference of two models scored on the *same* examples, with its standard error.
+
+    Pairing removes the between-example variance that the two unpaired standard errors both carry, so a
+    difference of 2 points that is ~1.6 unpaired SEs can be several paired SEs (the paired t / McNemar view).
+
+    Args:
+        a, b: per-example scores (e.g. 0/1 correctness) in the same example order, length n.
+
+    Returns:
+        ``(mean(a − b), sd(a − b) / √n, n)`` (sample standard deviation, n − 1).
+
+    Raises:
+        ValueError: different lengths, or fewer than two examples.
+    """
+    if len(a) != len(b) or len(a) < 2:
+        raise ValueError(f"paired scores need the same examples (≥ 2): got {len(a)} and {len(b)}")
+    diffs = [x - y for x, y in zip(a, b)]
+    mean = sum(diffs) / len(diffs)
+    variance = sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)
+    return mean, math.sqrt(variance / len(diffs)), len(diffs)
 
 
 def _ppl_setting(ppl: dict | None) -> str | None:
@@ -389,6 +421,7 @@ def markdown(report: dict, header: str = "") -> str:
         for c in report["cells"]:
             if c.get("finetuned"):
                 lines.append(f"| {c['row']} | " + " | ".join(_fmt(c["finetuned"].get(t)) for t in finetuned_tasks) + " |")
+    lines += paired_table(report)
     lines += curve_table(report)
     lines.append("")
     lines.append("Metrics: " + ", ".join(f"{t} {m}" for t, m in report["primary_metric"].items() if t in tasks) +
@@ -407,6 +440,23 @@ def _ppl_note(report: dict) -> str:
         return f" ({next(iter(settings))})"
     return "".join(f"; {', '.join(rows)}: {setting}" for setting, rows in settings.items()) + \
         " — **settings differ, so these perplexities are not comparable**" if settings else ""
+
+
+def paired_table(report: dict) -> list[str]:
+    """Markdown lines: each method minus Fix at the same budget on the same examples (± paired standard
+    error, :func:`paired_difference`), per task; empty when no cell has per-example scores to pair."""
+    paired = [c for c in report["cells"] if c.get("vs_fix")]
+    if not paired:
+        return []
+    tasks = [t for t in report["tasks"] if any(t in c["vs_fix"] for c in paired)]
+    lines = ["", "Difference from Fix at the same budget, on the same examples (points of the primary metric, ± paired "
+             "standard error; – where either cell lacks per-example scores):", "",
+             "| method | C | " + " | ".join(tasks) + " |", "|" + "---|" * (len(tasks) + 2)]  # fmt: skip
+    for c in paired:
+        diffs = [c["vs_fix"].get(t) for t in tasks]
+        lines.append(f"| {c['row']} | {c['budget']} | " + " | ".join(
+            "–" if d is None else f"{100 * d['difference']:+.1f} ± {100 * d['stderr']:.1f}" for d in diffs) + " |")
+    return lines
 
 
 def curve_table(report: dict, tail: int = 5) -> list[str]:

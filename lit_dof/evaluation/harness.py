@@ -66,7 +66,9 @@ def evaluate_model(
         max_length: longest context in tokens (default: the model config's ``max_position_embeddings``).
 
     Returns:
-        ``{"tasks": {task: {"acc", "acc_stderr", "acc_norm"?, "acc_norm_stderr"?, "n"}}, "provenance": {...}}``.
+        ``{"tasks": {task: {"acc", "acc_stderr", "acc_norm"?, "acc_norm_stderr"?, "n", "items"}}, "provenance":
+        {...}}``; ``items[metric]`` is the per-example score (0/1) in document order, for paired comparisons
+        of two models on the same examples.
 
     Raises:
         ValueError: an unknown task name; FileNotFoundError: a missing data file.
@@ -87,7 +89,7 @@ def evaluate_model(
     model.eval()
     with torch.no_grad():
         raw = lm_eval.simple_evaluate(model=lm, tasks=names, task_manager=manager, limit=limit, num_fewshot=0,
-                                      log_samples=False)  # fmt: skip
+                                      log_samples=True)  # fmt: skip
     seconds = time.perf_counter() - start
     results = {}
     for task, name in zip(tasks, names):
@@ -98,6 +100,8 @@ def evaluate_model(
                 entry[metric] = float(row[f"{metric},none"])
                 stderr = row.get(f"{metric}_stderr,none")
                 entry[f"{metric}_stderr"] = float(stderr) if isinstance(stderr, (int, float)) else None
+        samples = sorted(raw.get("samples", {}).get(name, []), key=lambda sample: sample["doc_id"])
+        entry["items"] = {m: [float(sample[m]) for sample in samples] for m in METRICS if samples and m in samples[0]}
         results[task] = entry
     return {"tasks": results, "provenance": provenance(tasks=list(tasks), limit=limit, batch_size=batch_size,
                                                      mmlu_per_subject=mmlu_per_subject, seconds=seconds)}  # fmt: skip

@@ -122,3 +122,32 @@ def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_
     assert "not comparable" not in comparison.markdown(report)
     comparison.plot(report, tmp_path / "comparison.png")
     assert (tmp_path / "comparison.png").stat().st_size > 0
+
+
+def test_paired_difference_closed_form_and_errors():
+    # differences 1, 0, 0, −1: mean 0, sample variance 2/3, SE √(2/3 / 4)
+    assert comparison.paired_difference([1, 1, 0, 0], [0, 1, 0, 1]) == pytest.approx((0.0, (2 / 3 / 4) ** 0.5, 4))
+    # the same model twice: no difference, no uncertainty — unlike the unpaired SEs of the two accuracies
+    assert comparison.paired_difference([1, 0, 1], [1, 0, 1]) == (0.0, 0.0, 3)
+    with pytest.raises(ValueError, match="same examples"):
+        comparison.paired_difference([1, 0], [1, 0, 1])
+
+
+def test_collect_pairs_every_method_with_fix_on_the_same_examples(tmp_path):
+    runner = comparison.Comparison(out=tmp_path)
+    fix_hits, dof_hits = [1, 0, 0, 1, 0, 1], [1, 1, 0, 1, 1, 1]
+    for row, hits in (("fix", fix_hits), ("dof", dof_hits), ("performer", [0] * 6)):
+        folder = tmp_path / "C64" / row / "eval"
+        folder.mkdir(parents=True)
+        entry = {"acc": sum(hits) / 6, "acc_norm": sum(hits) / 6, "n": 6, "items": {"acc_norm": hits, "acc": hits}}
+        (folder / "arc_easy.json").write_text(json.dumps(entry))
+        (folder / "piqa.json").write_text(json.dumps({"acc": 0.5, "acc_norm": 0.5, "n": 6}))  # no per-example scores
+    rows = [comparison.ROWS[name] for name in ("fix", "dof", "performer")]
+    cells = {c["row"]: c for c in comparison.collect(runner, rows, [64])["cells"]}
+    assert "vs_fix" not in cells["fix"]
+    difference, stderr, n = comparison.paired_difference(dof_hits, fix_hits)
+    assert cells["dof"]["vs_fix"] == {"arc_easy": {"difference": difference, "stderr": stderr, "n": 6}}
+    assert difference == pytest.approx(2 / 6)
+    table = comparison.paired_table({"tasks": ["piqa", "arc_easy"], "cells": list(cells.values())})
+    assert "| dof | 64 | +33.3 ± 21.1 |" in table  # SE of diffs (0,1,0,0,1,0): √(4/15 / 6) = 0.211
+    assert "| performer | 64 | -50.0 ± 22.4 |" in table

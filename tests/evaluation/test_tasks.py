@@ -76,14 +76,17 @@ def test_lm_eval_scores_match_direct_loglikelihoods():
     limit = 24
     results = evaluate_model(model, tokenizer, ["arc_easy", "winogrande"], data_dir=DATA, limit=limit, batch_size=8)
     arc = task_data.arc_easy(DATA)[:limit]
-    acc = acc_norm = 0
+    hits, hits_norm = [], []
     for doc in arc:
         ll = [_loglikelihood(model, tokenizer, doc["query"], " " + c) for c in doc["choices"]]
-        acc += max(range(len(ll)), key=ll.__getitem__) == doc["gold"]
+        hits.append(float(max(range(len(ll)), key=ll.__getitem__) == doc["gold"]))
         normed = [value / len(c) for value, c in zip(ll, doc["choices"])]
-        acc_norm += max(range(len(ll)), key=normed.__getitem__) == doc["gold"]
+        hits_norm.append(float(max(range(len(ll)), key=normed.__getitem__) == doc["gold"]))
+    acc, acc_norm = sum(hits), sum(hits_norm)
     assert results["tasks"]["arc_easy"]["acc"] == pytest.approx(acc / limit)
     assert results["tasks"]["arc_easy"]["acc_norm"] == pytest.approx(acc_norm / limit)
+    # per-item scores, in document order (what paired comparisons of two models use)
+    assert results["tasks"]["arc_easy"]["items"] == {"acc": hits, "acc_norm": hits_norm}
     wino = task_data.winogrande(DATA)[:limit]
     correct = sum(
         max(range(2), key=lambda i: _loglikelihood(model, tokenizer, d["contexts"][i], " " + d["continuation"])) == d["gold"]
