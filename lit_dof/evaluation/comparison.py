@@ -305,7 +305,8 @@ def summarise_fit(cell: Path, attempts: list[dict], command: list[str]) -> dict:
     dof_path = run / "dof.json"
     if dof_path.is_file():
         dof = json.loads(dof_path.read_text())
-        record.update(lam=dof.get("lam"), lam_rule=dof.get("lam_rule"), num_samples=dof.get("num_samples"))
+        record.update(lam=dof.get("lam"), lam_rule=dof.get("lam_rule"), relative_to=dof.get("relative_to"),
+                      num_samples=dof.get("num_samples"))  # fmt: skip
     return record
 
 
@@ -398,17 +399,22 @@ def _fmt(value, digits=3):
 def markdown(report: dict, header: str = "") -> str:
     """The Table-3-shaped markdown of :func:`collect`'s report."""
     tasks = report["tasks"]
+    scored = any(c["scores"] for c in report["cells"])  # a perplexity-only study (the λ study) drops the task columns
     lines = [header] if header else []
-    columns = ["method", *tasks, "avg", "gap closed", "ppl", "C", "Σ M", "λ", "J", "tokens", "fit wall", "note"]
+    columns = ["method", *(tasks + ["avg", "gap closed"] if scored else []), "ppl", "C", "Σ M", "λ", "J", "tokens",
+               "fit wall", "note"]  # fmt: skip
     lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for c in report["cells"]:
         fit = c["fit"] or {}
         uses_dof = fit.get("strategy") in ("dof", "dof_clip")
         lam = fit.get("lam") if uses_dof else None
         lam_text = "–" if lam is None else f"2^{math.log2(lam):.1f}" + (" (auto)" if fit.get("lam_rule") == "auto" else "")
+        if lam is not None and fit.get("relative_to"):
+            lam_text += " · tr(G)/J" if fit["relative_to"] == "trace" else f" · {fit['relative_to']}(G)"
         wall = fit.get("wall_seconds")
-        row = [c["row"], *[_fmt(c["scores"].get(t, {}).get("value")) for t in tasks], _fmt(c["average"]),
-               _fmt(c.get("gap_closed") + 0.0 if c.get("gap_closed") is not None else None, 2), _fmt(c["ppl"], 1), str(c["budget"]) if c["kind"] != "teacher" else "–",
+        scores = [*[_fmt(c["scores"].get(t, {}).get("value")) for t in tasks], _fmt(c["average"]),
+                  _fmt(c.get("gap_closed") + 0.0 if c.get("gap_closed") is not None else None, 2)] if scored else []
+        row = [c["row"], *scores, _fmt(c["ppl"], 1), str(c["budget"]) if c["kind"] != "teacher" else "–",
                str(fit.get("total_features") or "–"), lam_text, str(fit.get("num_samples") or "–") if uses_dof else "–",
                f"{fit['tokens'] / 1e6:.2f}M" if fit.get("tokens") else "–",
                f"{wall / 60:.0f} min" if wall else "–", c["note"]]  # fmt: skip

@@ -120,6 +120,11 @@ def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_
     report["cells"][2]["ppl_setting"] = None
     assert "(100 tokens, window 8, stride 4)." in comparison.markdown(report)
     assert "not comparable" not in comparison.markdown(report)
+    # no cell has task scores (a perplexity-only study): no task, average or gap columns
+    header = comparison.markdown(report).splitlines()[0]
+    assert header.startswith("| method | ppl | C |") and "piqa" not in header and "gap closed" not in header
+    report["cells"][1]["fit"].update(strategy="dof", lam=2.0**-8, relative_to="trace")
+    assert "| 2^-8.0 · tr(G)/J |" in comparison.markdown(report)
     comparison.plot(report, tmp_path / "comparison.png")
     assert (tmp_path / "comparison.png").stat().st_size > 0
 
