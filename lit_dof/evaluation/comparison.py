@@ -442,10 +442,12 @@ def _ppl_note(report: dict) -> str:
     for c in report["cells"]:
         if c.get("ppl_setting"):
             settings.setdefault(c["ppl_setting"], []).append(c["row"])
+    if not settings:
+        return ""
     if len(settings) == 1:
         return f" ({next(iter(settings))})"
-    return "".join(f"; {', '.join(rows)}: {setting}" for setting, rows in settings.items()) + \
-        " — **settings differ, so these perplexities are not comparable**" if settings else ""
+    each = "".join(f"; {', '.join(rows)}: {setting}" for setting, rows in settings.items())
+    return each + " — **settings differ, so these perplexities are not comparable**"
 
 
 def paired_table(report: dict) -> list[str]:
