@@ -503,16 +503,17 @@ def plot(report: dict, path: Path) -> None:
                   if c["row"] == "fix" and c["fit"] and c["fit"].get("val_curve")}  # fmt: skip
     fig, axes = plt.subplots(1, 3 if fix_curves else 2, figsize=(16 if fix_curves else 11, 4))
     ax, bx = axes[:2]
+    colors = {row: f"C{i % 10}" for i, row in enumerate(dict.fromkeys(c["row"] for c in report["cells"]))}  # same row, same colour
     by_row: dict[str, list] = {}
     for c in report["cells"]:
         if c["average"] is not None and c["kind"] != "teacher":
             by_row.setdefault(c["row"], []).append(((c["fit"] or {}).get("total_features") or 0, c["average"]))
         if c["fit"] and c["fit"].get("val_curve"):
             steps, values = zip(*c["fit"]["val_curve"])
-            bx.plot(steps, values, marker="o", label=f"{c['row']} (C={c['budget']})")
+            bx.plot(steps, values, marker="o", color=colors[c["row"]], label=f"{c['row']} (C={c['budget']})")
     for name, points in sorted(by_row.items()):
         points.sort()
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=colors[name], label=name)
     teacher = next((c for c in report["cells"] if c["kind"] == "teacher" and c["average"] is not None), None)
     if teacher:
         ax.axhline(teacher["average"], color="k", linestyle="--", label="teacher")
@@ -535,7 +536,7 @@ def plot(report: dict, path: Path) -> None:
                 continue
             shared = [(step, value / fix[step]) for step, value in c["fit"]["val_curve"] if step in fix]
             if shared:
-                cx.plot(*zip(*shared), marker="o", label=f"{c['row']} (C={c['budget']})")
+                cx.plot(*zip(*shared), marker="o", color=colors[c["row"]], label=f"{c['row']} (C={c['budget']})")
         cx.axhline(1.0, color="k", linestyle="--", label="fix")
         cx.set_xlabel("optimizer step")
         cx.set_ylabel("validation perplexity / Fix's (same step)")
