@@ -413,7 +413,7 @@ def markdown(report: dict, header: str = "") -> str:
             lam_text += " · tr(G)/J" if fit["relative_to"] == "trace" else f" · {fit['relative_to']}(G)"
         wall = fit.get("wall_seconds")
         scores = [*[_fmt(c["scores"].get(t, {}).get("value")) for t in tasks], _fmt(c["average"]),
-                  _fmt(c.get("gap_closed") + 0.0 if c.get("gap_closed") is not None else None, 2)] if scored else []
+                  _fmt(c.get("gap_closed"), 2)] if scored else []
         row = [c["row"], *scores, _fmt(c["ppl"], 1), str(c["budget"]) if c["kind"] != "teacher" else "–",
                str(fit.get("total_features") or "–"), lam_text, str(fit.get("num_samples") or "–") if uses_dof else "–",
                f"{fit['tokens'] / 1e6:.2f}M" if fit.get("tokens") else "–",
@@ -467,6 +467,12 @@ def paired_table(report: dict) -> list[str]:
     return lines
 
 
+def _fix_curves(report: dict) -> dict[int, dict[int, float]]:
+    """``{budget: {step: validation perplexity}}`` of each budget's Fix cell (the λ study's reference)."""
+    return {c["budget"]: dict(c["fit"]["val_curve"]) for c in report["cells"]
+            if c["row"] == "fix" and (c["fit"] or {}).get("val_curve")}  # fmt: skip
+
+
 def curve_table(report: dict, tail: int = 5) -> list[str]:
     """Markdown lines: each fitted cell's validation perplexity at every validation step and, where the
     budget has a Fix cell, its ratio to Fix's at the last shared step and the mean ratio over the last
@@ -476,7 +482,7 @@ def curve_table(report: dict, tail: int = 5) -> list[str]:
     if not curved:
         return []
     steps = sorted({step for c in curved for step, _ in c["fit"]["val_curve"]})
-    fix = {c["budget"]: dict(c["fit"]["val_curve"]) for c in curved if c["row"] == "fix"}
+    fix = _fix_curves(report)
     lines = ["", "Validation perplexity during the fit (held-out blocks; step = optimizer step index):", "",
              "| method | C | Σ M | dims | " + " | ".join(str(s) for s in steps) +
              f" | / Fix (last) | / Fix (mean of last {tail}) |", "|" + "---|" * (len(steps) + 6)]  # fmt: skip
@@ -499,8 +505,7 @@ def plot(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fix_curves = {c["budget"]: dict(c["fit"]["val_curve"]) for c in report["cells"]
-                  if c["row"] == "fix" and c["fit"] and c["fit"].get("val_curve")}  # fmt: skip
+    fix_curves = _fix_curves(report)
     fig, axes = plt.subplots(1, 3 if fix_curves else 2, figsize=(16 if fix_curves else 11, 4))
     ax, bx = axes[:2]
     colors = {row: f"C{i % 10}" for i, row in enumerate(dict.fromkeys(c["row"] for c in report["cells"]))}  # same row, same colour
