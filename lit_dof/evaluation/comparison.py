@@ -317,8 +317,9 @@ def _mean(values):
 
 
 def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], tasks: Sequence[str] = TASKS) -> dict:
-    """Every finished part of every cell (missing parts are ``None``)."""
+    """Every finished part of every cell (missing parts are ``None``); ``pending`` lists the rows with no cell yet."""
     cells, items = [], []  # items[i][task]: cell i's per-example scores of the task's primary metric
+    pending = []  # selected rows without a cell yet: the table says so instead of silently leaving them out
     teacher_dir = comparison.cell_dir(ROWS["teacher"], budgets[0]) if "teacher" in [r.name for r in rows] else None
     for budget in budgets:
         for row in rows:
@@ -326,6 +327,7 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                 continue  # one teacher row serves every budget
             cell = comparison.cell_dir(row, budget) if row.kind != "teacher" else teacher_dir
             if cell is None or not cell.is_dir():
+                pending.append(row.name if len(budgets) == 1 else f"{row.name} (C={budget})")
                 continue
             fit = json.loads((cell / "fit.json").read_text()) if (cell / "fit.json").is_file() else None
             scores, cell_items = {}, {}
@@ -360,7 +362,8 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                 c["vs_fix"] = {task: dict(zip(("difference", "stderr", "n"), paired_difference(cell_items[task], values)))
                                for task, values in items[fix].items()
                                if len(cell_items.get(task, ())) == len(values)}  # fmt: skip
-    return {"budgets": list(budgets), "tasks": list(tasks), "primary_metric": PRIMARY_METRIC, "cells": cells}
+    return {"budgets": list(budgets), "tasks": list(tasks), "primary_metric": PRIMARY_METRIC, "cells": cells,
+            "pending": pending}
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, int]:
@@ -396,6 +399,15 @@ def _fmt(value, digits=3):
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _fmt_tokens(tokens) -> str:
+    """A token count in the largest unit that keeps it above 1 (``1.64M``, ``1.0k``, ``512``); "–" when unknown."""
+    if not tokens:
+        return "–"
+    if tokens >= 1e6:
+        return f"{tokens / 1e6:.2f}M"
+    return f"{tokens / 1e3:.1f}k" if tokens >= 1e3 else str(int(tokens))
+
+
 def markdown(report: dict, header: str = "") -> str:
     """The Table-3-shaped markdown of :func:`collect`'s report."""
     tasks = report["tasks"]
@@ -416,9 +428,11 @@ def markdown(report: dict, header: str = "") -> str:
                   _fmt(c.get("gap_closed"), 2)] if scored else []
         row = [c["row"], *scores, _fmt(c["ppl"], 1), str(c["budget"]) if c["kind"] != "teacher" else "–",
                str(fit.get("total_features") or "–"), lam_text, str(fit.get("num_samples") or "–") if uses_dof else "–",
-               f"{fit['tokens'] / 1e6:.2f}M" if fit.get("tokens") else "–",
+               _fmt_tokens(fit.get("tokens")),
                f"{wall / 60:.0f} min" if wall else "–", c["note"]]  # fmt: skip
         lines.append("| " + " | ".join(row) + " |")
+    if report.get("pending"):
+        lines += ["", "Not measured yet (no cell; re-running the command resumes here): " + ", ".join(report["pending"]) + "."]
     finetuned_tasks = sorted({t for c in report["cells"] for t in c.get("finetuned", {})})
     if finetuned_tasks:
         lines += ["", "Fine-tuned per task (METHOD.md §4; accuracy of the best epoch, MMLU: last; learning rate from "

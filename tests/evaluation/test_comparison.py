@@ -37,6 +37,7 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     table = (tmp_path / "cells" / "comparison.md").read_text()
     for needle in ("| teacher |", "| performer |", "| fix |", "| dof |", "arc_easy", "wsc273", "gap closed", "λ", "tokens"):
         assert needle in table
+    assert "| 384 |" in table.split("| fix |")[1].splitlines()[0]  # tokens seen: 3 steps × 2 × 64, not "0.00M"
     assert (tmp_path / "cells" / "comparison.png").stat().st_size > 0
     assert str(REPO) not in fix["command"] and fix["command"].startswith("python -m lit_dof.pipeline.cli fit")
 
@@ -138,6 +139,12 @@ def test_paired_difference_closed_form_and_errors():
         comparison.paired_difference([1, 0], [1, 0, 1])
 
 
+def test_token_counts_keep_their_unit():
+    # the untrained Performer sees 1024 tokens; the full recipe 800 × 2 × 512 = 819 200, 1.6M for 1600 steps
+    assert [comparison._fmt_tokens(n) for n in (None, 0, 512, 1024, 819_200, 1_638_400)] == [
+        "–", "–", "512", "1.0k", "819.2k", "1.64M"]
+
+
 def test_collect_pairs_every_method_with_fix_on_the_same_examples(tmp_path):
     runner = comparison.Comparison(out=tmp_path)
     fix_hits, dof_hits = [1, 0, 0, 1, 0, 1], [1, 1, 0, 1, 1, 1]
@@ -147,8 +154,11 @@ def test_collect_pairs_every_method_with_fix_on_the_same_examples(tmp_path):
         entry = {"acc": sum(hits) / 6, "acc_norm": sum(hits) / 6, "n": 6, "items": {"acc_norm": hits, "acc": hits}}
         (folder / "arc_easy.json").write_text(json.dumps(entry))
         (folder / "piqa.json").write_text(json.dumps({"acc": 0.5, "acc_norm": 0.5, "n": 6}))  # no per-example scores
-    rows = [comparison.ROWS[name] for name in ("fix", "dof", "performer")]
-    cells = {c["row"]: c for c in comparison.collect(runner, rows, [64])["cells"]}
+    rows = [comparison.ROWS[name] for name in ("fix", "dof", "performer", "dijiang")]
+    report = comparison.collect(runner, rows, [64])
+    cells = {c["row"]: c for c in report["cells"]}
+    assert report["pending"] == ["dijiang"] and set(cells) == {"fix", "dof", "performer"}  # no cell: listed, not a row
+    assert "Not measured yet (no cell; re-running the command resumes here): dijiang." in comparison.markdown(report)
     assert "vs_fix" not in cells["fix"]
     difference, stderr, n = comparison.paired_difference(dof_hits, fix_hits)
     assert cells["dof"]["vs_fix"] == {"arc_easy": {"difference": difference, "stderr": stderr, "n": 6}}
