@@ -148,15 +148,17 @@ class Comparison:
         attempts = json.loads(timing_path.read_text()) if timing_path.is_file() else []
         resume = bool(glob.glob(str(cell / "**" / "last.ckpt"), recursive=True))
         command = self.fit_command(row, budget, resume)
-        start = time.time()
-        with open(cell / "fit.log", "a") as log:
-            log.write(f"\n$ (cd {cell} && {' '.join(command)})\n")
-            log.flush()
-            result = subprocess.run(command, cwd=cell, stdout=log, stderr=subprocess.STDOUT)
-        attempts.append({"seconds": time.time() - start, "returncode": result.returncode, "resumed": resume})
-        atomic_write_json(timing_path, attempts)
-        if result.returncode != 0:
-            raise RuntimeError(f"fit of {row.name} (C={budget}) failed with code {result.returncode}; see {cell / 'fit.log'}")
+        start, returncode = time.time(), None
+        try:
+            with open(cell / "fit.log", "a") as log:
+                log.write(f"\n$ (cd {cell} && {' '.join(command)})\n")
+                log.flush()
+                returncode = subprocess.run(command, cwd=cell, stdout=log, stderr=subprocess.STDOUT).returncode
+        finally:  # an interrupted attempt (Ctrl-C) still counts towards the cell's wall time; it resumes from last.ckpt
+            attempts.append({"seconds": time.time() - start, "returncode": returncode, "resumed": resume})
+            atomic_write_json(timing_path, attempts)
+        if returncode != 0:
+            raise RuntimeError(f"fit of {row.name} (C={budget}) failed with code {returncode}; see {cell / 'fit.log'}")
         record = summarise_fit(cell, attempts, command)
         atomic_write_json(record_path, record)
         return record

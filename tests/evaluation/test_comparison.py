@@ -96,6 +96,25 @@ def test_relative_paths_are_resolved_before_the_fits_run_in_the_cell_directory(t
     assert hub.teacher == "HuggingFaceTB/SmolLM2-135M"
 
 
+def test_an_interrupted_fit_attempt_still_counts_towards_the_wall_time(tmp_path, monkeypatch):
+    runner = comparison.Comparison(out=tmp_path, corpus=str(tmp_path / "corpus.txt"))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(subprocess, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.fit(comparison.ROWS["fix"], 16)
+    attempts = json.loads((tmp_path / "C16" / "fix" / "fit_attempts.json").read_text())
+    assert len(attempts) == 1 and attempts[0]["returncode"] is None and attempts[0]["seconds"] >= 0
+    assert not (tmp_path / "C16" / "fix" / "fit.json").exists()  # not finished: the next run resumes it
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 3))
+    with pytest.raises(RuntimeError, match="failed with code 3"):
+        runner.fit(comparison.ROWS["fix"], 16)
+    assert [a["returncode"] for a in json.loads((tmp_path / "C16" / "fix" / "fit_attempts.json").read_text())] == [None, 3]
+
+
 def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_path):
     def cell(row, curve, dims):
         return {"row": row, "note": "", "budget": 64, "kind": "student", "scores": {}, "average": None, "ppl": None,
