@@ -514,8 +514,21 @@ def curve_table(report: dict, tail: int = 5) -> list[str]:
 
 
 def plot(report: dict, path: Path) -> None:
-    """Average accuracy vs total feature budget (one line per method), validation curves and, when a Fix cell
-    has one, each curve divided by Fix's at the same step (the λ study's "has the ranking stopped changing")."""
+    """Average accuracy vs total feature budget (one line per method; held-out perplexity instead in a
+    perplexity-only study such as the λ study), validation curves and, when a Fix cell has one, each curve
+    divided by Fix's at the same step (the λ study's "has the ranking stopped changing")."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(report)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    os.replace(tmp, path)
+    plt.close(fig)
+
+
+def figure(report: dict):
+    """The matplotlib figure of :func:`plot` (Agg backend; the caller closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -525,25 +538,28 @@ def plot(report: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 3 if fix_curves else 2, figsize=(16 if fix_curves else 11, 4))
     ax, bx = axes[:2]
     colors = {row: f"C{i % 10}" for i, row in enumerate(dict.fromkeys(c["row"] for c in report["cells"]))}  # same row, same colour
+    scored = any(c["scores"] for c in report["cells"])  # else perplexity-only: the budget panel plots perplexity
+    metric = "average" if scored else "ppl"
     by_row: dict[str, list] = {}
     for c in report["cells"]:
-        if c["average"] is not None and c["kind"] != "teacher":
-            by_row.setdefault(c["row"], []).append(((c["fit"] or {}).get("total_features") or 0, c["average"]))
+        if c[metric] is not None and c["kind"] != "teacher":
+            by_row.setdefault(c["row"], []).append(((c["fit"] or {}).get("total_features") or 0, c[metric]))
         if c["fit"] and c["fit"].get("val_curve"):
             steps, values = zip(*c["fit"]["val_curve"])
             bx.plot(steps, values, marker="o", color=colors[c["row"]], label=f"{c['row']} (C={c['budget']})")
     for name, points in sorted(by_row.items()):
         points.sort()
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=colors[name], label=name)
-    teacher = next((c for c in report["cells"] if c["kind"] == "teacher" and c["average"] is not None), None)
+    teacher = next((c for c in report["cells"] if c["kind"] == "teacher" and c[metric] is not None), None)
     if teacher:
-        ax.axhline(teacher["average"], color="k", linestyle="--", label="teacher")
+        ax.axhline(teacher[metric], color="k", linestyle="--", label="teacher")
     ax.set_xlabel("total feature budget Σ M (features)")
-    ax.set_ylabel("average zero-shot accuracy")
+    ax.set_ylabel("average zero-shot accuracy" if scored else "held-out perplexity (sliding window)")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7 if scored else 6)
     else:
-        ax.text(0.5, 0.5, "no seven-task averages yet", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "no seven-task averages yet" if scored else "no perplexities yet", ha="center",
+                va="center", transform=ax.transAxes)  # fmt: skip
     bx.set_xlabel("optimizer step")
     bx.set_ylabel("held-out perplexity (validation)")
     bx.set_yscale("log")
@@ -563,11 +579,7 @@ def plot(report: dict, path: Path) -> None:
         cx.set_ylabel("validation perplexity / Fix's (same step)")
         cx.legend(fontsize=6)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    os.replace(tmp, path)
-    plt.close(fig)
+    return fig
 
 
 def write_report(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], report_dir: Path,

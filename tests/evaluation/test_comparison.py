@@ -130,6 +130,14 @@ def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_
     assert rows["dof"].endswith("| 128 | 8…120 | 440.0 | 190.0 | 0.950 | 1.025 |")  # 190 / 200; (1.1 + 0.95) / 2
     assert rows["dof_clip"].endswith("| 500.0 | – | 1.250 | 1.250 |")  # 500 / 400 at step 49
     assert "| 49 | 99 | / Fix (last) | / Fix (mean of last 5) |" in rows["method"]
+
+    # a perplexity-only study (no task scores): the budget panel plots each cell's held-out perplexity
+    for c, ppl in zip(report["cells"], (300.0, 280.0, 310.0)):
+        c["ppl"] = ppl
+    fig = comparison.figure(report)
+    budget_panel = {line.get_label(): list(zip(*line.get_data())) for line in fig.axes[0].lines}
+    assert budget_panel == {"fix": [(128, 300.0)], "dof": [(128, 280.0)], "dof_clip": [(72, 310.0)]}
+    assert fig.axes[0].get_ylabel() == "held-out perplexity (sliding window)"
     one = [line for line in comparison.curve_table(report, tail=1) if line.startswith("| dof |")]
     assert one[0].endswith("| 0.950 | 0.950 |")
     assert comparison.curve_table({**report, "cells": [cell("fix", [], [64])]}) == []
