@@ -329,7 +329,7 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                 continue  # one teacher row serves every budget
             cell = comparison.cell_dir(row, budget) if row.kind != "teacher" else teacher_dir
             if cell is None or not cell.is_dir():
-                pending.append(row.name if len(budgets) == 1 else f"{row.name} (C={budget})")
+                pending.append(row.name + ("" if len(budgets) == 1 else f" (C={budget})"))
                 continue
             fit = json.loads((cell / "fit.json").read_text()) if (cell / "fit.json").is_file() else None
             scores, cell_items = {}, {}
@@ -342,8 +342,12 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                                     "n": entry.get("n")}  # fmt: skip
                     if (entry.get("items") or {}).get(metric):
                         cell_items[task] = entry["items"][metric]
-            items.append(cell_items)
             ppl = json.loads((cell / "ppl.json").read_text()) if (cell / "ppl.json").is_file() else None
+            if fit is None and not scores and ppl is None and row.kind != "teacher":  # a fit under way: nothing to show
+                pending.append(f"{row.name}{'' if len(budgets) == 1 else f' (C={budget})'} (fit unfinished: it resumes "
+                               "from its last checkpoint)")  # fmt: skip
+                continue
+            items.append(cell_items)
             finetuned = {p.stem: json.loads(p.read_text())["score"] for p in sorted((cell / "finetune").glob("*.json"))}
             complete = len(scores) == len(tasks)
             cells.append({"row": row.name, "note": row.note, "budget": budget, "kind": row.kind, "fit": fit,
@@ -364,6 +368,10 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                 c["vs_fix"] = {task: dict(zip(("difference", "stderr", "n"), paired_difference(cell_items[task], values)))
                                for task, values in items[fix].items()
                                if len(cell_items.get(task, ())) == len(values)}  # fmt: skip
+                if len(c["vs_fix"]) == len(tasks):  # the average's difference: tasks are disjoint example sets
+                    per_task = list(c["vs_fix"].values())
+                    c["vs_fix_average"] = {"difference": _mean(d["difference"] for d in per_task),
+                                           "stderr": math.sqrt(sum(d["stderr"] ** 2 for d in per_task)) / len(per_task)}
     return {"budgets": list(budgets), "tasks": list(tasks), "primary_metric": PRIMARY_METRIC, "cells": cells,
             "pending": pending}
 
@@ -434,7 +442,7 @@ def markdown(report: dict, header: str = "") -> str:
                f"{wall / 60:.0f} min" if wall else "–", c["note"]]  # fmt: skip
         lines.append("| " + " | ".join(row) + " |")
     if report.get("pending"):
-        lines += ["", "Not measured yet (no cell; re-running the command resumes here): " + ", ".join(report["pending"]) + "."]
+        lines += ["", "Not measured yet (re-running the command resumes here): " + ", ".join(report["pending"]) + "."]
     finetuned_tasks = sorted({t for c in report["cells"] for t in c.get("finetuned", {})})
     if finetuned_tasks:
         lines += ["", "Fine-tuned per task (METHOD.md §4; accuracy of the best epoch, MMLU: last; learning rate from "
@@ -474,10 +482,11 @@ def paired_table(report: dict) -> list[str]:
         return []
     tasks = [t for t in report["tasks"] if any(t in c["vs_fix"] for c in paired)]
     lines = ["", "Difference from Fix at the same budget, on the same examples (points of the primary metric, ± paired "
-             "standard error; – where either cell lacks per-example scores):", "",
-             "| method | C | " + " | ".join(tasks) + " |", "|" + "---|" * (len(tasks) + 2)]  # fmt: skip
+             "standard error; – where either cell lacks per-example scores; avg: over the tasks, standard error "
+             "√(Σ SE²) / number of tasks):", "",
+             "| method | C | " + " | ".join(tasks) + " | avg |", "|" + "---|" * (len(tasks) + 3)]  # fmt: skip
     for c in paired:
-        diffs = [c["vs_fix"].get(t) for t in tasks]
+        diffs = [c["vs_fix"].get(t) for t in tasks] + [c.get("vs_fix_average")]
         lines.append(f"| {c['row']} | {c['budget']} | " + " | ".join(
             "–" if d is None else f"{100 * d['difference']:+.1f} ± {100 * d['stderr']:.1f}" for d in diffs) + " |")
     return lines

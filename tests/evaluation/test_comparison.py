@@ -181,15 +181,30 @@ def test_collect_pairs_every_method_with_fix_on_the_same_examples(tmp_path):
         entry = {"acc": sum(hits) / 6, "acc_norm": sum(hits) / 6, "n": 6, "items": {"acc_norm": hits, "acc": hits}}
         (folder / "arc_easy.json").write_text(json.dumps(entry))
         (folder / "piqa.json").write_text(json.dumps({"acc": 0.5, "acc_norm": 0.5, "n": 6}))  # no per-example scores
-    rows = [comparison.ROWS[name] for name in ("fix", "dof", "performer", "dijiang")]
+    (tmp_path / "C64" / "dof_clip" / "runs").mkdir(parents=True)  # a fit under way: no fit.json, no scores yet
+    rows = [comparison.ROWS[name] for name in ("fix", "dof", "performer", "dof_clip", "dijiang")]
     report = comparison.collect(runner, rows, [64])
     cells = {c["row"]: c for c in report["cells"]}
-    assert report["pending"] == ["dijiang"] and set(cells) == {"fix", "dof", "performer"}  # no cell: listed, not a row
-    assert "Not measured yet (no cell; re-running the command resumes here): dijiang." in comparison.markdown(report)
+    assert set(cells) == {"fix", "dof", "performer"}  # pending cells are listed under the table, not as empty rows
+    assert report["pending"] == ["dof_clip (fit unfinished: it resumes from its last checkpoint)", "dijiang"]
+    assert "Not measured yet (re-running the command resumes here): dof_clip (fit unfinished" in comparison.markdown(report)
     assert "vs_fix" not in cells["fix"]
     difference, stderr, n = comparison.paired_difference(dof_hits, fix_hits)
     assert cells["dof"]["vs_fix"] == {"arc_easy": {"difference": difference, "stderr": stderr, "n": 6}}
     assert difference == pytest.approx(2 / 6)
     table = comparison.paired_table({"tasks": ["piqa", "arc_easy"], "cells": list(cells.values())})
-    assert "| dof | 64 | +33.3 ± 21.1 |" in table  # SE of diffs (0,1,0,0,1,0): √(4/15 / 6) = 0.211
-    assert "| performer | 64 | -50.0 ± 22.4 |" in table
+    assert "| dof | 64 | +33.3 ± 21.1 | – |" in table  # SE of diffs (0,1,0,0,1,0): √(4/15 / 6) = 0.211
+    assert "| performer | 64 | -50.0 ± 22.4 | – |" in table
+    assert "vs_fix_average" not in cells["dof"]  # piqa is not paired: no average difference
+
+    # with every task paired, the average difference: mean of the tasks', SE √(Σ SE²) / n (disjoint examples)
+    fix_wsc, dof_wsc = [1, 1, 0, 0], [0, 1, 0, 0]
+    for row, hits in (("fix", fix_wsc), ("dof", dof_wsc), ("performer", [0] * 4)):
+        entry = {"acc": sum(hits) / 4, "n": 4, "items": {"acc": hits}}
+        (tmp_path / "C64" / row / "eval" / "wsc273.json").write_text(json.dumps(entry))
+    report = comparison.collect(runner, rows, [64], tasks=["arc_easy", "wsc273"])
+    dof = next(c for c in report["cells"] if c["row"] == "dof")
+    wsc = comparison.paired_difference(dof_wsc, fix_wsc)
+    assert dof["vs_fix_average"]["difference"] == pytest.approx((difference + wsc[0]) / 2)  # (1/3 − 1/4) / 2
+    assert dof["vs_fix_average"]["stderr"] == pytest.approx((stderr**2 + wsc[1] ** 2) ** 0.5 / 2)
+    assert f"| {100 * dof['vs_fix_average']['difference']:+.1f} ± " in comparison.paired_table(report)[-2]
