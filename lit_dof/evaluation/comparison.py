@@ -319,17 +319,19 @@ def _mean(values):
 
 
 def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], tasks: Sequence[str] = TASKS) -> dict:
-    """Every finished part of every cell (missing parts are ``None``); ``pending`` lists the rows with no cell yet."""
+    """Every finished part of every cell (missing parts are ``None``); ``pending`` names the selected rows with
+    no cell yet or with a fit still under way (nothing to show)."""
     cells, items = [], []  # items[i][task]: cell i's per-example scores of the task's primary metric
-    pending = []  # selected rows without a cell yet: the table says so instead of silently leaving them out
+    pending = []  # the table names them instead of silently leaving them out
     teacher_dir = comparison.cell_dir(ROWS["teacher"], budgets[0]) if "teacher" in [r.name for r in rows] else None
     for budget in budgets:
         for row in rows:
             if row.kind == "teacher" and budget != budgets[0]:
                 continue  # one teacher row serves every budget
             cell = comparison.cell_dir(row, budget) if row.kind != "teacher" else teacher_dir
+            label = row.name + ("" if len(budgets) == 1 else f" (C={budget})")
             if cell is None or not cell.is_dir():
-                pending.append(row.name + ("" if len(budgets) == 1 else f" (C={budget})"))
+                pending.append(label)
                 continue
             fit = json.loads((cell / "fit.json").read_text()) if (cell / "fit.json").is_file() else None
             scores, cell_items = {}, {}
@@ -344,8 +346,7 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                         cell_items[task] = entry["items"][metric]
             ppl = json.loads((cell / "ppl.json").read_text()) if (cell / "ppl.json").is_file() else None
             if fit is None and not scores and ppl is None and row.kind != "teacher":  # a fit under way: nothing to show
-                pending.append(f"{row.name}{'' if len(budgets) == 1 else f' (C={budget})'} (fit unfinished: it resumes "
-                               "from its last checkpoint)")  # fmt: skip
+                pending.append(f"{label} (fit unfinished: it resumes from its last checkpoint)")
                 continue
             items.append(cell_items)
             finetuned = {p.stem: json.loads(p.read_text())["score"] for p in sorted((cell / "finetune").glob("*.json"))}
