@@ -410,6 +410,11 @@ def _fmt(value, digits=3):
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _scored(report: dict) -> bool:
+    """Whether any cell has task scores (else a perplexity-only study such as the λ study)."""
+    return any(c["scores"] for c in report["cells"])
+
+
 def _fmt_tokens(tokens) -> str:
     """A token count in the largest unit that keeps it above 1 (``1.64M``, ``1.0k``, ``512``); "–" when unknown."""
     if not tokens:
@@ -422,7 +427,7 @@ def _fmt_tokens(tokens) -> str:
 def markdown(report: dict, header: str = "") -> str:
     """The Table-3-shaped markdown of :func:`collect`'s report."""
     tasks = report["tasks"]
-    scored = any(c["scores"] for c in report["cells"])  # a perplexity-only study (the λ study) drops the task columns
+    scored = _scored(report)  # a perplexity-only study (the λ study) drops the task columns
     lines = [header] if header else []
     columns = ["method", *(tasks + ["avg", "gap closed"] if scored else []), "ppl", "C", "Σ M", "λ", "J", "tokens",
                "fit wall", "note"]  # fmt: skip
@@ -548,7 +553,7 @@ def figure(report: dict):
     fig, axes = plt.subplots(1, 3 if fix_curves else 2, figsize=(16 if fix_curves else 11, 4))
     ax, bx = axes[:2]
     colors = {row: f"C{i % 10}" for i, row in enumerate(dict.fromkeys(c["row"] for c in report["cells"]))}  # same row, same colour
-    scored = any(c["scores"] for c in report["cells"])  # else perplexity-only: the budget panel plots perplexity
+    scored = _scored(report)  # else perplexity-only: the budget panel plots perplexity
     metric = "average" if scored else "ppl"
     by_row: dict[str, list] = {}
     for c in report["cells"]:
