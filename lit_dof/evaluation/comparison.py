@@ -98,6 +98,12 @@ class Comparison:
         finetune_lrs: the protocol's learning-rate grid, searched on the teacher and reused for the students.
         finetune_args: extra ``lit-dof fit`` arguments of every fine-tuning run (e.g.
             ``--data.init_args.train_limit=200`` to fit the protocol into a CPU budget).
+        device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda[:i]"``: where the cells are
+            fitted (``--trainer.accelerator=gpu`` is added to a CUDA fit), evaluated and scored. Every record
+            names its device.
+
+    Raises:
+        ValueError: an unknown device; RuntimeError: ``cuda`` asked for where none is available.
     """
 
     out: Path
@@ -114,8 +120,18 @@ class Comparison:
     fit_args: Sequence[str] = field(default_factory=tuple)
     finetune_lrs: Sequence[float] = (1e-5, 3e-5, 1e-4)
     finetune_args: Sequence[str] = field(default_factory=tuple)
+    device: str = "auto"
 
     def __post_init__(self) -> None:
+        import torch
+
+        if self.device == "auto":
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        kind, _, index = self.device.partition(":")
+        if kind not in ("cpu", "cuda") or (index and not (kind == "cuda" and index.isdigit())):
+            raise ValueError(f"device {self.device!r}: use auto, cpu or cuda[:index]")
+        if kind == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"device {self.device!r} asked for, but torch sees no CUDA device: use --device cpu")
         # Fits and fine-tuning runs are subprocesses *in the cell directory*: relative paths given on the
         # command line (``--corpus ../shared/...``) would point elsewhere there, so resolve them here.
         self.base_config = Path(self.base_config).resolve()
@@ -131,8 +147,8 @@ class Comparison:
         command = [sys.executable, "-m", "lit_dof.pipeline.cli", "fit", "--config", str(self.base_config)]
         for config in row.configs:
             command += ["--config", str(REPO_CONFIGS / config)]
-        command += [f"--model.init_args.teacher={self.teacher_source()}", f"--allocator.budget={budget}",
-                    *self.fit_args, *row.args]
+        command += [f"--model.init_args.teacher={self.teacher_source()}", f"--allocator.budget={budget}"]
+        command += [*self.accelerator_args(), *self.fit_args, *row.args]
         if self.corpus:
             command.append(f"--data.init_args.path={self.corpus}")
         return command + (["--ckpt_path=last"] if resume else [])
@@ -159,9 +175,29 @@ class Comparison:
             atomic_write_json(timing_path, attempts)
         if returncode != 0:
             raise RuntimeError(f"fit of {row.name} (C={budget}) failed with code {returncode}; see {cell / 'fit.log'}")
-        record = summarise_fit(cell, attempts, command)
+        record = {**summarise_fit(cell, attempts, command), "device": self.device_label()}
         atomic_write_json(record_path, record)
         return record
+
+    def accelerator_args(self) -> list[str]:
+        """The Trainer arguments of a CUDA :attr:`device` (none on CPU: the configs' ``accelerator: cpu`` holds);
+        they come before ``fit_args``, which may still override them."""
+        if not self.device.startswith("cuda"):
+            return []
+        index = int(self.device.split(":")[1]) if ":" in self.device else 0
+        return ["--trainer.accelerator=gpu", f"--trainer.devices=[{index}]"]
+
+    def device_label(self) -> str:
+        from lit_dof.evaluation.harness import device_label
+
+        return device_label(self.device)
+
+    def load(self, row: Row, budget: int):
+        """The cell's (model, tokenizer), on :attr:`device`."""
+        from lit_dof.evaluation.cli import load_model
+
+        model, tokenizer = load_model(self.model_source(row, budget))
+        return model.to(self.device), tokenizer
 
     # -- evaluation -------------------------------------------------------------------------------------------
     def teacher_source(self) -> str:
@@ -179,13 +215,12 @@ class Comparison:
 
     def evaluate(self, row: Row, budget: int, tasks: Sequence[str] = TASKS) -> dict:
         """Zero-shot results of the cell's model, one ``eval/<task>.json`` per task (finished tasks skipped)."""
-        from lit_dof.evaluation.cli import load_model
         from lit_dof.evaluation.harness import evaluate_model
 
         folder = self.cell_dir(row, budget) / "eval"
         todo = [t for t in tasks if not (folder / f"{t}.json").is_file()]
         if todo:
-            model, tokenizer = load_model(self.model_source(row, budget))
+            model, tokenizer = self.load(row, budget)
             for task in todo:  # one task at a time: a kill loses at most one task's work
                 result = evaluate_model(model, tokenizer, [task], data_dir=self.data_dir, limit=self.eval_limit,
                                         batch_size=self.batch_size, mmlu_per_subject=self.mmlu_per_subject)  # fmt: skip
@@ -194,7 +229,6 @@ class Comparison:
 
     def perplexity(self, row: Row, budget: int) -> dict:
         """Sliding-window perplexity on the held-out documents of the corpus (``ppl.json``)."""
-        from lit_dof.evaluation.cli import load_model
         from lit_dof.evaluation.perplexity import corpus_perplexity
 
         path = self.cell_dir(row, budget) / "ppl.json"
@@ -203,11 +237,11 @@ class Comparison:
         corpus = self.corpus or os.environ.get("LIT_DOF_CORPUS")
         if not corpus:
             raise FileNotFoundError("no corpus for the held-out perplexity: pass --corpus or set LIT_DOF_CORPUS")
-        model, tokenizer = load_model(self.model_source(row, budget))
+        model, tokenizer = self.load(row, budget)
         start = time.time()
         result = corpus_perplexity(model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window,
                                    stride=self.ppl_stride)  # fmt: skip
-        result["seconds"] = time.time() - start
+        result.update(seconds=time.time() - start, device=self.device_label())
         atomic_write_json(path, result)
         return result
 
@@ -228,7 +262,7 @@ class Comparison:
             command += ["--trainer.max_epochs=1", "--model.init_args.selection=last"]
             if self.mmlu_per_subject:
                 command.append(f"--data.init_args.mmlu_per_subject={self.mmlu_per_subject}")
-        command += list(self.finetune_args)
+        command += [*self.accelerator_args(), *self.finetune_args]
         start = time.time()
         with open(folder / "fit.log", "a") as log:
             log.write(f"\n$ (cd {folder} && {' '.join(command)})\n")
@@ -334,17 +368,19 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                 pending.append(label)
                 continue
             fit = json.loads((cell / "fit.json").read_text()) if (cell / "fit.json").is_file() else None
+            ppl = json.loads((cell / "ppl.json").read_text()) if (cell / "ppl.json").is_file() else None
             scores, cell_items = {}, {}
+            devices = {record.get("device") for record in (fit, ppl) if record}
             for task in tasks:
                 path = cell / "eval" / f"{task}.json"
                 if path.is_file():
                     entry = json.loads(path.read_text())
+                    devices.add(_eval_device(entry.get("provenance") or {}))
                     metric = PRIMARY_METRIC[task]
                     scores[task] = {"value": entry.get(metric), "stderr": entry.get(f"{metric}_stderr"), "metric": metric,
                                     "n": entry.get("n")}  # fmt: skip
                     if (entry.get("items") or {}).get(metric):
                         cell_items[task] = entry["items"][metric]
-            ppl = json.loads((cell / "ppl.json").read_text()) if (cell / "ppl.json").is_file() else None
             if fit is None and not scores and ppl is None and row.kind != "teacher":  # a fit under way: nothing to show
                 pending.append(f"{label} (fit unfinished: it resumes from its last checkpoint)")
                 continue
@@ -353,7 +389,8 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
             complete = len(scores) == len(tasks)
             cells.append({"row": row.name, "note": row.note, "budget": budget, "kind": row.kind, "fit": fit,
                           "scores": scores, "average": _mean(s["value"] for s in scores.values()) if complete else None,
-                          "ppl": ppl["ppl"] if ppl else None, "ppl_setting": _ppl_setting(ppl), "finetuned": finetuned})  # fmt: skip
+                          "ppl": ppl["ppl"] if ppl else None, "ppl_setting": _ppl_setting(ppl), "finetuned": finetuned,
+                          "devices": sorted(d for d in devices if d)})  # fmt: skip
     teacher = next((c for c in cells if c["kind"] == "teacher"), None)
     for budget in budgets:
         performer = next((c for c in cells if c["row"] == "performer" and c["budget"] == budget), None)
@@ -375,6 +412,12 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                                            "stderr": math.sqrt(sum(d["stderr"] ** 2 for d in per_task)) / len(per_task)}
     return {"budgets": list(budgets), "tasks": list(tasks), "primary_metric": PRIMARY_METRIC, "cells": cells,
             "pending": pending}
+
+
+def _eval_device(provenance: dict) -> str | None:
+    """An evaluation's device; records from before ``device`` was kept say only whether CUDA was available,
+    and the comparison then ran on the CPU."""
+    return provenance.get("device") or ("cpu" if provenance.get("cuda") is False else None)
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, int]:
@@ -459,11 +502,21 @@ def markdown(report: dict, header: str = "") -> str:
                 lines.append(f"| {c['row']} | " + " | ".join(_fmt(c["finetuned"].get(t)) for t in finetuned_tasks) + " |")
     lines += paired_table(report)
     lines += curve_table(report)
-    lines.append("")
+    lines += ["", _device_note(report)]
     lines.append("Metrics: " + ", ".join(f"{t} {m}" for t, m in report["primary_metric"].items() if t in tasks) +
                  ". gap closed = (avg − Performer avg) / (teacher avg − Performer avg). ppl: sliding-window "
                  "perplexity on held-out Wikipedia documents" + _ppl_note(report) + ".")  # fmt: skip
     return "\n".join(lines)
+
+
+def _device_note(report: dict) -> str:
+    """Where the cells were measured (fits, perplexity, evaluations): one device for all, or per cell."""
+    several = len({c["budget"] for c in report["cells"]}) > 1
+    per_cell = {c["row"] + (f" (C={c['budget']})" if several else ""): c.get("devices") or ["not recorded"]
+                for c in report["cells"]}  # fmt: skip
+    if len({tuple(d) for d in per_cell.values()}) == 1:
+        return "Device: " + " and ".join(next(iter(per_cell.values()))) + " (every cell)."
+    return "Devices: " + "; ".join(f"{row}: {' and '.join(d)}" for row, d in per_cell.items()) + "."
 
 
 def _ppl_note(report: dict) -> str:
@@ -626,6 +679,8 @@ def compare(
     finetune_tasks: list[str] = list(TRAIN_SPLITS),
     finetune_lrs: list[float] = [1e-5, 3e-5, 1e-4],
     finetune_args: list[str] = [],
+    device: str = "auto",
+    eval_batch_size: int = 16,
 ) -> dict:
     """Run (or resume) the comparison and write its report.
 
@@ -644,9 +699,12 @@ def compare(
         finetune_tasks: tasks of the protocol (those with training data offline).
         finetune_lrs: the learning-rate grid searched on the teacher, reused for the students.
         finetune_args: extra arguments of every fine-tuning fit (e.g. ``--data.init_args.train_limit=200``).
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``, for every stage (see :class:`Comparison`).
+        eval_batch_size: loglikelihood requests per forward in the ``eval`` stage (results depend on it only
+            through float rounding).
 
     Raises:
-        ValueError: an unknown row or stage.
+        ValueError: an unknown row, stage or device.
     """
     unknown = sorted(set(rows) - set(ROWS))
     if unknown:
@@ -662,7 +720,8 @@ def compare(
                             data_dir=data_dir or os.environ.get("LIT_DOF_DATA"),
                             eval_limit=eval_limit, mmlu_per_subject=mmlu_per_subject, ppl_tokens=ppl_tokens,
                             fit_args=tuple(fit_args), finetune_lrs=tuple(finetune_lrs),
-                            finetune_args=tuple(finetune_args))  # fmt: skip
+                            finetune_args=tuple(finetune_args), device=device,
+                            batch_size=eval_batch_size)  # fmt: skip
     selected = [ROWS[name] for name in rows]
     for budget in budgets:
         for row in selected:

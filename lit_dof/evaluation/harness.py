@@ -104,7 +104,15 @@ def evaluate_model(
         entry["items"] = {m: [float(sample[m]) for sample in samples] for m in METRICS if samples and m in samples[0]}
         results[task] = entry
     return {"tasks": results, "provenance": provenance(tasks=list(tasks), limit=limit, batch_size=batch_size,
-                                                     mmlu_per_subject=mmlu_per_subject, seconds=seconds)}  # fmt: skip
+                                                     mmlu_per_subject=mmlu_per_subject, seconds=seconds,
+                                                     device=device_label(next(model.parameters()).device))}  # fmt: skip
+
+
+def device_label(device: str | torch.device) -> str:
+    """A measurement's device in words: ``"cpu"`` or ``"cuda (NVIDIA H100 80GB HBM3)"`` (provenance keeps the
+    CPU thread count apart, in ``cpu_threads``)."""
+    device = torch.device(device)
+    return f"cuda ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else device.type
 
 
 def provenance(**extra) -> dict:

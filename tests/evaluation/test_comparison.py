@@ -6,6 +6,7 @@ import json
 import subprocess
 
 import pytest
+import torch
 
 from lit_dof.evaluation import comparison
 from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
@@ -40,6 +41,7 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     assert "| 384 |" in table.split("| fix |")[1].splitlines()[0]  # tokens seen: 3 steps × 2 × 64, not "0.00M"
     assert (tmp_path / "cells" / "comparison.png").stat().st_size > 0
     assert str(REPO) not in fix["command"] and fix["command"].startswith("python -m lit_dof.pipeline.cli fit")
+    assert fix["device"] == "cpu" and "Device: cpu (every cell)." in table  # fits, perplexity and evaluations
 
     # Re-running skips every finished cell: no fit subprocess, no evaluation, same report.
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "cells").rglob("eval/*.json")}
@@ -208,3 +210,34 @@ def test_collect_pairs_every_method_with_fix_on_the_same_examples(tmp_path):
     assert dof["vs_fix_average"]["difference"] == pytest.approx((difference + wsc[0]) / 2)  # (1/3 − 1/4) / 2
     assert dof["vs_fix_average"]["stderr"] == pytest.approx((stderr**2 + wsc[1] ** 2) ** 0.5 / 2)
     assert f"| {100 * dof['vs_fix_average']['difference']:+.1f} ± " in comparison.paired_table(report)[-2]
+
+
+def test_the_device_reaches_every_stage_and_every_record_names_it(tmp_path):
+    with pytest.raises(ValueError, match="use auto, cpu or cuda"):
+        comparison.Comparison(out=tmp_path, device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="no CUDA device: use --device cpu"):
+            comparison.Comparison(out=tmp_path, device="cuda")
+    runner = comparison.Comparison(out=tmp_path, device="auto", fit_args=("--trainer.max_steps=5",))
+    assert runner.device == ("cuda" if torch.cuda.is_available() else "cpu")
+    runner.device = "cpu"
+    assert "--trainer.accelerator=gpu" not in runner.fit_command(comparison.ROWS["fix"], 64, resume=False)
+    runner.device = "cuda:1"  # a CUDA fit asks the Trainer for that GPU, before fit_args (which may override it)
+    command = runner.fit_command(comparison.ROWS["fix"], 64, resume=False)
+    gpu = command.index("--trainer.accelerator=gpu")
+    assert command[gpu + 1] == "--trainer.devices=[1]" and command.index("--trainer.max_steps=5") > gpu + 1
+
+    # the report names the devices: one line when every cell shares them, per cell when they differ;
+    # evaluations recorded before `device` was kept say only that CUDA was unavailable, i.e. the CPU
+    for row, provenance in (("fix", {"cuda": False, "cpu_threads": 2}), ("dof", {"device": "cuda (NVIDIA H100)"})):
+        (tmp_path / "C64" / row / "eval").mkdir(parents=True)
+        entry = {"acc": 0.5, "acc_norm": 0.5, "n": 2, "provenance": provenance}
+        (tmp_path / "C64" / row / "eval" / "piqa.json").write_text(json.dumps(entry))
+    (tmp_path / "C64" / "dof" / "ppl.json").write_text(json.dumps({"ppl": 9.0, "tokens": 9, "window": 4, "stride": 2,
+                                                                    "device": "cpu"}))  # fmt: skip
+    rows = [comparison.ROWS["fix"], comparison.ROWS["dof"]]
+    report = comparison.collect(runner, rows, [64], tasks=["piqa"])
+    assert [c["devices"] for c in report["cells"]] == [["cpu"], ["cpu", "cuda (NVIDIA H100)"]]
+    assert "Devices: fix: cpu; dof: cpu and cuda (NVIDIA H100)." in comparison.markdown(report)
+    report = comparison.collect(runner, rows[:1], [64], tasks=["piqa"])
+    assert "Device: cpu (every cell)." in comparison.markdown(report)
