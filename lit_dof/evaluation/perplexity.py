@@ -60,8 +60,8 @@ def sliding_window_perplexity(
     tokens = tokens.reshape(-1).long()
     if tokens.numel() < 2:
         raise ValueError("need at least 2 tokens to measure perplexity")
-    metric = Perplexity(ignore_index=IGNORE)
     device = next(model.parameters()).device
+    metric = Perplexity(ignore_index=IGNORE).to(device)
     spans = list(windows(tokens.numel(), window, stride))
     model.eval()
     with torch.no_grad():

@@ -160,7 +160,7 @@ class QKReservoir:
         if n == 0:
             return
         vectors = vectors.detach().float().cpu()
-        prio = torch.rand(H, n, generator=self.generator)
+        prio = torch.rand(H, n, generator=self.generator, device="cpu")
         if layer in self.vectors:
             vectors = torch.cat([self.vectors[layer], vectors], dim=1)
             prio = torch.cat([self.priorities[layer], prio], dim=1)

@@ -169,14 +169,16 @@ def orthogonal_gaussian(num_heads: int, feature_dim: int, head_dim: int, generat
     Returns:
         ``(H, M, d)`` float32.
     """
-    blocks = []
+    device = None if generator is None else generator.device  # a CPU generator draws on the CPU, also under a
+    blocks = []  # default-device context (Lightning builds modules inside `with torch.device("cuda")`)
     for _ in range(math.ceil(feature_dim / head_dim)):
-        gauss = torch.randn(num_heads, head_dim, head_dim, generator=generator)
+        gauss = torch.randn(num_heads, head_dim, head_dim, generator=generator, device=device)
         q, r = torch.linalg.qr(gauss)  # (H, d, d), orthonormal columns
         # Haar-distributed only after fixing the signs (Mezzadri 2007); without this the rows are not
         # uniform on the sphere and K̂ is biased.
         q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)
         blocks.append(q.transpose(-1, -2))  # rows orthonormal
     directions = torch.cat(blocks, dim=1)[:, :feature_dim]  # (H, M, d)
-    norms = torch.randn(num_heads, feature_dim, head_dim, generator=generator).norm(dim=-1, keepdim=True)
+    norms = torch.randn(num_heads, feature_dim, head_dim, generator=generator, device=device)
+    norms = norms.norm(dim=-1, keepdim=True)
     return directions * norms
