@@ -175,6 +175,11 @@ class Comparison:
             atomic_write_json(timing_path, attempts)
         if returncode != 0:
             raise RuntimeError(f"fit of {row.name} (C={budget}) failed with code {returncode}; see {cell / 'fit.log'}")
+        if not _exported_since(cell, start):  # Lightning stops on SIGTERM with code 0, before the export
+            attempts[-1]["exported"] = False
+            atomic_write_json(timing_path, attempts)
+            raise RuntimeError(f"fit of {row.name} (C={budget}) stopped before its last step (no student exported; "
+                               f"was it sent SIGTERM?): re-run the command to resume it from its last checkpoint")
         record = {**summarise_fit(cell, attempts, command), "device": self.device_label()}
         atomic_write_json(record_path, record)
         return record
@@ -303,6 +308,24 @@ def _absolute(path: str | None) -> str | None:
     return os.path.abspath(path) if path else path
 
 
+def _exported_since(cell: Path, start: float) -> bool:
+    """Whether a fit that began at ``start`` (``time.time()``) exported its student."""
+    try:
+        return (_latest_run(cell) / "student" / "config.json").stat().st_mtime >= start
+    except FileNotFoundError:
+        return False
+
+
+def _fit_state(cell: Path) -> str:
+    """Why a cell without ``fit.json`` has nothing to show: its fit failed (last attempt's exit code) or is
+    unfinished (under way, or stopped: exit code 0 with nothing exported, or killed)."""
+    attempts = json.loads((cell / "fit_attempts.json").read_text()) if (cell / "fit_attempts.json").is_file() else []
+    code = attempts[-1]["returncode"] if attempts else None
+    if isinstance(code, int) and code != 0:
+        return f"fit failed with code {code}: see {cell.name}/fit.log"
+    return "fit unfinished: it resumes from its last checkpoint"
+
+
 def _latest_run(cell: Path) -> Path:
     runs = sorted(cell.glob("runs/*/version_*/student"), key=lambda p: int(p.parent.name.split("_")[1]))
     if not runs:
@@ -382,7 +405,7 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                     if (entry.get("items") or {}).get(metric):
                         cell_items[task] = entry["items"][metric]
             if fit is None and not scores and ppl is None and row.kind != "teacher":  # a fit under way: nothing to show
-                pending.append(f"{label} (fit unfinished: it resumes from its last checkpoint)")
+                pending.append(f"{label} ({_fit_state(cell)})")
                 continue
             items.append(cell_items)
             finetuned = {p.stem: json.loads(p.read_text())["score"] for p in sorted((cell / "finetune").glob("*.json"))}
@@ -743,6 +766,15 @@ def compare(
 
 def main(args: list[str] | None = None) -> None:
     """Entry of ``lit-dof compare``."""
+    import signal
+
     from jsonargparse import auto_cli
 
-    auto_cli(compare, args=args, as_positional=False)
+    def stop(signum, frame):  # SIGTERM (a batch scheduler, `kill`) ends the run as Ctrl-C does: the fit under way
+        raise KeyboardInterrupt(f"signal {signum}")  # is stopped, its attempt recorded, and it resumes from last.ckpt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        auto_cli(compare, args=args, as_positional=False)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

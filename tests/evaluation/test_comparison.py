@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import time
 
 import pytest
 import torch
 
 from lit_dof.evaluation import comparison
+from lit_dof.evaluation.harness import device_label
 from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
 
 DATA = REPO.parent / "shared" / "data"
@@ -41,7 +45,8 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     assert "| 384 |" in table.split("| fix |")[1].splitlines()[0]  # tokens seen: 3 steps × 2 × 64, not "0.00M"
     assert (tmp_path / "cells" / "comparison.png").stat().st_size > 0
     assert str(REPO) not in fix["command"] and fix["command"].startswith("python -m lit_dof.pipeline.cli fit")
-    assert fix["device"] == "cpu" and "Device: cpu (every cell)." in table  # fits, perplexity and evaluations
+    device = device_label("cuda" if torch.cuda.is_available() else "cpu")  # --device auto
+    assert fix["device"] == device and f"Device: {device} (every cell)." in table  # fits, ppl and evaluations
 
     # Re-running skips every finished cell: no fit subprocess, no evaluation, same report.
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "cells").rglob("eval/*.json")}
@@ -115,6 +120,33 @@ def test_an_interrupted_fit_attempt_still_counts_towards_the_wall_time(tmp_path,
     with pytest.raises(RuntimeError, match="failed with code 3"):
         runner.fit(comparison.ROWS["fix"], 16)
     assert [a["returncode"] for a in json.loads((tmp_path / "C16" / "fix" / "fit_attempts.json").read_text())] == [None, 3]
+    report = comparison.collect(runner, [comparison.ROWS["fix"]], [16])
+    assert report["pending"] == ["fix (fit failed with code 3: see fix/fit.log)"]
+
+    # Lightning ends a fit sent SIGTERM with code 0 before its export: stopped, not finished, and not failed
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
+    with pytest.raises(RuntimeError, match="stopped before its last step .* resume it from its last checkpoint"):
+        runner.fit(comparison.ROWS["fix"], 16)
+    last = json.loads((tmp_path / "C16" / "fix" / "fit_attempts.json").read_text())[-1]
+    assert last["returncode"] == 0 and last["exported"] is False
+    assert not (tmp_path / "C16" / "fix" / "fit.json").exists()
+    report = comparison.collect(runner, [comparison.ROWS["fix"]], [16])
+    assert report["pending"] == ["fix (fit unfinished: it resumes from its last checkpoint)"]
+
+
+def test_sigterm_to_the_runner_stops_it_like_ctrl_c_and_records_the_attempt(tmp_path, monkeypatch):
+    def killed(*args, **kwargs):  # the runner itself gets SIGTERM while the fit runs
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+        raise AssertionError("SIGTERM did not stop the runner")
+
+    monkeypatch.setattr(subprocess, "run", killed)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt, match="signal 15"):
+        comparison.main(["--rows=[fix]", "--budgets=[16]", f"--out={tmp_path}", "--stages=[fit]", "--device=cpu"])
+    attempts = json.loads((tmp_path / "C16" / "fix" / "fit_attempts.json").read_text())
+    assert len(attempts) == 1 and attempts[0]["returncode"] is None
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is the runner's only while it runs
 
 
 def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_path):
