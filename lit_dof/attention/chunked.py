@@ -18,10 +18,13 @@ So every exponential is ≤ 1 (no overflow for any norm) and nothing is approxim
 accumulated in float32 whatever the input dtype. The stabiliser m is refreshed once per *block* of
 chunks (``block_size`` tokens), so a query can be scaled by a key up to one block in its future; that
 is exact in real arithmetic, but if that key's feature exceeds all of the query's causal mass by more
-than float32's range (~87 nats of log-feature), the row underflows. Such blocks are detected (row
-normaliser < 1e-30) and recomputed with one stabiliser per smaller chunk, recursively down to one per
-token — the recurrent form's stabiliser, which is causal. Causality therefore holds exactly in real
-arithmetic and to float32 rounding in practice.
+than float32's range (~87 nats of log-feature), the row underflows. Long before that, its *gradient*
+overflows: the backward of y = num/den carries 1/den², which is +inf in float32 once den < ~1e-19, and
+inf · 0 turns the feature maps' gradients into NaN. Such blocks are detected (row normaliser < 1e-12) and
+recomputed with one stabiliser per smaller chunk, recursively down to one per token — the recurrent
+form's stabiliser, which is causal and keeps every row normaliser ≥ 1 (the key attaining a feature's
+running max contributes exp(0) to it). Causality therefore holds exactly in real arithmetic and to
+float32 rounding in practice, and the gradients stay finite.
 
 GQA: the G query heads of a group share the key features and the state, and are folded into the
 query-row dimension of each chunk — keys and values are never repeated.
@@ -39,7 +42,7 @@ from lit_dof.attention._validation import check_positive_int, check_qkv, check_r
 from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
 
 _TINY = torch.finfo(torch.float32).tiny
-_UNDERFLOW = 1e-30  # a row normaliser below this (relative to its stabiliser) has lost precision
+_UNDERFLOW = 1e-12  # a row normaliser below this (relative to its stabiliser): 1/den² would overflow in the backward
 
 
 def check_state(state: LinearAttentionState, batch: int, heads: int, feature_dim: int, value_dim: int) -> None:
@@ -79,7 +82,8 @@ def chunked_linear_attention(
         initial_state: state after the tokens preceding this segment, or ``None`` for an empty prefix.
         check_inputs: reject NaN/+inf inputs (a reduction over the inputs; turn off in tight loops).
         underflow_fallback: recompute a block whose row normaliser underflowed with a finer stabiliser
-            (exact; costs one host sync per block). ``None``: on for CPU tensors, off on accelerators.
+            (exact; costs one host sync per block). ``None`` (default): on, on every device. Off, such rows
+            are wrong in the forward and NaN in the backward: only for inputs known to be well scaled.
 
     Returns:
         ``(y, state)``: ``y`` is ``(B, Hq, T, D)`` in the dtype of ``v``; ``state`` is the float32
@@ -95,7 +99,7 @@ def chunked_linear_attention(
         raise ValueError("the sequence length T must be >= 1")
     G = Hq // Hk
     if underflow_fallback is None:
-        underflow_fallback = v.device.type == "cpu"
+        underflow_fallback = True
     if initial_state is None:
         initial_state = LinearAttentionState.empty(B, Hk, M, D, device=v.device)
     check_state(initial_state, B, Hk, M, D)

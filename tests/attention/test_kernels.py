@@ -123,6 +123,21 @@ def test_large_norms_match_reference():
     torch.testing.assert_close(step.double(), ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("scale", [20.0, 60.0])
+def test_large_norm_gradients_match_reference(scale):
+    """Rows whose normaliser is tiny under the block's stabiliser (den ~ 1e-20…1e-30 at these scales) have a
+    1/den² in the backward that overflows float32: before the fix, NaN gradients (and, on accelerators,
+    where the fallback was off, wrong outputs). The finer-stabiliser fallback keeps both exact."""
+    lq, lk, v = _inputs(1, 2, 2, 200, 16, 4, scale=scale, seed=5)
+    weight = torch.randn(1, 2, 200, 4, dtype=torch.float64)
+    ref, ref_grads = _grads(naive_linear_attention, lq.double(), lk.double(), v.double(), weight=weight)
+    out, grads = _grads(lambda a, b, c: chunked_linear_attention(a, b, c, chunk_size=64), lq, lk, v, weight=weight)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-4, atol=1e-4)
+    for g, r in zip(grads, ref_grads):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g.double(), r, rtol=1e-4, atol=1e-4 * r.abs().max().item())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_long_sequence_large_norm_is_finite(dtype):
     """T = 32768 with ‖q‖ = ‖k‖ = 30 through the learned PRF map: finite in float32 and bfloat16."""
