@@ -246,8 +246,8 @@ def select_lambda(
         raise ValueError(f"target_fraction must be in (0, 1), got {target_fraction}")
     J = x.shape[-2]
     if search_samples is not None and search_samples < J:
-        idx = torch.randperm(J, generator=generator, device=generator.device if generator else None)[:search_samples]
-        idx = idx.to(x.device)
+        device = None if generator is None else generator.device  # a CPU generator draws on the CPU
+        idx = torch.randperm(J, generator=generator, device=device)[:search_samples].to(x.device)
         x = x[:, :, idx]
     n = x.shape[-2]
 

@@ -525,7 +525,7 @@ def markdown(report: dict, header: str = "") -> str:
                 lines.append(f"| {c['row']} | " + " | ".join(_fmt(c["finetuned"].get(t)) for t in finetuned_tasks) + " |")
     lines += paired_table(report)
     lines += curve_table(report)
-    lines += ["", _device_note(report)]
+    lines += ["", _device_note(report), ""]
     lines.append("Metrics: " + ", ".join(f"{t} {m}" for t, m in report["primary_metric"].items() if t in tasks) +
                  ". gap closed = (avg − Performer avg) / (teacher avg − Performer avg). ppl: sliding-window "
                  "perplexity on held-out Wikipedia documents" + _ppl_note(report) + ".")  # fmt: skip

@@ -69,7 +69,8 @@ def log_kernel_scores(log_q: Tensor, log_k: Tensor) -> Tensor:
 def _select_rows(T: int, query_rows: int | None, generator: torch.Generator | None, device) -> Tensor:
     if query_rows is None or query_rows >= T:
         return torch.arange(T, device=device)
-    idx = torch.randperm(T, generator=generator, device=generator.device if generator else None)[:query_rows].sort().values
+    draw_on = None if generator is None else generator.device  # a CPU generator draws on the CPU
+    idx = torch.randperm(T, generator=generator, device=draw_on)[:query_rows].sort().values
     return idx.to(device)
 
 
