@@ -187,22 +187,15 @@ class Comparison:
     def accelerator_args(self) -> list[str]:
         """The Trainer arguments of a CUDA :attr:`device` (none on CPU: the configs' ``accelerator: cpu`` holds);
         they come before ``fit_args``, which may still override them."""
-        if not self.device.startswith("cuda"):
-            return []
-        index = int(self.device.split(":")[1]) if ":" in self.device else 0
-        return ["--trainer.accelerator=gpu", f"--trainer.devices=[{index}]"]
+        import torch
+
+        device = torch.device(self.device)  # validated in __post_init__
+        return ["--trainer.accelerator=gpu", f"--trainer.devices=[{device.index or 0}]"] if device.type == "cuda" else []
 
     def device_label(self) -> str:
         from lit_dof.evaluation.harness import device_label
 
         return device_label(self.device)
-
-    def load(self, row: Row, budget: int):
-        """The cell's (model, tokenizer), on :attr:`device`."""
-        from lit_dof.evaluation.cli import load_model
-
-        model, tokenizer = load_model(self.model_source(row, budget))
-        return model.to(self.device), tokenizer
 
     # -- evaluation -------------------------------------------------------------------------------------------
     def teacher_source(self) -> str:
@@ -220,12 +213,13 @@ class Comparison:
 
     def evaluate(self, row: Row, budget: int, tasks: Sequence[str] = TASKS) -> dict:
         """Zero-shot results of the cell's model, one ``eval/<task>.json`` per task (finished tasks skipped)."""
+        from lit_dof.evaluation.cli import load_model
         from lit_dof.evaluation.harness import evaluate_model
 
         folder = self.cell_dir(row, budget) / "eval"
         todo = [t for t in tasks if not (folder / f"{t}.json").is_file()]
         if todo:
-            model, tokenizer = self.load(row, budget)
+            model, tokenizer = load_model(self.model_source(row, budget), device=self.device)
             for task in todo:  # one task at a time: a kill loses at most one task's work
                 result = evaluate_model(model, tokenizer, [task], data_dir=self.data_dir, limit=self.eval_limit,
                                         batch_size=self.batch_size, mmlu_per_subject=self.mmlu_per_subject)  # fmt: skip
@@ -234,6 +228,7 @@ class Comparison:
 
     def perplexity(self, row: Row, budget: int) -> dict:
         """Sliding-window perplexity on the held-out documents of the corpus (``ppl.json``)."""
+        from lit_dof.evaluation.cli import load_model
         from lit_dof.evaluation.perplexity import corpus_perplexity
 
         path = self.cell_dir(row, budget) / "ppl.json"
@@ -242,7 +237,7 @@ class Comparison:
         corpus = self.corpus or os.environ.get("LIT_DOF_CORPUS")
         if not corpus:
             raise FileNotFoundError("no corpus for the held-out perplexity: pass --corpus or set LIT_DOF_CORPUS")
-        model, tokenizer = self.load(row, budget)
+        model, tokenizer = load_model(self.model_source(row, budget), device=self.device)
         start = time.time()
         result = corpus_perplexity(model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window,
                                    stride=self.ppl_stride)  # fmt: skip
