@@ -141,7 +141,7 @@ class LayerwiseDistillation(StudentModule):
 
         On the steps the logger writes (``log_every_n_steps``), the per-layer attention losses are measured
         too, without gradients, from the same teacher forward (so TensorBoard shows how the tail moves them,
-        and Lightning does not repeat the layer-wise phase's last values).
+        and Lightning does not repeat the layer-wise phase's last values), with their mean as ``train/loss``.
         """
         ids, mask = batch["input_ids"], batch.get("attention_mask")
         every = self.trainer.log_every_n_steps if self._trainer is not None else 1
@@ -149,7 +149,9 @@ class LayerwiseDistillation(StudentModule):
         teacher_logits, captured = self._teacher_forward(batch, capture=measure)
         if measure:
             with torch.no_grad():
-                self._layer_losses(captured, batch_idx)
+                measured = self._layer_losses(captured, batch_idx)
+            if measured:
+                self.log("train/loss", sum(measured.values()) / len(measured), prog_bar=True)
         logits = self.student(ids, attention_mask=mask, use_cache=False).logits
         loss = logit_distillation_loss(logits, teacher_logits, mask, temperature=self.kd_temperature)
         if not torch.isfinite(loss):

@@ -132,6 +132,14 @@ def test_end_to_end_tail_follows_the_layerwise_phase(tmp_path):
 
     events = EventAccumulator(str(cli.trainer.log_dir)).Reload()
     assert [e.step for e in events.Scalars("train/loss_layer_00")] == [0, 1, 2, 3]  # measured in the tail too
+    layer_tags = [tag for tag in events.Tags()["scalars"] if tag.startswith("train/loss_layer_")]
+    per_layer = {e.step: [] for e in events.Scalars("train/loss")}
+    for tag in layer_tags:
+        for e in events.Scalars(tag):
+            per_layer[e.step].append(e.value)
+    for e in events.Scalars("train/loss"):  # the mean of that step's layer losses, not the last stage-1 value
+        assert e.value == pytest.approx(sum(per_layer[e.step]) / len(per_layer[e.step]), rel=1e-5), e.step
+    assert [e.step for e in events.Scalars("train/loss")] == [0, 1, 2, 3]
     assert [e.step for e in events.Scalars("train/logit_kd")] == [2, 3]
     assert all(math.isfinite(e.value) and e.value > 0 for e in events.Scalars("train/logit_kd"))
     with pytest.raises(ValueError, match="finetune_fraction"):
