@@ -50,13 +50,16 @@ PRIMARY_METRIC = {"piqa": "acc_norm", "logiqa": "acc_norm", "arc_easy": "acc_nor
 @dataclass(frozen=True)
 class Row:
     """One method of the comparison: config files (relative to ``configs/``) and extra CLI arguments
-    composed on top of the base config. ``kind``: ``"teacher"`` (no fit) or ``"student"``."""
+    composed on top of the base config. ``kind``: ``"teacher"`` (no fit) or ``"student"``. ``reference``: the
+    row it is measured against at the same budget (paired task differences, validation-perplexity ratios):
+    Fix trained with the same loss, so that DoF − Fix isolates the allocation."""
 
     name: str
     configs: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
     kind: str = "student"
     note: str = ""
+    reference: str = "fix"
 
 
 UNTRAINED = ("--trainer.max_steps=1", "--trainer.val_check_interval=1", "--model.init_args.finetune_fraction=0")
@@ -67,8 +70,8 @@ ROWS: dict[str, Row] = {r.name: r for r in [
     Row("dof", ("methods/dof.yaml",), note="learned PRF, DoF allocation (λ auto), softmax loss"),
     Row("dof_clip", ("methods/dof_clip.yaml",), note="DoF capped at C, softmax loss"),
     Row("fix_l2", ("methods/fix.yaml", "methods/l2.yaml"), note="L2 kernel loss"),
-    Row("dof_l2", ("methods/dof.yaml", "methods/l2.yaml"), note="L2 kernel loss"),
-    Row("dof_clip_l2", ("methods/dof_clip.yaml", "methods/l2.yaml"), note="L2 kernel loss"),
+    Row("dof_l2", ("methods/dof.yaml", "methods/l2.yaml"), note="L2 kernel loss", reference="fix_l2"),
+    Row("dof_clip_l2", ("methods/dof_clip.yaml", "methods/l2.yaml"), note="L2 kernel loss", reference="fix_l2"),
     Row("direct", ("methods/dof.yaml", "methods/direct.yaml"), note="end-to-end next-token loss, DoF dims"),
     Row("dijiang", ("methods/dijiang.yaml",), note="DCT features, uniform M"),
     Row("hedgehog", ("methods/hedgehog.yaml",), note="softmax-of-linear features, uniform M"),
@@ -406,6 +409,7 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
             finetuned = {p.stem: json.loads(p.read_text())["score"] for p in sorted((cell / "finetune").glob("*.json"))}
             complete = len(scores) == len(tasks)
             cells.append({"row": row.name, "note": row.note, "budget": budget, "kind": row.kind, "fit": fit,
+                          "reference": row.reference if row.kind != "teacher" and row.reference != row.name else None,
                           "scores": scores, "average": _mean(s["value"] for s in scores.values()) if complete else None,
                           "ppl": ppl["ppl"] if ppl else None, "ppl_setting": _ppl_setting(ppl), "finetuned": finetuned,
                           "devices": sorted(d for d in devices if d)})  # fmt: skip
@@ -418,16 +422,18 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
             ok = teacher and performer and None not in (c["average"], teacher["average"], performer["average"])
             gap = (teacher["average"] - performer["average"]) if ok else None
             c["gap_closed"] = (c["average"] - performer["average"]) / gap if ok and gap else None
-        fix = next((i for i, c in enumerate(cells) if c["row"] == "fix" and c["budget"] == budget), None)
+        index = {c["row"]: i for i, c in enumerate(cells) if c["budget"] == budget}
         for c, cell_items in zip(cells, items):
-            if c["budget"] == budget and c["kind"] != "teacher" and fix is not None and c is not cells[fix]:
-                c["vs_fix"] = {task: dict(zip(("difference", "stderr", "n"), paired_difference(cell_items[task], values)))
-                               for task, values in items[fix].items()
-                               if len(cell_items.get(task, ())) == len(values)}  # fmt: skip
-                if len(c["vs_fix"]) == len(tasks):  # the average's difference: tasks are disjoint example sets
-                    per_task = list(c["vs_fix"].values())
-                    c["vs_fix_average"] = {"difference": _mean(d["difference"] for d in per_task),
-                                           "stderr": math.sqrt(sum(d["stderr"] ** 2 for d in per_task)) / len(per_task)}
+            ref = index.get(c["reference"]) if c["budget"] == budget and c["reference"] else None
+            if ref is None:  # the teacher, a reference itself, or a reference not measured (or not selected)
+                continue
+            c["vs_reference"] = {task: dict(zip(("difference", "stderr", "n"), paired_difference(cell_items[task], values)))
+                                 for task, values in items[ref].items()
+                                 if len(cell_items.get(task, ())) == len(values)}  # fmt: skip
+            if len(c["vs_reference"]) == len(tasks):  # the average's difference: tasks are disjoint example sets
+                per_task = list(c["vs_reference"].values())
+                c["vs_reference_average"] = {"difference": _mean(d["difference"] for d in per_task),
+                                             "stderr": math.sqrt(sum(d["stderr"] ** 2 for d in per_task)) / len(per_task)}
     return {"budgets": list(budgets), "tasks": list(tasks), "primary_metric": PRIMARY_METRIC, "cells": cells,
             "pending": pending}
 
@@ -552,47 +558,55 @@ def _ppl_note(report: dict) -> str:
 
 
 def paired_table(report: dict) -> list[str]:
-    """Markdown lines: each method minus Fix at the same budget on the same examples (± paired standard
-    error, :func:`paired_difference`), per task; empty when no cell has per-example scores to pair."""
-    paired = [c for c in report["cells"] if c.get("vs_fix")]
+    """Markdown lines: each method minus its reference row (Fix with the same loss, :class:`Row`) at the same
+    budget on the same examples (± paired standard error, :func:`paired_difference`), per task; empty when no
+    cell has per-example scores to pair."""
+    paired = [c for c in report["cells"] if c.get("vs_reference")]
     if not paired:
         return []
-    tasks = [t for t in report["tasks"] if any(t in c["vs_fix"] for c in paired)]
-    lines = ["", "Difference from Fix at the same budget, on the same examples (points of the primary metric, ± paired "
-             "standard error; – where either cell lacks per-example scores; avg: over the tasks, standard error "
-             "√(Σ SE²) / number of tasks):", "",
-             "| method | C | " + " | ".join(tasks) + " | avg |", "|" + "---|" * (len(tasks) + 3)]  # fmt: skip
+    tasks = [t for t in report["tasks"] if any(t in c["vs_reference"] for c in paired)]
+    lines = ["", "Difference from the reference row (`vs`: Fix with the same loss) at the same budget, on the same "
+             "examples (points of the primary metric, ± paired standard error; – where either cell lacks per-example "
+             "scores; avg: over the tasks, standard error √(Σ SE²) / number of tasks):", "",
+             "| method | vs | C | " + " | ".join(tasks) + " | avg |", "|" + "---|" * (len(tasks) + 4)]  # fmt: skip
     for c in paired:
-        diffs = [c["vs_fix"].get(t) for t in tasks] + [c.get("vs_fix_average")]
-        lines.append(f"| {c['row']} | {c['budget']} | " + " | ".join(
+        diffs = [c["vs_reference"].get(t) for t in tasks] + [c.get("vs_reference_average")]
+        lines.append(f"| {c['row']} | {c['reference']} | {c['budget']} | " + " | ".join(
             "–" if d is None else f"{100 * d['difference']:+.1f} ± {100 * d['stderr']:.1f}" for d in diffs) + " |")
     return lines
 
 
-def _fix_curves(report: dict) -> dict[int, dict[int, float]]:
-    """``{budget: {step: validation perplexity}}`` of each budget's Fix cell (the λ study's reference)."""
-    return {c["budget"]: dict(c["fit"]["val_curve"]) for c in report["cells"]
-            if c["row"] == "fix" and (c["fit"] or {}).get("val_curve")}  # fmt: skip
+def _curves(report: dict) -> dict[tuple[str, int], dict[int, float]]:
+    """``{(row, budget): {step: validation perplexity}}`` of every cell with a validation curve."""
+    return {(c["row"], c["budget"]): dict(c["fit"]["val_curve"]) for c in report["cells"]
+            if (c["fit"] or {}).get("val_curve")}  # fmt: skip
+
+
+def _reference_curve(c: dict, curves: dict) -> dict[int, float]:
+    """The validation curve ``c`` is divided by: its reference row's at the same budget (a reference row is
+    its own, ratio 1); empty when that cell has none."""
+    return curves.get((c.get("reference") or c["row"], c["budget"]), {})
 
 
 def curve_table(report: dict, tail: int = 5) -> list[str]:
-    """Markdown lines: each fitted cell's validation perplexity at every validation step and, where the
-    budget has a Fix cell, its ratio to Fix's at the last shared step and the mean ratio over the last
-    ``tail`` shared steps (one validation point is noisy: single-seed curves wobble by ~5%). Empty when no
-    cell has a curve."""
+    """Markdown lines: each fitted cell's validation perplexity at every validation step and, where its
+    reference row (``vs``: Fix with the same loss) has a curve at the same budget, the ratio to it at the last
+    shared step and the mean ratio over the last ``tail`` shared steps (one validation point is noisy:
+    single-seed curves wobble by ~5%). Empty when no cell has a curve."""
     curved = [c for c in report["cells"] if (c["fit"] or {}).get("val_curve")]
     if not curved:
         return []
     steps = sorted({step for c in curved for step, _ in c["fit"]["val_curve"]})
-    fix = _fix_curves(report)
+    curves = _curves(report)
     lines = ["", "Validation perplexity during the fit (held-out blocks; step = optimizer step index):", "",
-             "| method | C | Σ M | dims | " + " | ".join(str(s) for s in steps) +
-             f" | / Fix (last) | / Fix (mean of last {tail}) |", "|" + "---|" * (len(steps) + 6)]  # fmt: skip
+             "| method | vs | C | Σ M | dims | " + " | ".join(str(s) for s in steps) +
+             f" | / vs (last) | / vs (mean of last {tail}) |", "|" + "---|" * (len(steps) + 7)]  # fmt: skip
     for c in curved:
         curve, dims = dict(c["fit"]["val_curve"]), c["fit"].get("feature_dims") or []
-        reference = fix.get(c["budget"], {})
+        reference = _reference_curve(c, curves)
         ratios = [curve[s] / reference[s] for s in steps if s in curve and s in reference]
-        cells = [c["row"], str(c["budget"]), str(sum(dims)) if dims else "–", f"{min(dims)}…{max(dims)}" if dims else "–",
+        cells = [c["row"], c.get("reference") or "–", str(c["budget"]), str(sum(dims)) if dims else "–",
+                 f"{min(dims)}…{max(dims)}" if dims else "–",
                  *[_fmt(curve.get(s), 1) for s in steps], _fmt(ratios[-1] if ratios else None),
                  _fmt(_mean(ratios[-tail:]))]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
@@ -601,8 +615,9 @@ def curve_table(report: dict, tail: int = 5) -> list[str]:
 
 def plot(report: dict, path: Path) -> None:
     """Average accuracy vs total feature budget (one line per method; held-out perplexity instead in a
-    perplexity-only study such as the λ study), validation curves and, when a Fix cell has one, each curve
-    divided by Fix's at the same step (the λ study's "has the ranking stopped changing")."""
+    perplexity-only study such as the λ study), validation curves and, where the reference row (Fix with the
+    same loss) has one, each curve divided by the reference's at the same step (the λ study's "has the
+    ranking stopped changing")."""
     import matplotlib.pyplot as plt
 
     fig = figure(report)
@@ -620,8 +635,10 @@ def figure(report: dict):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fix_curves = _fix_curves(report)
-    fig, axes = plt.subplots(1, 3 if fix_curves else 2, figsize=(16 if fix_curves else 11, 4))
+    curves = _curves(report)
+    relative = [c for c in report["cells"] if c.get("reference") and c["fit"] and c["fit"].get("val_curve")
+                and _reference_curve(c, curves)]  # fmt: skip
+    fig, axes = plt.subplots(1, 3 if relative else 2, figsize=(16 if relative else 11, 4))
     ax, bx = axes[:2]
     colors = {row: f"C{i % 10}" for i, row in enumerate(dict.fromkeys(c["row"] for c in report["cells"]))}  # same row, same colour
     scored = _scored(report)  # else perplexity-only: the budget panel plots perplexity
@@ -651,18 +668,17 @@ def figure(report: dict):
     bx.set_yscale("log")
     if bx.get_legend_handles_labels()[0]:
         bx.legend(fontsize=6)
-    if fix_curves:  # the λ study's question, directly: is each method ahead of Fix, and has that stopped changing?
+    if relative:  # the λ study's question, directly: is each method ahead of Fix, and has that stopped changing?
         cx = axes[2]
-        for c in report["cells"]:
-            fix = fix_curves.get(c["budget"])
-            if c["row"] == "fix" or not fix or not (c["fit"] or {}).get("val_curve"):
-                continue
-            shared = [(step, value / fix[step]) for step, value in c["fit"]["val_curve"] if step in fix]
+        for c in relative:
+            reference = _reference_curve(c, curves)
+            shared = [(step, value / reference[step]) for step, value in c["fit"]["val_curve"] if step in reference]
             if shared:
-                cx.plot(*zip(*shared), marker="o", color=colors[c["row"]], label=f"{c['row']} (C={c['budget']})")
-        cx.axhline(1.0, color="k", linestyle="--", label="fix")
+                cx.plot(*zip(*shared), marker="o", color=colors[c["row"]],
+                        label=f"{c['row']} / {c['reference']} (C={c['budget']})")  # fmt: skip
+        cx.axhline(1.0, color="k", linestyle="--", label="reference (Fix, same loss)")
         cx.set_xlabel("optimizer step")
-        cx.set_ylabel("validation perplexity / Fix's (same step)")
+        cx.set_ylabel("validation perplexity / reference's (same step)")
         cx.legend(fontsize=6)
     fig.tight_layout()
     return fig

@@ -152,7 +152,8 @@ def test_sigterm_to_the_runner_stops_it_like_ctrl_c_and_records_the_attempt(tmp_
 def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_path):
     def cell(row, curve, dims):
         return {"row": row, "note": "", "budget": 64, "kind": "student", "scores": {}, "average": None, "ppl": None,
-                "finetuned": {}, "fit": {"val_curve": curve, "feature_dims": dims, "total_features": sum(dims)}}  # fmt: skip
+                "finetuned": {}, "fit": {"val_curve": curve, "feature_dims": dims, "total_features": sum(dims)},
+                "reference": None if row in ("fix", "fix_l2") else "fix_l2" if row.endswith("_l2") else "fix"}  # fmt: skip
 
     report = {"tasks": ["piqa"], "primary_metric": {"piqa": "acc_norm"}, "cells": [
         cell("fix", [(49, 400.0), (99, 200.0)], [64, 64]),
@@ -163,7 +164,15 @@ def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_
     assert rows["fix"].endswith("| 400.0 | 200.0 | 1.000 | 1.000 |")
     assert rows["dof"].endswith("| 128 | 8…120 | 440.0 | 190.0 | 0.950 | 1.025 |")  # 190 / 200; (1.1 + 0.95) / 2
     assert rows["dof_clip"].endswith("| 500.0 | – | 1.250 | 1.250 |")  # 500 / 400 at step 49
-    assert "| 49 | 99 | / Fix (last) | / Fix (mean of last 5) |" in rows["method"]
+    assert "| 49 | 99 | / vs (last) | / vs (mean of last 5) |" in rows["method"]
+    assert rows["dof"].startswith("| dof | fix | 64 |") and rows["fix"].startswith("| fix | – | 64 |")
+    with_l2 = {**report, "cells": [*report["cells"], cell("fix_l2", [(49, 800.0), (99, 400.0)], [64, 64]),
+                                   cell("dof_l2", [(49, 600.0), (99, 380.0)], [8, 120])]}  # fmt: skip
+    l2 = [line for line in comparison.curve_table(with_l2) if line.startswith("| dof_l2 |")]
+    assert l2[0].endswith("| 0.950 | 0.850 |")  # against Fix-L2's curve: 380 / 400; (0.75 + 0.95) / 2
+    ratio_panel = {line.get_label(): list(zip(*line.get_data())) for line in comparison.figure(with_l2).axes[2].lines}
+    assert ratio_panel["dof_l2 / fix_l2 (C=64)"] == [(49, 0.75), (99, 0.95)]
+    assert ratio_panel["dof / fix (C=64)"] == [(49, 1.1), (99, 0.95)]
 
     # a perplexity-only study (no task scores): the budget panel plots each cell's held-out perplexity
     for c, ppl in zip(report["cells"], (300.0, 280.0, 310.0)):
@@ -222,14 +231,15 @@ def test_collect_pairs_every_method_with_fix_on_the_same_examples(tmp_path):
     assert set(cells) == {"fix", "dof", "performer"}  # pending cells are listed under the table, not as empty rows
     assert report["pending"] == ["dof_clip (fit unfinished: it resumes from its last checkpoint)", "dijiang"]
     assert "Not measured yet (re-running the command resumes here): dof_clip (fit unfinished" in comparison.markdown(report)
-    assert "vs_fix" not in cells["fix"]
+    assert "vs_reference" not in cells["fix"] and cells["fix"]["reference"] is None
     difference, stderr, n = comparison.paired_difference(dof_hits, fix_hits)
-    assert cells["dof"]["vs_fix"] == {"arc_easy": {"difference": difference, "stderr": stderr, "n": 6}}
+    assert cells["dof"]["reference"] == "fix"
+    assert cells["dof"]["vs_reference"] == {"arc_easy": {"difference": difference, "stderr": stderr, "n": 6}}
     assert difference == pytest.approx(2 / 6)
     table = comparison.paired_table({"tasks": ["piqa", "arc_easy"], "cells": list(cells.values())})
-    assert "| dof | 64 | +33.3 ± 21.1 | – |" in table  # SE of diffs (0,1,0,0,1,0): √(4/15 / 6) = 0.211
-    assert "| performer | 64 | -50.0 ± 22.4 | – |" in table
-    assert "vs_fix_average" not in cells["dof"]  # piqa is not paired: no average difference
+    assert "| dof | fix | 64 | +33.3 ± 21.1 | – |" in table  # SE of diffs (0,1,0,0,1,0): √(4/15 / 6) = 0.211
+    assert "| performer | fix | 64 | -50.0 ± 22.4 | – |" in table
+    assert "vs_reference_average" not in cells["dof"]  # piqa is not paired: no average difference
 
     # with every task paired, the average difference: mean of the tasks', SE √(Σ SE²) / n (disjoint examples)
     fix_wsc, dof_wsc = [1, 1, 0, 0], [0, 1, 0, 0]
@@ -239,9 +249,30 @@ def test_collect_pairs_every_method_with_fix_on_the_same_examples(tmp_path):
     report = comparison.collect(runner, rows, [64], tasks=["arc_easy", "wsc273"])
     dof = next(c for c in report["cells"] if c["row"] == "dof")
     wsc = comparison.paired_difference(dof_wsc, fix_wsc)
-    assert dof["vs_fix_average"]["difference"] == pytest.approx((difference + wsc[0]) / 2)  # (1/3 − 1/4) / 2
-    assert dof["vs_fix_average"]["stderr"] == pytest.approx((stderr**2 + wsc[1] ** 2) ** 0.5 / 2)
-    assert f"| {100 * dof['vs_fix_average']['difference']:+.1f} ± " in comparison.paired_table(report)[-2]
+    assert dof["vs_reference_average"]["difference"] == pytest.approx((difference + wsc[0]) / 2)  # (1/3 − 1/4) / 2
+    assert dof["vs_reference_average"]["stderr"] == pytest.approx((stderr**2 + wsc[1] ** 2) ** 0.5 / 2)
+    assert f"| {100 * dof['vs_reference_average']['difference']:+.1f} ± " in comparison.paired_table(report)[-2]
+
+
+def test_l2_rows_are_paired_with_fix_trained_with_the_same_loss(tmp_path):
+    """DoF − Fix isolates the allocation only at the same loss: DoF-L2 and DoF+clip-L2 are measured against
+    Fix-L2, and Fix-L2 against Fix (the loss's effect); no pairing where the reference is not measured."""
+    runner = comparison.Comparison(out=tmp_path)
+    hits = {"fix": [1, 0, 0, 1], "fix_l2": [0, 0, 1, 1], "dof_l2": [1, 0, 1, 1], "dof_clip_l2": [0, 0, 0, 1]}
+    for row, values in hits.items():
+        folder = tmp_path / "C64" / row / "eval"
+        folder.mkdir(parents=True)
+        (folder / "wsc273.json").write_text(json.dumps({"acc": sum(values) / 4, "n": 4, "items": {"acc": values}}))
+    rows = [comparison.ROWS[name] for name in hits]
+    cells = {c["row"]: c for c in comparison.collect(runner, rows, [64], tasks=["wsc273"])["cells"]}
+    for row, reference in (("fix_l2", "fix"), ("dof_l2", "fix_l2"), ("dof_clip_l2", "fix_l2")):
+        expected = comparison.paired_difference(hits[row], hits[reference])
+        assert cells[row]["reference"] == reference
+        assert cells[row]["vs_reference_average"]["difference"] == pytest.approx(expected[0]), row
+    table = comparison.paired_table({"tasks": ["wsc273"], "cells": list(cells.values())})
+    assert "| dof_l2 | fix_l2 | 64 | +25.0 ± 25.0 | +25.0 ± 25.0 |" in table  # diffs (1,0,0,0): SE √(1/4 / 4)
+    without = comparison.collect(runner, [comparison.ROWS["fix"], comparison.ROWS["dof_l2"]], [64], tasks=["wsc273"])
+    assert "vs_reference" not in next(c for c in without["cells"] if c["row"] == "dof_l2")  # not against softmax Fix
 
 
 def test_the_device_reaches_every_stage_and_every_record_names_it(tmp_path):
