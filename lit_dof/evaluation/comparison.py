@@ -1,8 +1,9 @@
 """The comparison runner (``lit-dof compare``): one teacher, one or more feature budgets, every method
 trained the same way and evaluated the same way — the paper's Table 3, resumable cell by cell.
 
-A **cell** is (method row, budget). Its directory ``<out>/C<budget>/<row>/`` holds, each written once and
-atomically, so a re-run skips whatever is finished:
+A **cell** is (method row, budget, seed). Its directory ``<out>/C<budget>/<row>/`` (seed 0) or
+``<out>/C<budget>/seed<s>/<row>/`` holds, each written once and atomically, so a re-run skips whatever is
+finished:
 
 * the fit: ``lit-dof fit`` run as a subprocess *in the cell directory* (the quickstart config's relative
   log/checkpoint paths land there; a killed fit resumes with ``--ckpt_path last``); ``fit.json`` records
@@ -14,7 +15,9 @@ atomically, so a re-run skips whatever is finished:
 tasks, average, perplexity, budget, λ, J, tokens, wall time, and the fraction of the teacher–Performer
 gap each method closes) and ``comparison.png``: average accuracy vs total feature budget (one line per
 method), validation perplexity vs step, and each curve divided by Fix's at the same step (the λ study's
-"has the ranking stopped changing").
+"has the ranking stopped changing"). With several ``--seeds`` the report adds each method's mean and spread
+over the seeds and its difference from Fix with a standard error over the seeds: one training run cannot
+tell two methods apart when the run-to-run spread is as large as their difference.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -104,6 +107,9 @@ class Comparison:
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda[:i]"``: where the cells are
             fitted (``--trainer.accelerator=gpu`` is added to a CUDA fit), evaluated and scored. Every record
             names its device.
+        seed: training seed of the students. 0 is the base config's own seeds (``seed_everything``, the DoF
+            sample's ``dof.seed``) in ``C<budget>/<row>``; s > 0 adds ``--seed_everything=s --dof.seed=s``
+            to every fit, in ``C<budget>/seed<s>/<row>``. The teacher has no seed: one cell serves all.
 
     Raises:
         ValueError: an unknown device; RuntimeError: ``cuda`` asked for where none is available.
@@ -124,6 +130,7 @@ class Comparison:
     finetune_lrs: Sequence[float] = (1e-5, 3e-5, 1e-4)
     finetune_args: Sequence[str] = field(default_factory=tuple)
     device: str = "auto"
+    seed: int = 0
 
     def __post_init__(self) -> None:
         import torch
@@ -135,6 +142,8 @@ class Comparison:
             raise ValueError(f"device {self.device!r}: use auto, cpu or cuda[:index]")
         if kind == "cuda" and not torch.cuda.is_available():
             raise RuntimeError(f"device {self.device!r} asked for, but torch sees no CUDA device: use --device cpu")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed {self.seed!r}: use an integer ≥ 0")
         # Fits and fine-tuning runs are subprocesses *in the cell directory*: relative paths given on the
         # command line (``--corpus ../shared/...``) would point elsewhere there, so resolve them here.
         self.base_config = Path(self.base_config).resolve()
@@ -142,8 +151,16 @@ class Comparison:
         if self.teacher and Path(self.teacher).exists():
             self.teacher = _absolute(self.teacher)
 
-    def cell_dir(self, row: Row, budget: int) -> Path:
-        return Path(self.out) / f"C{budget}" / row.name
+    def cell_dir(self, row: Row, budget: int, seed: int | None = None) -> Path:
+        """``<out>/C<budget>/<row>`` for seed 0 (and the teacher), ``<out>/C<budget>/seed<s>/<row>`` otherwise;
+        ``seed`` defaults to :attr:`seed`."""
+        seed = self.seed if seed is None else seed
+        folder = Path(self.out) / f"C{budget}"
+        return (folder / f"seed{seed}" if seed and row.kind != "teacher" else folder) / row.name
+
+    def seed_args(self) -> list[str]:
+        """The fit arguments of :attr:`seed` (none for seed 0: the base config's seeds)."""
+        return [f"--seed_everything={self.seed}", f"--dof.seed={self.seed}"] if self.seed else []
 
     # -- fit ------------------------------------------------------------------------------------------------
     def fit_command(self, row: Row, budget: int, resume: bool) -> list[str]:
@@ -151,7 +168,7 @@ class Comparison:
         for config in row.configs:
             command += ["--config", str(REPO_CONFIGS / config)]
         command += [f"--model.init_args.teacher={self.teacher_source()}", f"--allocator.budget={budget}"]
-        command += [*self.accelerator_args(), *self.fit_args, *row.args]
+        command += [*self.accelerator_args(), *self.seed_args(), *self.fit_args, *row.args]
         if self.corpus:
             command.append(f"--data.init_args.path={self.corpus}")
         return command + (["--ckpt_path=last"] if resume else [])
@@ -373,69 +390,87 @@ def _mean(values):
     return sum(values) / len(values) if values else None
 
 
-def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], tasks: Sequence[str] = TASKS) -> dict:
+def _read_cell(cell: Path, tasks: Sequence[str]) -> dict:
+    """A cell directory's finished records: ``fit``, ``ppl`` (``None`` when missing), ``scores`` (task →
+    primary metric, its SE, n), ``items`` (task → per-example scores) and the ``devices`` they name."""
+    fit = json.loads((cell / "fit.json").read_text()) if (cell / "fit.json").is_file() else None
+    ppl = json.loads((cell / "ppl.json").read_text()) if (cell / "ppl.json").is_file() else None
+    scores, items = {}, {}
+    devices = {record.get("device") for record in (fit, ppl) if record}
+    for task in tasks:
+        path = cell / "eval" / f"{task}.json"
+        if not path.is_file():
+            continue
+        entry = json.loads(path.read_text())
+        devices.add(_eval_device(entry.get("provenance") or {}))
+        metric = PRIMARY_METRIC[task]
+        scores[task] = {"value": entry.get(metric), "stderr": entry.get(f"{metric}_stderr"), "metric": metric,
+                        "n": entry.get("n")}  # fmt: skip
+        if (entry.get("items") or {}).get(metric):
+            items[task] = entry["items"][metric]
+    return {"fit": fit, "ppl": ppl, "scores": scores, "items": items, "devices": devices}
+
+
+def _pair_with_reference(c: dict, items: dict, reference: dict, tasks: Sequence[str]) -> None:
+    """Set ``c["vs_reference"]`` (per task, :func:`paired_difference` of the per-example scores) and, with every
+    task paired, ``c["vs_reference_average"]`` (tasks are disjoint example sets: SE √(Σ SE²) / n)."""
+    c["vs_reference"] = {task: dict(zip(("difference", "stderr", "n"), paired_difference(items[task], values)))
+                         for task, values in reference.items() if len(items.get(task, ())) == len(values)}  # fmt: skip
+    if len(c["vs_reference"]) == len(tasks):
+        per_task = list(c["vs_reference"].values())
+        c["vs_reference_average"] = {"difference": _mean(d["difference"] for d in per_task),
+                                     "stderr": math.sqrt(sum(d["stderr"] ** 2 for d in per_task)) / len(per_task)}
+
+
+def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], tasks: Sequence[str] = TASKS,
+            seeds: Sequence[int] = (0,)) -> dict:  # fmt: skip
     """Every finished part of every cell (missing parts are ``None``); ``pending`` names the selected rows with
-    no cell yet or with a fit still under way (nothing to show)."""
+    no cell yet or with a fit still under way (nothing to show). Cells of one budget and seed are compared
+    with each other (gap closed, paired differences); ``seed_summary`` (:func:`seed_summary`) pools the seeds."""
     cells, items = [], []  # items[i][task]: cell i's per-example scores of the task's primary metric
     pending = []  # the table names them instead of silently leaving them out
     teacher_dir = comparison.cell_dir(ROWS["teacher"], budgets[0]) if "teacher" in [r.name for r in rows] else None
-    for budget in budgets:
-        for row in rows:
-            if row.kind == "teacher" and budget != budgets[0]:
-                continue  # one teacher row serves every budget
-            cell = comparison.cell_dir(row, budget) if row.kind != "teacher" else teacher_dir
-            label = row.name + ("" if len(budgets) == 1 else f" (C={budget})")
-            if cell is None or not cell.is_dir():
-                pending.append(label)
-                continue
-            fit = json.loads((cell / "fit.json").read_text()) if (cell / "fit.json").is_file() else None
-            ppl = json.loads((cell / "ppl.json").read_text()) if (cell / "ppl.json").is_file() else None
-            scores, cell_items = {}, {}
-            devices = {record.get("device") for record in (fit, ppl) if record}
-            for task in tasks:
-                path = cell / "eval" / f"{task}.json"
-                if path.is_file():
-                    entry = json.loads(path.read_text())
-                    devices.add(_eval_device(entry.get("provenance") or {}))
-                    metric = PRIMARY_METRIC[task]
-                    scores[task] = {"value": entry.get(metric), "stderr": entry.get(f"{metric}_stderr"), "metric": metric,
-                                    "n": entry.get("n")}  # fmt: skip
-                    if (entry.get("items") or {}).get(metric):
-                        cell_items[task] = entry["items"][metric]
-            if fit is None and not scores and ppl is None and row.kind != "teacher":  # a fit under way: nothing to show
-                pending.append(f"{label} ({_fit_state(cell)})")
-                continue
-            items.append(cell_items)
-            finetuned = {p.stem: json.loads(p.read_text())["score"] for p in sorted((cell / "finetune").glob("*.json"))}
-            complete = len(scores) == len(tasks)
-            cells.append({"row": row.name, "note": row.note, "budget": budget, "kind": row.kind, "fit": fit,
-                          "reference": row.reference if row.kind != "teacher" and row.reference != row.name else None,
-                          "scores": scores, "average": _mean(s["value"] for s in scores.values()) if complete else None,
-                          "ppl": ppl["ppl"] if ppl else None, "ppl_setting": _ppl_setting(ppl), "finetuned": finetuned,
-                          "devices": sorted(d for d in devices if d)})  # fmt: skip
+    for budget, seed, row in ((b, s, r) for b in budgets for s in seeds for r in rows):
+        if row.kind == "teacher" and (budget != budgets[0] or seed != seeds[0]):
+            continue  # one teacher row serves every budget and seed
+        cell = comparison.cell_dir(row, budget, seed) if row.kind != "teacher" else teacher_dir
+        label = row.name + (f" (seed {seed})" if seed and row.kind != "teacher" else "")
+        where = label + ("" if len(budgets) == 1 else f" (C={budget})")
+        if cell is None or not cell.is_dir():
+            pending.append(where)
+            continue
+        found = _read_cell(cell, tasks)
+        if found["fit"] is None and not found["scores"] and found["ppl"] is None and row.kind != "teacher":
+            pending.append(f"{where} ({_fit_state(cell)})")  # a fit under way: nothing to show
+            continue
+        items.append(found["items"])
+        finetuned = {p.stem: json.loads(p.read_text())["score"] for p in sorted((cell / "finetune").glob("*.json"))}
+        scores, ppl = found["scores"], found["ppl"]
+        cells.append({"row": row.name, "label": label, "seed": seed if row.kind != "teacher" else None,
+                      "note": row.note, "budget": budget, "kind": row.kind, "fit": found["fit"],
+                      "reference": row.reference if row.kind != "teacher" and row.reference != row.name else None,
+                      "scores": scores, "average": _mean(s["value"] for s in scores.values())
+                      if len(scores) == len(tasks) else None, "ppl": ppl["ppl"] if ppl else None,
+                      "ppl_setting": _ppl_setting(ppl), "finetuned": finetuned,
+                      "devices": sorted(d for d in found["devices"] if d)})  # fmt: skip
     teacher = next((c for c in cells if c["kind"] == "teacher"), None)
-    for budget in budgets:
-        performer = next((c for c in cells if c["row"] == "performer" and c["budget"] == budget), None)
-        for c in cells:
-            if c["budget"] != budget:
-                continue
+    for budget, seed in ((b, s) for b in budgets for s in seeds):
+        group = [(c, found) for c, found in zip(cells, items) if c["budget"] == budget and c["seed"] == seed]
+        performer = next((c for c, _ in group if c["row"] == "performer"), None) or next(  # this seed's floor,
+            (c for c in cells if c["row"] == "performer" and c["budget"] == budget), None)  # else another seed's
+        by_row = {c["row"]: found for c, found in group}
+        for c, found in group:
             ok = teacher and performer and None not in (c["average"], teacher["average"], performer["average"])
             gap = (teacher["average"] - performer["average"]) if ok else None
             c["gap_closed"] = (c["average"] - performer["average"]) / gap if ok and gap else None
-        index = {c["row"]: i for i, c in enumerate(cells) if c["budget"] == budget}
-        for c, cell_items in zip(cells, items):
-            ref = index.get(c["reference"]) if c["budget"] == budget and c["reference"] else None
-            if ref is None:  # the teacher, a reference itself, or a reference not measured (or not selected)
-                continue
-            c["vs_reference"] = {task: dict(zip(("difference", "stderr", "n"), paired_difference(cell_items[task], values)))
-                                 for task, values in items[ref].items()
-                                 if len(cell_items.get(task, ())) == len(values)}  # fmt: skip
-            if len(c["vs_reference"]) == len(tasks):  # the average's difference: tasks are disjoint example sets
-                per_task = list(c["vs_reference"].values())
-                c["vs_reference_average"] = {"difference": _mean(d["difference"] for d in per_task),
-                                             "stderr": math.sqrt(sum(d["stderr"] ** 2 for d in per_task)) / len(per_task)}
-    return {"budgets": list(budgets), "tasks": list(tasks), "primary_metric": PRIMARY_METRIC, "cells": cells,
-            "pending": pending}
+            if c["reference"] in by_row:  # not for a reference itself, or one not measured (or not selected)
+                _pair_with_reference(c, found, by_row[c["reference"]], tasks)
+    if teacher is not None:  # 1 by definition, wherever a gap is defined
+        teacher["gap_closed"] = 1.0 if any(c.get("gap_closed") is not None for c in cells if c is not teacher) else None
+    report = {"budgets": list(budgets), "seeds": list(seeds), "tasks": list(tasks), "primary_metric": PRIMARY_METRIC,
+              "cells": cells, "pending": pending}  # fmt: skip
+    report["seed_summary"] = seed_summary(report)
+    return report
 
 
 def _eval_device(provenance: dict) -> str | None:
@@ -509,7 +544,7 @@ def markdown(report: dict, header: str = "") -> str:
         wall = fit.get("wall_seconds")
         scores = [*[_fmt(c["scores"].get(t, {}).get("value")) for t in tasks], _fmt(c["average"]),
                   _fmt(c.get("gap_closed"), 2)] if scored else []
-        row = [c["row"], *scores, _fmt(c["ppl"], 1), str(c["budget"]) if c["kind"] != "teacher" else "–",
+        row = [_label(c), *scores, _fmt(c["ppl"], 1), str(c["budget"]) if c["kind"] != "teacher" else "–",
                str(fit.get("total_features") or "–"), lam_text, str(fit.get("num_samples") or "–") if uses_dof else "–",
                _fmt_tokens(fit.get("tokens")),
                f"{wall / 60:.0f} min" if wall else "–", c["note"]]  # fmt: skip
@@ -523,8 +558,10 @@ def markdown(report: dict, header: str = "") -> str:
                   "|" + "---|" * (len(finetuned_tasks) + 1)]  # fmt: skip
         for c in report["cells"]:
             if c.get("finetuned"):
-                lines.append(f"| {c['row']} | " + " | ".join(_fmt(c["finetuned"].get(t)) for t in finetuned_tasks) + " |")
+                scores = [_fmt(c["finetuned"].get(t)) for t in finetuned_tasks]
+                lines.append(f"| {_label(c)} | " + " | ".join(scores) + " |")
     lines += paired_table(report)
+    lines += seed_table(report)
     lines += curve_table(report)
     lines += ["", _device_note(report), ""]
     lines.append("Metrics: " + ", ".join(f"{t} {m}" for t, m in report["primary_metric"].items() if t in tasks) +
@@ -536,7 +573,7 @@ def markdown(report: dict, header: str = "") -> str:
 def _device_note(report: dict) -> str:
     """Where the cells were measured (fits, perplexity, evaluations): one device for all, or per cell."""
     several = len({c["budget"] for c in report["cells"]}) > 1
-    per_cell = {c["row"] + (f" (C={c['budget']})" if several else ""): c.get("devices") or ["not recorded"]
+    per_cell = {_label(c) + (f" (C={c['budget']})" if several else ""): c.get("devices") or ["not recorded"]
                 for c in report["cells"]}  # fmt: skip
     if len({tuple(d) for d in per_cell.values()}) == 1:
         return "Device: " + " and ".join(next(iter(per_cell.values()))) + " (every cell)."
@@ -548,13 +585,74 @@ def _ppl_note(report: dict) -> str:
     settings: dict[str, list[str]] = {}
     for c in report["cells"]:
         if c.get("ppl_setting"):
-            settings.setdefault(c["ppl_setting"], []).append(c["row"])
+            settings.setdefault(c["ppl_setting"], []).append(_label(c))
     if not settings:
         return ""
     if len(settings) == 1:
         return f" ({next(iter(settings))})"
     each = "".join(f"; {', '.join(rows)}: {setting}" for setting, rows in settings.items())
     return each + " — **settings differ, so these perplexities are not comparable**"
+
+
+def _spread(values: Sequence[float]) -> dict | None:
+    """Mean, sample standard deviation (``None`` for one value) and count of ``values``; ``None`` if empty."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else None
+    return {"mean": mean, "sd": sd, "n": len(values)}
+
+
+def seed_summary(report: dict) -> list[dict]:
+    """Per (row, budget) trained with two or more seeds: the seven-task average and the perplexity over the
+    seeds (mean, standard deviation), and the average paired difference from the reference row, per seed and
+    over the seeds: mean ± standard error sd/√n. That standard error measures what one run's paired SE
+    cannot — the spread of training itself (random features, data order, the DoF sample)."""
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for c in report["cells"]:
+        if c["kind"] != "teacher":
+            groups.setdefault((c["row"], c["budget"]), []).append(c)
+    summary = []
+    for (row, budget), group in groups.items():
+        if len({c["seed"] for c in group}) < 2:
+            continue
+        differences = [(c["seed"], c["vs_reference_average"]["difference"])
+                       for c in group if c.get("vs_reference_average")]  # fmt: skip
+        spread = _spread([d for _, d in differences])
+        if spread and spread["sd"] is not None:
+            spread["stderr"] = spread["sd"] / math.sqrt(spread["n"])
+        summary.append({"row": row, "budget": budget, "seeds": [c["seed"] for c in group],
+                        "reference": group[0]["reference"], "average": _spread([c["average"] for c in group]),
+                        "ppl": _spread([c["ppl"] for c in group]), "vs_reference_per_seed": dict(differences),
+                        "vs_reference": spread})  # fmt: skip
+    return summary
+
+
+def seed_table(report: dict) -> list[str]:
+    """Markdown lines of :func:`seed_summary` (empty when no row has two seeds)."""
+    summary = report.get("seed_summary") or []
+    if not summary:
+        return []
+
+    def spread(s: dict | None, scale: float, digits: int) -> str:
+        if s is None:
+            return "–"
+        return f"{scale * s['mean']:.{digits}f}" + ("" if s["sd"] is None else f" ± {scale * s['sd']:.{digits}f}")
+
+    lines = ["", "Over seeds (avg and ppl: mean ± standard deviation over the seeds; − vs: the average paired "
+             "difference from the reference row in points, per seed, then mean ± standard error over the seeds, "
+             "which includes the spread of training):", "",
+             "| method | vs | C | seeds | avg | ppl | − vs, per seed | − vs, over seeds |",
+             "|" + "---|" * 8]  # fmt: skip
+    for s in summary:
+        per_seed = ", ".join(f"{100 * d:+.1f} (s{seed})" for seed, d in s["vs_reference_per_seed"].items()) or "–"
+        over = s["vs_reference"]
+        over_text = "–" if over is None else f"{100 * over['mean']:+.1f}" + (
+            f" ± {100 * over['stderr']:.1f} (n={over['n']})" if over.get("stderr") is not None else " (n=1)")
+        lines.append(f"| {s['row']} | {s['reference'] or '–'} | {s['budget']} | {', '.join(map(str, s['seeds']))} | "
+                     f"{spread(s['average'], 1, 3)} | {spread(s['ppl'], 1, 1)} | {per_seed} | {over_text} |")
+    return lines
 
 
 def paired_table(report: dict) -> list[str]:
@@ -571,21 +669,26 @@ def paired_table(report: dict) -> list[str]:
              "| method | vs | C | " + " | ".join(tasks) + " | avg |", "|" + "---|" * (len(tasks) + 4)]  # fmt: skip
     for c in paired:
         diffs = [c["vs_reference"].get(t) for t in tasks] + [c.get("vs_reference_average")]
-        lines.append(f"| {c['row']} | {c['reference']} | {c['budget']} | " + " | ".join(
+        lines.append(f"| {_label(c)} | {c['reference']} | {c['budget']} | " + " | ".join(
             "–" if d is None else f"{100 * d['difference']:+.1f} ± {100 * d['stderr']:.1f}" for d in diffs) + " |")
     return lines
 
 
-def _curves(report: dict) -> dict[tuple[str, int], dict[int, float]]:
-    """``{(row, budget): {step: validation perplexity}}`` of every cell with a validation curve."""
-    return {(c["row"], c["budget"]): dict(c["fit"]["val_curve"]) for c in report["cells"]
+def _label(c: dict) -> str:
+    """A cell's name in tables and legends: its row, and its seed when not 0."""
+    return c.get("label") or c["row"]
+
+
+def _curves(report: dict) -> dict[tuple[str, int, int | None], dict[int, float]]:
+    """``{(row, budget, seed): {step: validation perplexity}}`` of every cell with a validation curve."""
+    return {(c["row"], c["budget"], c.get("seed", 0)): dict(c["fit"]["val_curve"]) for c in report["cells"]
             if (c["fit"] or {}).get("val_curve")}  # fmt: skip
 
 
 def _reference_curve(c: dict, curves: dict) -> dict[int, float]:
-    """The validation curve ``c`` is divided by: its reference row's at the same budget (a reference row is
-    its own, ratio 1); empty when that cell has none."""
-    return curves.get((c.get("reference") or c["row"], c["budget"]), {})
+    """The validation curve ``c`` is divided by: its reference row's at the same budget and seed (a reference
+    row is its own, ratio 1); empty when that cell has none."""
+    return curves.get((c.get("reference") or c["row"], c["budget"], c.get("seed", 0)), {})
 
 
 def curve_table(report: dict, tail: int = 5) -> list[str]:
@@ -605,7 +708,7 @@ def curve_table(report: dict, tail: int = 5) -> list[str]:
         curve, dims = dict(c["fit"]["val_curve"]), c["fit"].get("feature_dims") or []
         reference = _reference_curve(c, curves)
         ratios = [curve[s] / reference[s] for s in steps if s in curve and s in reference]
-        cells = [c["row"], c.get("reference") or "–", str(c["budget"]), str(sum(dims)) if dims else "–",
+        cells = [_label(c), c.get("reference") or "–", str(c["budget"]), str(sum(dims)) if dims else "–",
                  f"{min(dims)}…{max(dims)}" if dims else "–",
                  *[_fmt(curve.get(s), 1) for s in steps], _fmt(ratios[-1] if ratios else None),
                  _fmt(_mean(ratios[-tail:]))]  # fmt: skip
@@ -643,16 +746,20 @@ def figure(report: dict):
     colors = {row: f"C{i % 10}" for i, row in enumerate(dict.fromkeys(c["row"] for c in report["cells"]))}  # same row, same colour
     scored = _scored(report)  # else perplexity-only: the budget panel plots perplexity
     metric = "average" if scored else "ppl"
-    by_row: dict[str, list] = {}
+    by_row: dict[str, dict[int, list]] = {}  # row -> budget -> (Σ M, value) of each seed
     for c in report["cells"]:
         if c[metric] is not None and c["kind"] != "teacher":
-            by_row.setdefault(c["row"], []).append(((c["fit"] or {}).get("total_features") or 0, c[metric]))
+            point = ((c["fit"] or {}).get("total_features") or 0, c[metric])
+            by_row.setdefault(c["row"], {}).setdefault(c["budget"], []).append(point)
         if c["fit"] and c["fit"].get("val_curve"):
             steps, values = zip(*c["fit"]["val_curve"])
-            bx.plot(steps, values, marker="o", color=colors[c["row"]], label=f"{c['row']} (C={c['budget']})")
-    for name, points in sorted(by_row.items()):
-        points.sort()
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=colors[name], label=name)
+            bx.plot(steps, values, marker="o", color=colors[c["row"]], label=f"{_label(c)} (C={c['budget']})")
+    for name, budgets in sorted(by_row.items()):  # one point per budget: the mean over seeds, bars ± 1 sd
+        points = sorted((_mean(x for x, _ in seeds), _spread([y for _, y in seeds])) for seeds in budgets.values())
+        xs, ys = [x for x, _ in points], [p["mean"] for _, p in points]
+        ax.plot(xs, ys, marker="o", color=colors[name], label=name)
+        if any(p["sd"] is not None for _, p in points):
+            ax.errorbar(xs, ys, yerr=[p["sd"] or 0.0 for _, p in points], fmt="none", color=colors[name], capsize=3)
     teacher = next((c for c in report["cells"] if c["kind"] == "teacher" and c[metric] is not None), None)
     if teacher:
         ax.axhline(teacher[metric], color="k", linestyle="--", label="teacher")
@@ -675,7 +782,7 @@ def figure(report: dict):
             shared = [(step, value / reference[step]) for step, value in c["fit"]["val_curve"] if step in reference]
             if shared:
                 cx.plot(*zip(*shared), marker="o", color=colors[c["row"]],
-                        label=f"{c['row']} / {c['reference']} (C={c['budget']})")  # fmt: skip
+                        label=f"{_label(c)} / {c['reference']} (C={c['budget']})")  # fmt: skip
         cx.axhline(1.0, color="k", linestyle="--", label="reference (Fix, same loss)")
         cx.set_xlabel("optimizer step")
         cx.set_ylabel("validation perplexity / reference's (same step)")
@@ -685,9 +792,9 @@ def figure(report: dict):
 
 
 def write_report(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], report_dir: Path,
-                 header: str = "") -> dict:  # fmt: skip
+                 header: str = "", seeds: Sequence[int] = (0,)) -> dict:  # fmt: skip
     """``comparison.json``, ``comparison.md`` and ``comparison.png`` in ``report_dir`` (atomic)."""
-    report = collect(comparison, rows, budgets)
+    report = collect(comparison, rows, budgets, seeds=seeds)
     report_dir = Path(report_dir)
     atomic_write_json(report_dir / "comparison.json", report)
     atomic_write_text(report_dir / "comparison.md", markdown(report, header) + "\n")
@@ -715,6 +822,7 @@ def compare(
     finetune_args: list[str] = [],
     device: str = "auto",
     eval_batch_size: int = 16,
+    seeds: list[int] = [0],
 ) -> dict:
     """Run (or resume) the comparison and write its report.
 
@@ -736,9 +844,11 @@ def compare(
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``, for every stage (see :class:`Comparison`).
         eval_batch_size: loglikelihood requests per forward in the ``eval`` stage (results depend on it only
             through float rounding).
+        seeds: training seeds of every student row (see :class:`Comparison`'s ``seed``; 0: the base config's
+            seeds). With two or more the report adds the spread over seeds (:func:`seed_summary`).
 
     Raises:
-        ValueError: an unknown row, stage or device.
+        ValueError: an unknown row, stage or device; seeds that are repeated or negative.
     """
     unknown = sorted(set(rows) - set(ROWS))
     if unknown:
@@ -749,6 +859,8 @@ def compare(
     bad = sorted(set(stages) - {"fit", "ppl", "eval", "finetune"})
     if bad:
         raise ValueError(f"unknown stage(s) {bad}; use fit, ppl, eval, finetune")
+    if not seeds or len(set(seeds)) != len(seeds) or any(not isinstance(s, int) or s < 0 for s in seeds):
+        raise ValueError(f"seeds {seeds}: give distinct integers ≥ 0 (e.g. [0, 1, 2])")
     comparison = Comparison(out=Path(out), base_config=Path(base_config) if base_config else REPO_CONFIGS / "quickstart.yaml",
                             teacher=teacher, corpus=corpus or os.environ.get("LIT_DOF_CORPUS"),
                             data_dir=data_dir or os.environ.get("LIT_DOF_DATA"),
@@ -758,21 +870,24 @@ def compare(
                             batch_size=eval_batch_size)  # fmt: skip
     selected = [ROWS[name] for name in rows]
     for budget in budgets:
-        for row in selected:
-            if row.kind == "teacher" and budget != budgets[0]:
-                continue  # one teacher cell serves every budget
-            print(f"[compare] C={budget} {row.name}", flush=True)
-            if row.kind != "teacher" and "fit" in stages:
-                comparison.fit(row, budget)
-            ready = row.kind == "teacher" or (comparison.cell_dir(row, budget) / "fit.json").is_file()
-            if ready and "ppl" in stages:
-                comparison.perplexity(row, budget)
-            if ready and "eval" in stages:
-                comparison.evaluate(row, budget, tasks)
-            if ready and "finetune" in stages:
-                for task in finetune_tasks:
-                    comparison.finetune(row, budget, task)
-    return write_report(comparison, selected, budgets, Path(report_dir or out))
+        for seed in seeds:
+            seeded = replace(comparison, seed=seed)
+            for row in selected:
+                if row.kind == "teacher" and (budget != budgets[0] or seed != seeds[0]):
+                    continue  # one teacher cell serves every budget and seed
+                print(f"[compare] C={budget} {row.name}" + (f" seed {seed}" if seed and row.kind != "teacher" else ""),
+                      flush=True)  # fmt: skip
+                if row.kind != "teacher" and "fit" in stages:
+                    seeded.fit(row, budget)
+                ready = row.kind == "teacher" or (seeded.cell_dir(row, budget) / "fit.json").is_file()
+                if ready and "ppl" in stages:
+                    seeded.perplexity(row, budget)
+                if ready and "eval" in stages:
+                    seeded.evaluate(row, budget, tasks)
+                if ready and "finetune" in stages:
+                    for task in finetune_tasks:
+                        seeded.finetune(row, budget, task)
+    return write_report(comparison, selected, budgets, Path(report_dir or out), seeds=seeds)
 
 
 def main(args: list[str] | None = None) -> None:

@@ -67,6 +67,26 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     comparison.compare(**{**kwargs, "rows": ["teacher"], "out": str(tmp_path / "few"), "tasks": ["wsc273"]})
     assert [p.name for p in (tmp_path / "few").rglob("eval/*.json")] == ["wsc273.json"]
 
+    # A second seed: only its new cell is fitted, in seed1/, with the seed passed to the fit; the draw differs
+    seeded = comparison.compare(**{**kwargs, "rows": ["fix"], "seeds": [0, 1], "stages": ["fit"]})
+    first, second = (tmp_path / "cells" / "C16" / "fix", tmp_path / "cells" / "C16" / "seed1" / "fix")
+    record = json.loads((second / "fit.json").read_text())
+    assert "--seed_everything=1 --dof.seed=1" in record["command"] and "--seed_everything" not in fix["command"]
+    weights = [first_z(cell / json.loads((cell / "fit.json").read_text())["student"]) for cell in (first, second)]
+    assert weights[0].shape == weights[1].shape and not torch.equal(*weights)
+    labels = [(c["row"], c["seed"], c["label"]) for c in seeded["cells"]]
+    assert labels == [("fix", 0, "fix"), ("fix", 1, "fix (seed 1)")]
+    with pytest.raises(ValueError, match="distinct integers"):
+        comparison.compare(**{**kwargs, "seeds": [1, 1]})
+
+
+def first_z(student) -> torch.Tensor:
+    """The first layer's learned feature directions z of an exported student."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(next(student.glob("*.safetensors"))))
+    return next(value for name, value in sorted(tensors.items()) if name.endswith(".z"))
+
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
 def test_finetune_stage_selects_the_lr_on_the_teacher_and_reuses_it(tmp_path):
@@ -304,3 +324,46 @@ def test_the_device_reaches_every_stage_and_every_record_names_it(tmp_path):
     assert "Devices: fix: cpu; dof: cpu and cuda (NVIDIA H100)." in comparison.markdown(report)
     report = comparison.collect(runner, rows[:1], [64], tasks=["piqa"])
     assert "Device: cpu (every cell)." in comparison.markdown(report)
+
+
+def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
+    """Each seed's DoF is paired with the same seed's Fix; the summary's standard error over seeds is
+    sd/√n of those per-seed differences (closed form below), not any single run's paired SE."""
+    runner = comparison.Comparison(out=tmp_path)
+    hits = {  # (row, seed): per-example wsc273 scores
+        ("fix", 0): [1, 0, 0, 1], ("dof", 0): [1, 1, 0, 1],  # +1/4
+        ("fix", 1): [1, 1, 0, 1], ("dof", 1): [1, 1, 0, 1],  # 0
+        ("fix", 2): [0, 0, 0, 1], ("dof", 2): [1, 1, 1, 1],  # +3/4
+    }  # fmt: skip
+    for (row, seed), values in hits.items():
+        folder = tmp_path / "C64" / (f"seed{seed}" if seed else "") / row / "eval"
+        folder.mkdir(parents=True)
+        (folder / "wsc273.json").write_text(json.dumps({"acc": sum(values) / 4, "n": 4, "items": {"acc": values}}))
+        (folder.parent / "ppl.json").write_text(json.dumps({"ppl": 100.0 + 10 * seed + (row == "dof"), "tokens": 8,
+                                                             "window": 4, "stride": 2}))  # fmt: skip
+    rows = [comparison.ROWS["fix"], comparison.ROWS["dof"]]
+    report = comparison.collect(runner, rows, [64], tasks=["wsc273"], seeds=[0, 1, 2, 3])
+    assert report["pending"] == ["fix (seed 3)", "dof (seed 3)"]
+    for c in report["cells"]:
+        if c["row"] == "dof":
+            expected = comparison.paired_difference(hits[("dof", c["seed"])], hits[("fix", c["seed"])])
+            assert c["vs_reference_average"]["difference"] == pytest.approx(expected[0])
+    summary = {s["row"]: s for s in report["seed_summary"]}
+    dof = summary["dof"]
+    assert dof["seeds"] == [0, 1, 2] and dof["vs_reference_per_seed"] == pytest.approx({0: 0.25, 1: 0.0, 2: 0.75})
+    mean, sd = 1 / 3, ((0.25 - 1 / 3) ** 2 + (1 / 3) ** 2 + (0.75 - 1 / 3) ** 2) ** 0.5 / 2 ** 0.5
+    assert dof["vs_reference"]["mean"] == pytest.approx(mean)
+    assert dof["vs_reference"]["stderr"] == pytest.approx(sd / 3**0.5)
+    assert dof["average"]["mean"] == pytest.approx((0.75 + 0.75 + 1.0) / 3)
+    assert dof["ppl"]["mean"] == pytest.approx(111.0) and dof["ppl"]["sd"] == pytest.approx(10.0)
+    assert summary["fix"]["vs_reference"] is None  # the reference row has no difference from itself
+    table = "\n".join(comparison.seed_table(report))
+    assert f"| dof | fix | 64 | 0, 1, 2 | 0.833 ± 0.144 | 111.0 ± 10.0 | +25.0 (s0), +0.0 (s1), +75.0 (s2) | " \
+           f"+33.3 ± {100 * sd / 3**0.5:.1f} (n=3) |" in table  # fmt: skip
+    assert "| dof (seed 2) | 1.000 | 1.000 |" in comparison.markdown(report)  # one line per seed: wsc273, avg
+    panel = {line.get_label(): list(zip(*line.get_data())) for line in comparison.figure(report).axes[0].lines}
+    assert panel["dof"] == [(0, pytest.approx(0.8333333))]  # one point per budget: the mean over the seeds
+    with pytest.raises(ValueError, match="seed -1: use an integer ≥ 0"):
+        comparison.Comparison(out=tmp_path, seed=-1)
+    single = comparison.collect(runner, rows, [64], tasks=["wsc273"])
+    assert single["seed_summary"] == [] and comparison.seed_table(single) == []
