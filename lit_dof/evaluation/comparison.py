@@ -604,54 +604,81 @@ def _spread(values: Sequence[float]) -> dict | None:
     return {"mean": mean, "sd": sd, "n": len(values)}
 
 
+def _over_seeds(per_seed: dict) -> dict | None:
+    """:func:`_spread` of per-seed values, with the standard error over seeds ``stderr`` = sd/√n (2+ seeds)."""
+    spread = _spread(list(per_seed.values()))
+    if spread and spread["sd"] is not None:
+        spread["stderr"] = spread["sd"] / math.sqrt(spread["n"])
+    return spread
+
+
 def seed_summary(report: dict) -> list[dict]:
     """Per (row, budget) trained with two or more seeds: the seven-task average and the perplexity over the
-    seeds (mean, standard deviation), and the average paired difference from the reference row, per seed and
-    over the seeds: mean ± standard error sd/√n. That standard error measures what one run's paired SE
-    cannot — the spread of training itself (random features, data order, the DoF sample)."""
+    seeds (mean, standard deviation); per seed, the average paired difference from the reference row (same
+    budget and seed) and the perplexity ratio to it, and both over the seeds: mean ± standard error sd/√n.
+    That standard error measures what one run's paired SE cannot — the spread of training itself (random
+    features, the DoF sample)."""
     groups: dict[tuple[str, int], list[dict]] = {}
     for c in report["cells"]:
         if c["kind"] != "teacher":
             groups.setdefault((c["row"], c["budget"]), []).append(c)
+    by_cell = {(c["row"], c["budget"], c["seed"]): c for c in report["cells"]}
     summary = []
     for (row, budget), group in groups.items():
         if len({c["seed"] for c in group}) < 2:
             continue
-        differences = [(c["seed"], c["vs_reference_average"]["difference"])
-                       for c in group if c.get("vs_reference_average")]  # fmt: skip
-        spread = _spread([d for _, d in differences])
-        if spread and spread["sd"] is not None:
-            spread["stderr"] = spread["sd"] / math.sqrt(spread["n"])
+        differences, ratios = {}, {}
+        for c in group:
+            reference = by_cell.get((c["reference"], budget, c["seed"])) if c["reference"] else None
+            if c.get("vs_reference_average"):
+                differences[c["seed"]] = c["vs_reference_average"]["difference"]
+            if reference and c["ppl"] is not None and reference["ppl"]:
+                ratios[c["seed"]] = c["ppl"] / reference["ppl"]
         summary.append({"row": row, "budget": budget, "seeds": [c["seed"] for c in group],
                         "reference": group[0]["reference"], "average": _spread([c["average"] for c in group]),
-                        "ppl": _spread([c["ppl"] for c in group]), "vs_reference_per_seed": dict(differences),
-                        "vs_reference": spread})  # fmt: skip
+                        "ppl": _spread([c["ppl"] for c in group]),
+                        "vs_reference_per_seed": differences, "vs_reference": _over_seeds(differences),
+                        "ppl_ratio_per_seed": ratios, "ppl_ratio": _over_seeds(ratios)})  # fmt: skip
     return summary
 
 
 def seed_table(report: dict) -> list[str]:
-    """Markdown lines of :func:`seed_summary` (empty when no row has two seeds)."""
+    """Markdown lines of :func:`seed_summary` (empty when no row has two seeds); a perplexity-only study
+    (:func:`_scored` false) drops the accuracy columns."""
     summary = report.get("seed_summary") or []
     if not summary:
         return []
+    scored = _scored(report)
 
-    def spread(s: dict | None, scale: float, digits: int) -> str:
+    def spread(s: dict | None, digits: int) -> str:
         if s is None:
             return "–"
-        return f"{scale * s['mean']:.{digits}f}" + ("" if s["sd"] is None else f" ± {scale * s['sd']:.{digits}f}")
+        return f"{s['mean']:.{digits}f}" + ("" if s["sd"] is None else f" ± {s['sd']:.{digits}f}")
 
-    lines = ["", "Over seeds (avg and ppl: mean ± standard deviation over the seeds; − vs: the average paired "
-             "difference from the reference row in points, per seed, then mean ± standard error over the seeds, "
-             "which includes the spread of training):", "",
-             "| method | vs | C | seeds | avg | ppl | − vs, per seed | − vs, over seeds |",
-             "|" + "---|" * 8]  # fmt: skip
+    def over(s: dict | None, fmt: str) -> str:
+        if s is None:
+            return "–"
+        return fmt.format(s["mean"]) + (f" ± {fmt.format(s['stderr']).lstrip('+')} (n={s['n']})"
+                                        if s.get("stderr") is not None else " (n=1)")  # fmt: skip
+
+    columns = ["method", "vs", "C", "seeds", *(["avg"] if scored else []), "ppl", "ppl / vs, per seed",
+               "ppl / vs, over seeds", *(["− vs, per seed", "− vs, over seeds"] if scored else [])]  # fmt: skip
+    legend = (f"{'avg, ppl' if scored else 'ppl'}: mean ± standard deviation over the seeds; ppl / vs: perplexity "
+              "divided by the reference row's of the same seed"
+              + ("; − vs: the average paired difference from the reference row in points" if scored else "")
+              + "; per seed, then mean ± standard error over the seeds, which includes the spread of training")
+    lines = ["", f"Over seeds ({legend}):", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for s in summary:
-        per_seed = ", ".join(f"{100 * d:+.1f} (s{seed})" for seed, d in s["vs_reference_per_seed"].items()) or "–"
-        over = s["vs_reference"]
-        over_text = "–" if over is None else f"{100 * over['mean']:+.1f}" + (
-            f" ± {100 * over['stderr']:.1f} (n={over['n']})" if over.get("stderr") is not None else " (n=1)")
-        lines.append(f"| {s['row']} | {s['reference'] or '–'} | {s['budget']} | {', '.join(map(str, s['seeds']))} | "
-                     f"{spread(s['average'], 1, 3)} | {spread(s['ppl'], 1, 1)} | {per_seed} | {over_text} |")
+        ratios = ", ".join(f"{r:.3f} (s{seed})" for seed, r in s["ppl_ratio_per_seed"].items()) or "–"
+        cells = [s["row"], s["reference"] or "–", str(s["budget"]), ", ".join(map(str, s["seeds"])),
+                 *([spread(s["average"], 3)] if scored else []), spread(s["ppl"], 1), ratios,
+                 over(s["ppl_ratio"], "{:.3f}")]  # fmt: skip
+        if scored:  # in points
+            points = s["vs_reference"] and {k: v if k == "n" or v is None else 100 * v
+                                            for k, v in s["vs_reference"].items()}  # fmt: skip
+            cells += [", ".join(f"{100 * d:+.1f} (s{seed})" for seed, d in s["vs_reference_per_seed"].items()) or "–",
+                      over(points, "{:+.1f}")]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 

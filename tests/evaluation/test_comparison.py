@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import time
 
@@ -358,8 +359,17 @@ def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
     assert dof["ppl"]["mean"] == pytest.approx(111.0) and dof["ppl"]["sd"] == pytest.approx(10.0)
     assert summary["fix"]["vs_reference"] is None  # the reference row has no difference from itself
     table = "\n".join(comparison.seed_table(report))
-    assert f"| dof | fix | 64 | 0, 1, 2 | 0.833 ± 0.144 | 111.0 ± 10.0 | +25.0 (s0), +0.0 (s1), +75.0 (s2) | " \
+    ratios = {seed: (101.0 + 10 * seed) / (100.0 + 10 * seed) for seed in (0, 1, 2)}  # DoF's ppl / Fix's, per seed
+    assert dof["ppl_ratio_per_seed"] == pytest.approx(ratios)
+    ratio_sd = statistics.stdev(ratios.values())
+    assert dof["ppl_ratio"]["mean"] == pytest.approx(statistics.mean(ratios.values()))
+    assert dof["ppl_ratio"]["stderr"] == pytest.approx(ratio_sd / 3**0.5)
+    assert f"| dof | fix | 64 | 0, 1, 2 | 0.833 ± 0.144 | 111.0 ± 10.0 | 1.010 (s0), 1.009 (s1), 1.008 (s2) | " \
+           f"1.009 ± {ratio_sd / 3**0.5:.3f} (n=3) | +25.0 (s0), +0.0 (s1), +75.0 (s2) | " \
            f"+33.3 ± {100 * sd / 3**0.5:.1f} (n=3) |" in table  # fmt: skip
+    ppl_only = {**report, "cells": [{**c, "scores": {}} for c in report["cells"]]}  # a perplexity-only study
+    assert "| dof | fix | 64 | 0, 1, 2 | 111.0 ± 10.0 | 1.010 (s0), 1.009 (s1), 1.008 (s2) | 1.009 ± " \
+           in "\n".join(comparison.seed_table(ppl_only))  # fmt: skip
     assert "| dof (seed 2) | 1.000 | 1.000 |" in comparison.markdown(report)  # one line per seed: wsc273, avg
     panel = {line.get_label(): list(zip(*line.get_data())) for line in comparison.figure(report).axes[0].lines}
     assert panel["dof"] == [(0, pytest.approx(0.8333333))]  # one point per budget: the mean over the seeds
