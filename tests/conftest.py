@@ -9,7 +9,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("LIT_DOF_DATA", REPO.parent / "shared" / "data"))
+DATA = Path(os.environ.get("LIT_DOF_DATA", REPO.parent / "shared" / "data")).resolve()  # tests chdir (below)
 MODELS = DATA.parent / "models"
 WIKIPEDIA = DATA / "wikipedia" / "enwiki_wikiextractor_AA.txt.gz"
 TINYSTORIES = MODELS / "TinyStories-656K"
@@ -109,5 +109,10 @@ def wikipedia_ids(tokenizer, count: int, length: int, skip: int = 5000) -> torch
 @pytest.fixture(autouse=True)
 def _isolated_working_directory(tmp_path, monkeypatch):
     """Every test runs in its own temporary directory, so relative output paths of the shipped configs
-    (e.g. the quickstart's ``runs/quickstart/checkpoints``) never land in the repository."""
+    (e.g. the quickstart's ``runs/quickstart/checkpoints``) never land in the repository. Relative paths in
+    ``$LIT_DOF_CORPUS`` / ``$LIT_DOF_DATA`` (e.g. ``../shared/...`` exported in the shell) are made absolute
+    first, so they keep pointing where the user meant."""
+    for name in ("LIT_DOF_CORPUS", "LIT_DOF_DATA"):
+        if os.environ.get(name):
+            monkeypatch.setenv(name, os.path.abspath(os.environ[name]))
     monkeypatch.chdir(tmp_path)
