@@ -14,10 +14,12 @@ finished:
 :func:`write_report` gathers every finished cell into ``comparison.json``, ``comparison.md`` (methods ×
 tasks, average, perplexity, budget, λ, J, tokens, wall time, and the fraction of the teacher–Performer
 gap each method closes) and ``comparison.png``: average accuracy vs total feature budget (one line per
-method), validation perplexity vs step, and each curve divided by Fix's at the same step (the λ study's
-"has the ranking stopped changing"). With several ``--seeds`` the report adds each method's mean and spread
-over the seeds and its difference from Fix with a standard error over the seeds: one training run cannot
-tell two methods apart when the run-to-run spread is as large as their difference.
+method), validation perplexity vs step, and each curve divided by its reference row's at the same step (the
+λ study's "has the ranking stopped changing"). Every row's reference is Fix trained with the same loss
+(:class:`Row`), so paired differences isolate the allocation. With several ``--seeds`` the report adds each
+method's mean and spread over the seeds and its difference from the reference with a standard error over
+the seeds: one training run cannot tell two methods apart when the run-to-run spread is as large as their
+difference.
 """
 
 from __future__ import annotations
