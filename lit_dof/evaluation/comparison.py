@@ -392,6 +392,16 @@ def _mean(values):
     return sum(values) / len(values) if values else None
 
 
+def grid(rows: Sequence[Row], budgets: Sequence[int], seeds: Sequence[int]):
+    """The cells to run or report, as ``(budget, seed, row)`` in table order; the teacher once (first budget
+    and seed): it has neither."""
+    for budget in budgets:
+        for seed in seeds:
+            for row in rows:
+                if row.kind != "teacher" or (budget == budgets[0] and seed == seeds[0]):
+                    yield budget, seed, row
+
+
 def _read_cell(cell: Path, tasks: Sequence[str]) -> dict:
     """A cell directory's finished records: ``fit``, ``ppl`` (``None`` when missing), ``scores`` (task →
     primary metric, its SE, n), ``items`` (task → per-example scores) and the ``devices`` they name."""
@@ -432,9 +442,7 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
     cells, items = [], []  # items[i][task]: cell i's per-example scores of the task's primary metric
     pending = []  # the table names them instead of silently leaving them out
     teacher_dir = comparison.cell_dir(ROWS["teacher"], budgets[0]) if "teacher" in [r.name for r in rows] else None
-    for budget, seed, row in ((b, s, r) for b in budgets for s in seeds for r in rows):
-        if row.kind == "teacher" and (budget != budgets[0] or seed != seeds[0]):
-            continue  # one teacher row serves every budget and seed
+    for budget, seed, row in grid(rows, budgets, seeds):
         cell = comparison.cell_dir(row, budget, seed) if row.kind != "teacher" else teacher_dir
         label = row.name + (f" (seed {seed})" if seed and row.kind != "teacher" else "")
         where = label + ("" if len(budgets) == 1 else f" (C={budget})")
@@ -898,24 +906,20 @@ def compare(
                             finetune_args=tuple(finetune_args), device=device,
                             batch_size=eval_batch_size)  # fmt: skip
     selected = [ROWS[name] for name in rows]
-    for budget in budgets:
-        for seed in seeds:
-            seeded = replace(comparison, seed=seed)
-            for row in selected:
-                if row.kind == "teacher" and (budget != budgets[0] or seed != seeds[0]):
-                    continue  # one teacher cell serves every budget and seed
-                print(f"[compare] C={budget} {row.name}" + (f" seed {seed}" if seed and row.kind != "teacher" else ""),
-                      flush=True)  # fmt: skip
-                if row.kind != "teacher" and "fit" in stages:
-                    seeded.fit(row, budget)
-                ready = row.kind == "teacher" or (seeded.cell_dir(row, budget) / "fit.json").is_file()
-                if ready and "ppl" in stages:
-                    seeded.perplexity(row, budget)
-                if ready and "eval" in stages:
-                    seeded.evaluate(row, budget, tasks)
-                if ready and "finetune" in stages:
-                    for task in finetune_tasks:
-                        seeded.finetune(row, budget, task)
+    for budget, seed, row in grid(selected, budgets, seeds):
+        seeded = replace(comparison, seed=seed)
+        seed_note = f" seed {seed}" if seed and row.kind != "teacher" else ""
+        print(f"[compare] C={budget} {row.name}{seed_note}", flush=True)
+        if row.kind != "teacher" and "fit" in stages:
+            seeded.fit(row, budget)
+        ready = row.kind == "teacher" or (seeded.cell_dir(row, budget) / "fit.json").is_file()
+        if ready and "ppl" in stages:
+            seeded.perplexity(row, budget)
+        if ready and "eval" in stages:
+            seeded.evaluate(row, budget, tasks)
+        if ready and "finetune" in stages:
+            for task in finetune_tasks:
+                seeded.finetune(row, budget, task)
     return write_report(comparison, selected, budgets, Path(report_dir or out), seeds=seeds)
 
 
