@@ -732,7 +732,10 @@ def curve_table(report: dict, tail: int = 5) -> list[str]:
     """Markdown lines: each fitted cell's validation perplexity at every validation step and, where its
     reference row (``vs``: Fix with the same loss) has a curve at the same budget, the ratio to it at the last
     shared step and the mean ratio over the last ``tail`` shared steps (one validation point is noisy:
-    single-seed curves wobble by ~5%). Empty when no cell has a curve."""
+    single-seed curves wobble by ~5%). That mean is "–" for a curve with fewer than ``tail`` shared steps: a
+    few widely spaced validations can span different stages (the full recipe validates once after the
+    layer-wise stage and once after the end-to-end tail), whose mean answers no question. Empty when no cell
+    has a curve."""
     curved = [c for c in report["cells"] if (c["fit"] or {}).get("val_curve")]
     if not curved:
         return []
@@ -748,7 +751,7 @@ def curve_table(report: dict, tail: int = 5) -> list[str]:
         cells = [_label(c), c.get("reference") or "–", str(c["budget"]), str(sum(dims)) if dims else "–",
                  f"{min(dims)}…{max(dims)}" if dims else "–",
                  *[_fmt(curve.get(s), 1) for s in steps], _fmt(ratios[-1] if ratios else None),
-                 _fmt(_mean(ratios[-tail:]))]  # fmt: skip
+                 _fmt(_mean(ratios[-tail:]) if len(ratios) >= tail else None)]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

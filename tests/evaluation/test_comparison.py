@@ -181,16 +181,22 @@ def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_
         cell("dof", [(49, 440.0), (99, 190.0)], [8, 120]),
         cell("dof_clip", [(49, 500.0)], [8, 64]),  # shorter curve: compared at its last shared step
     ]}  # fmt: skip
-    rows = {line.split(" | ")[0].strip("| "): line for line in comparison.curve_table(report) if line.startswith("| ")}
+    table = comparison.curve_table(report, tail=2)
+    rows = {line.split(" | ")[0].strip("| "): line for line in table if line.startswith("| ")}
     assert rows["fix"].endswith("| 400.0 | 200.0 | 1.000 | 1.000 |")
     assert rows["dof"].endswith("| 128 | 8…120 | 440.0 | 190.0 | 0.950 | 1.025 |")  # 190 / 200; (1.1 + 0.95) / 2
-    assert rows["dof_clip"].endswith("| 500.0 | – | 1.250 | 1.250 |")  # 500 / 400 at step 49
-    assert "| 49 | 99 | / vs (last) | / vs (mean of last 5) |" in rows["method"]
+    assert rows["dof_clip"].endswith("| 500.0 | – | 1.250 | – |")  # 500 / 400 at step 49; one shared step < 2
+    assert "| 49 | 99 | / vs (last) | / vs (mean of last 2) |" in rows["method"]
+    # fewer shared validations than the tail (the full recipe's two, one per stage): no mean across stages
+    five = {line.split(" | ")[0].strip("| "): line for line in comparison.curve_table(report) if line.startswith("| ")}
+    assert five["dof"].endswith("| 0.950 | – |") and "(mean of last 5)" in five["method"]
     assert rows["dof"].startswith("| dof | fix | 64 |") and rows["fix"].startswith("| fix | – | 64 |")
     with_l2 = {**report, "cells": [*report["cells"], cell("fix_l2", [(49, 800.0), (99, 400.0)], [64, 64]),
                                    cell("dof_l2", [(49, 600.0), (99, 380.0)], [8, 120])]}  # fmt: skip
     l2 = [line for line in comparison.curve_table(with_l2) if line.startswith("| dof_l2 |")]
-    assert l2[0].endswith("| 0.950 | 0.850 |")  # against Fix-L2's curve: 380 / 400; (0.75 + 0.95) / 2
+    assert l2[0].endswith("| 0.950 | – |")  # against Fix-L2's curve: 380 / 400
+    l2 = [line for line in comparison.curve_table(with_l2, tail=2) if line.startswith("| dof_l2 |")]
+    assert l2[0].endswith("| 0.950 | 0.850 |")  # (0.75 + 0.95) / 2
     ratio_panel = {line.get_label(): list(zip(*line.get_data())) for line in comparison.figure(with_l2).axes[2].lines}
     assert ratio_panel["dof_l2 / fix_l2 (C=64)"] == [(49, 0.75), (99, 0.95)]
     assert ratio_panel["dof / fix (C=64)"] == [(49, 1.1), (99, 0.95)]
