@@ -20,6 +20,10 @@ method), validation perplexity vs step, and each curve divided by its reference 
 method's mean and spread over the seeds and its difference from the reference with a standard error over
 the seeds: one training run cannot tell two methods apart when the run-to-run spread is as large as their
 difference.
+
+The report is the durable record: ``comparison.json`` keeps each cell's per-example scores, and a re-render
+carries over the cells of the earlier ``comparison.json`` in the report folder whose run directories are
+gone (``--carry``, :func:`collect`), so a lost scratch folder costs checkpoints, not results.
 """
 
 from __future__ import annotations
@@ -434,23 +438,64 @@ def _pair_with_reference(c: dict, items: dict, reference: dict, tasks: Sequence[
                                      "stderr": math.sqrt(sum(d["stderr"] ** 2 for d in per_task)) / len(per_task)}
 
 
+def encode_items(values: Sequence[float]) -> str | list[float]:
+    """Per-example scores as stored in ``comparison.json``: a string of ``0``/``1`` when every score is 0 or 1
+    (accuracies: one byte per example), else the list itself."""
+    return "".join(str(int(v)) for v in values) if all(v in (0, 1) for v in values) else list(values)
+
+
+def decode_items(stored: str | Sequence[float]) -> list[float]:
+    """The inverse of :func:`encode_items`."""
+    return [float(ch) for ch in stored] if isinstance(stored, str) else list(stored)
+
+
+def _carry(previous: dict, tasks: Sequence[str]) -> tuple[dict, dict]:
+    """A cell of an earlier report, as :func:`collect` builds one: scores and per-example items restricted to
+    ``tasks``, average recomputed, the comparisons (gap closed, paired differences) recomputed by the caller;
+    its earlier paired differences kept under ``prior_vs_reference`` for cells stored without items."""
+    c = {k: v for k, v in previous.items() if k not in ("items", "gap_closed", "vs_reference", "vs_reference_average")}
+    c["scores"] = {t: s for t, s in (previous.get("scores") or {}).items() if t in tasks}
+    c["average"] = _mean(s["value"] for s in c["scores"].values()) if len(c["scores"]) == len(tasks) else None
+    c["carried"] = True
+    if previous.get("vs_reference"):
+        c["prior_vs_reference"] = {k: previous.get(k) for k in ("vs_reference", "vs_reference_average")}
+    items = {t: decode_items(v) for t, v in (previous.get("items") or {}).items() if t in tasks}
+    return c, items
+
+
 def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], tasks: Sequence[str] = TASKS,
-            seeds: Sequence[int] = (0,)) -> dict:  # fmt: skip
+            seeds: Sequence[int] = (0,), previous: dict | None = None) -> dict:  # fmt: skip
     """Every finished part of every cell (missing parts are ``None``); ``pending`` names the selected rows with
     no cell yet or with a fit still under way (nothing to show). Cells of one budget and seed are compared
-    with each other (gap closed, paired differences); ``seed_summary`` (:func:`seed_summary`) pools the seeds."""
+    with each other (gap closed, paired differences); ``seed_summary`` (:func:`seed_summary`) pools the seeds.
+
+    ``previous``: an earlier ``comparison.json`` (the report is the durable record; run directories hold
+    checkpoints and may be scratch space). A selected cell with nothing under ``comparison.out`` is taken
+    whole from it, marked ``carried`` and listed in ``report["carried"]``; a cell found under ``out`` always
+    wins. Each cell keeps its per-example scores (``items``, :func:`encode_items`) so that a carried cell is
+    still paired with a re-measured one; a cell from a report written before items were kept keeps its
+    earlier paired difference only while its reference row is carried too (the same measurements)."""
     cells, items = [], []  # items[i][task]: cell i's per-example scores of the task's primary metric
-    pending = []  # the table names them instead of silently leaving them out
+    pending, carried = [], []  # the table names them instead of silently leaving them out
+    earlier = {(c["row"], c["budget"], c.get("seed")): c for c in (previous or {}).get("cells", [])}
     teacher_dir = comparison.cell_dir(ROWS["teacher"], budgets[0]) if "teacher" in [r.name for r in rows] else None
     for budget, seed, row in grid(rows, budgets, seeds):
         cell = comparison.cell_dir(row, budget, seed) if row.kind != "teacher" else teacher_dir
         label = row.name + (f" (seed {seed})" if seed and row.kind != "teacher" else "")
         where = label + ("" if len(budgets) == 1 else f" (C={budget})")
-        if cell is None or not cell.is_dir():
+        found = _read_cell(cell, tasks) if cell is not None and cell.is_dir() else None
+        empty = found is None or (found["fit"] is None and not found["scores"] and found["ppl"] is None)
+        key = (row.name, budget, seed if row.kind != "teacher" else None)
+        if empty and key in earlier:
+            c, found_items = _carry(earlier[key], tasks)
+            cells.append(c)
+            items.append(found_items)
+            carried.append(where)
+            continue
+        if found is None:
             pending.append(where)
             continue
-        found = _read_cell(cell, tasks)
-        if found["fit"] is None and not found["scores"] and found["ppl"] is None and row.kind != "teacher":
+        if empty and row.kind != "teacher":
             pending.append(f"{where} ({_fit_state(cell)})")  # a fit under way: nothing to show
             continue
         items.append(found["items"])
@@ -462,7 +507,8 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                       "scores": scores, "average": _mean(s["value"] for s in scores.values())
                       if len(scores) == len(tasks) else None, "ppl": ppl["ppl"] if ppl else None,
                       "ppl_setting": _ppl_setting(ppl), "finetuned": finetuned,
-                      "devices": sorted(d for d in found["devices"] if d)})  # fmt: skip
+                      "devices": sorted(d for d in found["devices"] if d),
+                      "items": {t: encode_items(v) for t, v in found["items"].items()}})  # fmt: skip
     teacher = next((c for c in cells if c["kind"] == "teacher"), None)
     for budget, seed in ((b, s) for b in budgets for s in seeds):
         group = [(c, found) for c, found in zip(cells, items) if c["budget"] == budget and c["seed"] == seed]
@@ -475,10 +521,15 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
             c["gap_closed"] = (c["average"] - performer["average"]) / gap if ok and gap else None
             if c["reference"] in by_row:  # not for a reference itself, or one not measured (or not selected)
                 _pair_with_reference(c, found, by_row[c["reference"]], tasks)
+            prior = c.pop("prior_vs_reference", None)
+            reference = next((r for r, _ in group if r["row"] == c["reference"]), None)
+            if prior and reference is not None and reference.get("carried") and \
+                    len(c.get("vs_reference") or {}) < len(prior.get("vs_reference") or {}):  # fmt: skip
+                c.update({k: v for k, v in prior.items() if v is not None})  # same measurements, no items to re-pair
     if teacher is not None:  # 1 by definition, wherever a gap is defined
         teacher["gap_closed"] = 1.0 if any(c.get("gap_closed") is not None for c in cells if c is not teacher) else None
     report = {"budgets": list(budgets), "seeds": list(seeds), "tasks": list(tasks), "primary_metric": PRIMARY_METRIC,
-              "cells": cells, "pending": pending}  # fmt: skip
+              "cells": cells, "pending": pending, "carried": carried}  # fmt: skip
     report["seed_summary"] = seed_summary(report)
     return report
 
@@ -561,6 +612,9 @@ def markdown(report: dict, header: str = "") -> str:
         lines.append("| " + " | ".join(row) + " |")
     if report.get("pending"):
         lines += ["", "Not measured yet (re-running the command resumes here): " + ", ".join(report["pending"]) + "."]
+    if report.get("carried"):
+        lines += ["", "Carried from this folder's earlier comparison.json (no run directory of theirs under the "
+                  "output folder now; their records are unchanged): " + ", ".join(report["carried"]) + "."]
     finetuned_tasks = sorted({t for c in report["cells"] for t in c.get("finetuned", {})})
     if finetuned_tasks:
         lines += ["", "Fine-tuned per task (METHOD.md §4; accuracy of the best epoch, MMLU: last; learning rate from "
@@ -832,10 +886,24 @@ def figure(report: dict):
 
 
 def write_report(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], report_dir: Path,
-                 header: str = "", seeds: Sequence[int] = (0,)) -> dict:  # fmt: skip
-    """``comparison.json``, ``comparison.md`` and ``comparison.png`` in ``report_dir`` (atomic)."""
-    report = collect(comparison, rows, budgets, seeds=seeds)
+                 header: str = "", seeds: Sequence[int] = (0,), carry: bool = True) -> dict:  # fmt: skip
+    """``comparison.json``, ``comparison.md`` and ``comparison.png`` in ``report_dir`` (atomic). With ``carry``,
+    cells of the ``comparison.json`` already there that have no run directory now are kept (:func:`collect`).
+
+    Raises:
+        ValueError: ``carry`` and an existing ``comparison.json`` that is not a readable report.
+    """
     report_dir = Path(report_dir)
+    previous = None
+    if carry and (report_dir / "comparison.json").is_file():
+        try:
+            previous = json.loads((report_dir / "comparison.json").read_text())
+            if not isinstance(previous.get("cells"), list):
+                raise ValueError("no 'cells' list")
+        except (ValueError, AttributeError) as error:
+            raise ValueError(f"{report_dir / 'comparison.json'} is not a comparison report ({error}): move it away "
+                             f"or pass --carry false to write the report from the run directories only") from error
+    report = collect(comparison, rows, budgets, seeds=seeds, previous=previous)
     atomic_write_json(report_dir / "comparison.json", report)
     atomic_write_text(report_dir / "comparison.md", markdown(report, header) + "\n")
     plot(report, report_dir / "comparison.png")
@@ -863,6 +931,7 @@ def compare(
     device: str = "auto",
     eval_batch_size: int = 16,
     seeds: list[int] = [0],
+    carry: bool = True,
 ) -> dict:
     """Run (or resume) the comparison and write its report.
 
@@ -886,6 +955,8 @@ def compare(
             through float rounding).
         seeds: training seeds of every student row (see :class:`Comparison`'s ``seed``; 0: the base config's
             seeds). With two or more the report adds the spread over seeds (:func:`seed_summary`).
+        carry: keep the cells of ``report_dir``'s earlier ``comparison.json`` that have no run directory under
+            ``out`` (a lost or cleaned scratch folder; each is marked in the table); ``false``: only ``out``.
 
     Raises:
         ValueError: an unknown row, stage or device; seeds that are repeated or negative.
@@ -923,7 +994,7 @@ def compare(
         if ready and "finetune" in stages:
             for task in finetune_tasks:
                 seeded.finetune(row, budget, task)
-    return write_report(comparison, selected, budgets, Path(report_dir or out), seeds=seeds)
+    return write_report(comparison, selected, budgets, Path(report_dir or out), seeds=seeds, carry=carry)
 
 
 def main(args: list[str] | None = None) -> None:

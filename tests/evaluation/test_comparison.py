@@ -383,3 +383,60 @@ def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
         comparison.Comparison(out=tmp_path, seed=-1)
     single = comparison.collect(runner, rows, [64], tasks=["wsc273"])
     assert single["seed_summary"] == [] and comparison.seed_table(single) == []
+
+
+def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
+    """The report is the durable record: after the run folder is lost, re-rendering keeps every cell (marked
+    carried) and a newly measured row is still paired, on the same examples, with a carried reference."""
+    runs, report_dir = tmp_path / "runs", tmp_path / "report"
+    runner = comparison.Comparison(out=runs)
+    hits = {"performer": [0, 0, 1, 0], "fix": [1, 0, 0, 1], "dof": [1, 1, 0, 1], "dijiang": [0, 1, 1, 1]}
+
+    def measure(row):
+        folder = runs / "C64" / row / "eval"
+        folder.mkdir(parents=True)
+        (folder / "wsc273.json").write_text(json.dumps({"acc": sum(hits[row]) / 4, "n": 4, "items": {"acc": hits[row]}}))
+        (folder.parent / "ppl.json").write_text(json.dumps({"ppl": 10.0 + len(row), "tokens": 8, "window": 4,
+                                                             "stride": 2}))  # fmt: skip
+
+    for row in ("performer", "fix", "dof"):
+        measure(row)
+    rows = [comparison.ROWS[name] for name in ("performer", "fix", "dof", "dijiang")]
+    first = comparison.write_report(runner, rows, [64], report_dir)
+    assert first["pending"] == ["dijiang"] and first["carried"] == []
+    stored = json.loads((report_dir / "comparison.json").read_text())
+    assert {c["row"]: c["items"] for c in stored["cells"]}["dof"] == {"wsc273": "1101"}  # one byte per example
+
+    import shutil
+
+    shutil.rmtree(runs)  # the scratch folder is lost; DiJiang is measured afterwards
+    measure("dijiang")
+    second = comparison.collect(runner, rows, [64], tasks=["wsc273"], previous=stored)
+    cells = {c["row"]: c for c in second["cells"]}
+    assert second["carried"] == ["performer", "fix", "dof"] and second["pending"] == []
+    assert cells["dof"]["carried"] and "carried" not in cells["dijiang"]
+    for row in ("dof", "dijiang"):  # recomputed from the stored items, not copied
+        expected = comparison.paired_difference(hits[row], hits["fix"])
+        assert cells[row]["vs_reference"]["wsc273"]["difference"] == pytest.approx(expected[0]), row
+        assert cells[row]["vs_reference"]["wsc273"]["stderr"] == pytest.approx(expected[1]), row
+    assert cells["dijiang"]["gap_closed"] is None  # no teacher among the rows: no gap
+    assert cells["dof"]["ppl"] == 13.0 and cells["dof"]["scores"]["wsc273"]["value"] == 0.75
+    text = comparison.markdown(second)
+    assert "Carried from this folder's earlier comparison.json" in text and ": performer, fix, dof." in text
+
+    # a report from before items were kept: the earlier pairing stands while the reference is carried too,
+    # and is dropped when the reference was measured again (different measurements)
+    legacy = {**stored, "cells": [{k: v for k, v in c.items() if k != "items"} for c in stored["cells"]]}
+    kept = comparison.collect(comparison.Comparison(out=tmp_path / "none"), rows[:3], [64], tasks=["wsc273"],
+                              previous=legacy)  # fmt: skip
+    dof = next(c for c in kept["cells"] if c["row"] == "dof")
+    assert dof["vs_reference"] == next(c for c in stored["cells"] if c["row"] == "dof")["vs_reference"]
+    measure("fix")
+    remeasured = comparison.collect(runner, rows[:3], [64], tasks=["wsc273"], previous=legacy)
+    assert not next(c for c in remeasured["cells"] if c["row"] == "dof").get("vs_reference")
+    assert comparison.collect(runner, rows[:3], [64], tasks=["wsc273"])["pending"] == ["performer", "dof"]
+
+    (report_dir / "comparison.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a comparison report .* pass --carry false"):
+        comparison.write_report(runner, rows, [64], report_dir)
+    assert comparison.write_report(runner, rows, [64], report_dir, carry=False)["carried"] == []
