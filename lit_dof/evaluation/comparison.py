@@ -748,11 +748,25 @@ def seed_table(report: dict) -> list[str]:
 
 def paired_table(report: dict) -> list[str]:
     """Markdown lines: each method minus its reference row (Fix with the same loss, :class:`Row`) at the same
-    budget on the same examples (± paired standard error, :func:`paired_difference`), per task; empty when no
-    cell has per-example scores to pair."""
+    budget on the same examples (± paired standard error, :func:`paired_difference`), per task, and a line naming
+    the evaluated cells whose reference is evaluated too but could not be paired (a side without per-example
+    scores); empty when neither exists."""
     paired = [c for c in report["cells"] if c.get("vs_reference")]
-    if not paired:
-        return []
+    evaluated = {(c["row"], c["budget"], c.get("seed", 0)) for c in report["cells"] if c.get("scores")}
+    unpaired = [c for c in report["cells"] if c.get("scores") and not c.get("vs_reference")
+                and (c.get("reference"), c["budget"], c.get("seed", 0)) in evaluated]  # fmt: skip
+    lines = []
+    if paired:
+        lines = _paired_rows(report, paired)
+    if unpaired:
+        lines += ["", "Not paired (one side has no per-example scores, e.g. a reference carried from a report "
+                  "written before they were kept; evaluating both cells again pairs them): "
+                  + ", ".join(f"{_label(c)} vs {c['reference']} (C = {c['budget']})" for c in unpaired) + "."]
+    return lines
+
+
+def _paired_rows(report: dict, paired: list[dict]) -> list[str]:
+    """The markdown table of :func:`paired_table` for the ``paired`` cells."""
     tasks = [t for t in report["tasks"] if any(t in c["vs_reference"] for c in paired)]
     lines = ["", "Difference from the reference row (`vs`: Fix with the same loss) at the same budget, on the same "
              "examples (points of the primary metric, ± paired standard error; – where either cell lacks per-example "

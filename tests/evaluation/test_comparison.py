@@ -434,6 +434,7 @@ def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
     measure("fix")
     remeasured = comparison.collect(runner, rows[:3], [64], tasks=["wsc273"], previous=legacy)
     assert not next(c for c in remeasured["cells"] if c["row"] == "dof").get("vs_reference")
+    assert comparison.paired_table(remeasured)[-1].endswith(": performer vs fix (C = 64), dof vs fix (C = 64).")
     assert comparison.collect(runner, rows[:3], [64], tasks=["wsc273"])["pending"] == ["performer", "dof"]
 
     (report_dir / "comparison.json").write_text("[1, 2]")
