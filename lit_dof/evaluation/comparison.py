@@ -755,9 +755,7 @@ def paired_table(report: dict) -> list[str]:
     evaluated = {(c["row"], c["budget"], c.get("seed", 0)) for c in report["cells"] if c.get("scores")}
     unpaired = [c for c in report["cells"] if c.get("scores") and not c.get("vs_reference")
                 and (c.get("reference"), c["budget"], c.get("seed", 0)) in evaluated]  # fmt: skip
-    lines = []
-    if paired:
-        lines = _paired_rows(report, paired)
+    lines = _paired_rows(report, paired) if paired else []
     if unpaired:
         lines += ["", "Not paired (one side has no per-example scores, e.g. a reference carried from a report "
                   "written before they were kept; evaluating both cells again pairs them): "
