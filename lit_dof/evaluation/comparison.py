@@ -752,9 +752,9 @@ def paired_table(report: dict) -> list[str]:
     the evaluated cells whose reference is evaluated too but could not be paired (a side without per-example
     scores); empty when neither exists."""
     paired = [c for c in report["cells"] if c.get("vs_reference")]
-    evaluated = {(c["row"], c["budget"], c.get("seed", 0)) for c in report["cells"] if c.get("scores")}
+    evaluated = {_cell_key(c["row"], c) for c in report["cells"] if c.get("scores")}
     unpaired = [c for c in report["cells"] if c.get("scores") and not c.get("vs_reference")
-                and (c.get("reference"), c["budget"], c.get("seed", 0)) in evaluated]  # fmt: skip
+                and _cell_key(c.get("reference"), c) in evaluated]  # fmt: skip
     lines = _paired_rows(report, paired) if paired else []
     if unpaired:
         lines += ["", "Not paired (one side has no per-example scores, e.g. a reference carried from a report "
@@ -777,6 +777,12 @@ def _paired_rows(report: dict, paired: list[dict]) -> list[str]:
     return lines
 
 
+def _cell_key(row: str | None, c: dict) -> tuple[str | None, int, int | None]:
+    """``(row, budget, seed)``: the cell of ``row`` at ``c``'s budget and seed, the key by which the tables find
+    a cell's reference (``row``: ``c``'s own row or its reference; a hand-built cell without a seed is seed 0)."""
+    return row, c["budget"], c.get("seed", 0)
+
+
 def _label(c: dict) -> str:
     """A cell's name in tables and legends: its row, and its seed when not 0."""
     return c.get("label") or c["row"]
@@ -784,14 +790,14 @@ def _label(c: dict) -> str:
 
 def _curves(report: dict) -> dict[tuple[str, int, int | None], dict[int, float]]:
     """``{(row, budget, seed): {step: validation perplexity}}`` of every cell with a validation curve."""
-    return {(c["row"], c["budget"], c.get("seed", 0)): dict(c["fit"]["val_curve"]) for c in report["cells"]
+    return {_cell_key(c["row"], c): dict(c["fit"]["val_curve"]) for c in report["cells"]
             if (c["fit"] or {}).get("val_curve")}  # fmt: skip
 
 
 def _reference_curve(c: dict, curves: dict) -> dict[int, float]:
     """The validation curve ``c`` is divided by: its reference row's at the same budget and seed (a reference
     row is its own, ratio 1); empty when that cell has none."""
-    return curves.get((c.get("reference") or c["row"], c["budget"], c.get("seed", 0)), {})
+    return curves.get(_cell_key(c.get("reference") or c["row"], c), {})
 
 
 def curve_table(report: dict, tail: int = 5) -> list[str]:
