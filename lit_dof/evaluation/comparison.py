@@ -686,14 +686,14 @@ def seed_summary(report: dict) -> list[dict]:
     for c in report["cells"]:
         if c["kind"] != "teacher":
             groups.setdefault((c["row"], c["budget"]), []).append(c)
-    by_cell = {(c["row"], c["budget"], c["seed"]): c for c in report["cells"]}
+    by_cell = {_cell_key(c["row"], c): c for c in report["cells"]}
     summary = []
     for (row, budget), group in groups.items():
         if len({c["seed"] for c in group}) < 2:
             continue
         differences, ratios = {}, {}
         for c in group:
-            reference = by_cell.get((c["reference"], budget, c["seed"])) if c["reference"] else None
+            reference = by_cell.get(_cell_key(c["reference"], c)) if c["reference"] else None
             if c.get("vs_reference_average"):
                 differences[c["seed"]] = c["vs_reference_average"]["difference"]
             if reference and c["ppl"] is not None and reference["ppl"]:
