@@ -6,9 +6,26 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
+
+
+def _umask() -> int:
+    """The process's file-mode creation mask (read by setting and restoring it; POSIX has no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _plain_mode(target: Path, directory: bool) -> int:
+    """The permissions ``open``/``mkdir`` would have given ``target``: those of the file it replaces, else
+    ``0o666`` (files) or ``0o777`` (directories) less the umask. ``mkstemp``/``mkdtemp`` create ``0o600`` /
+    ``0o700`` (private), which would hide reports and exported students from the rest of a shared group."""
+    if target.exists() and target.is_dir() == directory:
+        return stat.S_IMODE(target.stat().st_mode)
+    return (0o777 if directory else 0o666) & ~_umask()
 
 
 @contextlib.contextmanager
@@ -17,11 +34,13 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
 
     The new directory is renamed into place (an existing ``path`` is first renamed aside and then deleted),
     so readers see either the old complete directory or the new complete one. On an exception the
-    temporary directory is removed and ``path`` is untouched.
+    temporary directory is removed and ``path`` is untouched. The new directory gets the permissions of the
+    one it replaces, else those ``mkdir`` would give it (not ``mkdtemp``'s private ``0o700``).
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    os.chmod(tmp, _plain_mode(target, directory=True))
     try:
         yield tmp
     except BaseException:
@@ -37,11 +56,14 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``."""
+    """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``; the file
+    keeps the permissions of the one it replaces, else gets those ``open`` would give it (not ``mkstemp``'s
+    private ``0o600``)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
+        os.chmod(tmp, _plain_mode(target, directory=False))
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

@@ -1,10 +1,12 @@
 """Atomic writes: a failure leaves the previous content; a success replaces it completely."""
 
 import json
+import os
+import stat
 
 import pytest
 
-from lit_dof.io import atomic_directory, atomic_write_json
+from lit_dof.io import atomic_directory, atomic_write_json, atomic_write_text
 
 
 def test_atomic_directory_replaces_or_keeps(tmp_path):
@@ -32,3 +34,28 @@ def test_atomic_write_json(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert json.loads(path.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+@pytest.fixture
+def umask_027():
+    previous = os.umask(0o027)
+    yield
+    os.umask(previous)
+
+
+def test_atomic_writes_get_plain_permissions(tmp_path, umask_027):
+    """Not mkstemp's 0o600 / mkdtemp's 0o700: what open()/mkdir() give under the umask, or the replaced file's."""
+    path = tmp_path / "report.md"
+    atomic_write_text(path, "a")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640  # 0o666 & ~0o027
+    path.chmod(0o604)
+    atomic_write_text(path, "b")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o604 and path.read_text() == "b"
+    target = tmp_path / "student"
+    with atomic_directory(target) as tmp:
+        (tmp / "config.json").write_text("{}")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o750  # 0o777 & ~0o027
+    target.chmod(0o755)
+    with atomic_directory(target):
+        pass
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755
