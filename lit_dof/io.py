@@ -40,8 +40,8 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    os.chmod(tmp, _plain_mode(target, directory=True))
     try:
+        os.chmod(tmp, _plain_mode(target, directory=True))
         yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -63,8 +63,8 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
-        os.chmod(tmp, _plain_mode(target, directory=False))
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), _plain_mode(target, directory=False))
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
