@@ -65,7 +65,8 @@ def chunked_linear_attention(
     initial_state: LinearAttentionState | None = None,
     check_inputs: bool = True,
     underflow_fallback: bool | None = None,
-) -> tuple[Tensor, LinearAttentionState]:
+    return_log_normalizer: bool = False,
+) -> tuple[Tensor, LinearAttentionState] | tuple[Tensor, LinearAttentionState, Tensor]:
     """Causal linear attention in chunked parallel form (differentiable).
 
     Computes y_i = Σ_{j≤i} K̂(q_i,k_j) v_j / Σ_{j≤i} K̂(q_i,k_j) with K̂(q,k) = Σ_f φ_f(q)φ_f(k)
@@ -84,10 +85,15 @@ def chunked_linear_attention(
         underflow_fallback: recompute a block whose row normaliser underflowed with a finer stabiliser
             (exact; costs one host sync per block). ``None`` (default): on, on every device. Off, such rows
             are wrong in the forward and NaN in the backward: only for inputs known to be well scaled.
+        return_log_normalizer: also return each row's log-normaliser ``log Σ_{j≤i} K̂(q_i, k_j)`` (state
+            included), the quantity that lets this output be merged with other attention terms
+            (:mod:`lit_dof.attention.sliding_window`). Exact up to the per-query constant the log-features
+            may carry; ``-inf`` for a row with no keys (its gradient is zero there).
 
     Returns:
         ``(y, state)``: ``y`` is ``(B, Hq, T, D)`` in the dtype of ``v``; ``state`` is the float32
-        :class:`LinearAttentionState` after the last token, from which decoding can continue.
+        :class:`LinearAttentionState` after the last token, from which decoding can continue. With
+        ``return_log_normalizer``, ``(y, state, log_z)`` with ``log_z`` ``(B, Hq, T)`` float32.
 
     Raises:
         ValueError: mismatched shapes, ``chunk_size < 1``, ``T == 0``, a state of the wrong shape, or NaN input.
@@ -128,21 +134,23 @@ def chunked_linear_attention(
     kv, k_sum, m_ref = initial_state.kv, initial_state.k_sum, initial_state.log_scale
     # Without autograd the blocks are written straight into the result (no final concatenation).
     y = None if torch.is_grad_enabled() else torch.empty(B, Hk, N, G * C, D, device=v.device)
-    outputs = []
+    outputs, log_zs = [], []  # log_zs: (B, Hk, S, G·C, 1) per block, only with return_log_normalizer
     for b in range(blocks):
         start, stop = b * S, (b + 1) * S
         lq_blk, lk_blk = lq[:, :, :, start:stop], lk[:, :, start:stop]
-        num, den, new_kv, new_k_sum, new_m = _block(lq_blk, lk_blk, vb[b], kv, k_sum, m_ref, exclusive)
+        num, den, new_kv, new_k_sum, new_m, shift = _block(lq_blk, lk_blk, vb[b], kv, k_sum, m_ref, exclusive)
         if underflow_fallback and C > 1 and bool((den < _UNDERFLOW).any()):
             # Some row's mass vanished under a later key of this block: redo the block with one stabiliser
             # per (smaller) chunk; recursion ends at one token per chunk, the recurrent form's stabiliser.
             finer = max(1, C // 4)
-            y_blk, state = chunked_linear_attention(
+            y_blk, state, *log_z = chunked_linear_attention(
                 lq_blk.reshape(B, Hq, S * C, M), lk_blk.reshape(B, Hk, S * C, M), vb[b].view(B, Hk, S * C, D),
                 chunk_size=finer, block_size=finer, initial_state=LinearAttentionState(kv, k_sum, m_ref),
-                check_inputs=False,
+                check_inputs=False, return_log_normalizer=return_log_normalizer,
             )  # fmt: skip
             y_blk = y_blk.view(B, Hk, G, S, C, D).transpose(2, 3).reshape(B, Hk, S, G * C, D)
+            if return_log_normalizer:  # (B, Hq, S·C) -> the block layout (B, Hk, S, G·C, 1)
+                log_zs.append(log_z[0].view(B, Hk, G, S, C).transpose(2, 3).reshape(B, Hk, S, G * C, 1))
             kv, k_sum, m_ref = state.kv, state.k_sum, state.log_scale
             if y is None:
                 outputs.append(y_blk)
@@ -150,6 +158,8 @@ def chunked_linear_attention(
                 y[:, :, start:stop] = y_blk
             continue
         kv, k_sum, m_ref = new_kv, new_k_sum, new_m
+        if return_log_normalizer:
+            log_zs.append(_log_normalizer(den, shift))
         inv = den.clamp_min(_TINY).reciprocal()  # one reciprocal per row, then a multiply (cheaper than a divide)
         if y is None:
             outputs.append(num * inv)  # (B, Hk, S, G·C, D)
@@ -159,17 +169,30 @@ def chunked_linear_attention(
     if y is None:
         y = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]  # (B, Hk, N, G·C, D)
     y = y.view(B, Hk, N, G, C, D).transpose(2, 3).reshape(B, Hq, N * C, D)[:, :, :T]
-    return y.to(v.dtype), LinearAttentionState(kv, k_sum, m_ref)
+    state = LinearAttentionState(kv, k_sum, m_ref)
+    if not return_log_normalizer:
+        return y.to(v.dtype), state
+    log_z = torch.cat(log_zs, dim=2) if len(log_zs) > 1 else log_zs[0]  # (B, Hk, N, G·C, 1)
+    log_z = log_z.view(B, Hk, N, G, C).transpose(2, 3).reshape(B, Hq, N * C)[:, :, :T]
+    return y.to(v.dtype), state, log_z
+
+
+def _log_normalizer(den: Tensor, shift: Tensor) -> Tensor:
+    """``log(den) + shift`` with ``-inf`` (and a zero gradient) where a row has no mass at all."""
+    safe = den.clamp_min(_TINY).log()
+    return torch.where(den > 0, safe, torch.full_like(safe, float("-inf"))) + shift
 
 
 def _block(
     lq: Tensor, lk: Tensor, v: Tensor, kv: Tensor, k_sum: Tensor, m_ref: Tensor, exclusive: Tensor
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """One block of n chunks. lq ``(B, Hk, G, n, C, M)``, lk ``(B, Hk, n, C, M)``, v ``(B·Hk·n, C, D)``
     float32, the carried state kv ``(B, Hk, M, D)`` and k_sum ``(B, Hk, M)`` relative to m_ref ``(B, Hk, M)``.
 
-    Returns ``(num (B, Hk, n, G·C, D), den (B, Hk, n, G·C, 1), kv, k_sum, m_ref)``: numerators and
-    denominators of the block's rows, and the state after the block relative to the new stabiliser.
+    Returns ``(num (B, Hk, n, G·C, D), den (B, Hk, n, G·C, 1), kv, k_sum, m_ref, shift (B, Hk, n, G·C, 1))``:
+    numerators and denominators of the block's rows, the state after the block relative to the new
+    stabiliser, and the per-row constant r_i taken out of the queries (``log`` of the true normaliser is
+    ``log(den) + shift``).
     Numerator and denominator are separate matmuls so that every matmul is D (not D + 1) wide.
     """
     B, Hk, G, n, C, M = lq.shape
@@ -180,7 +203,8 @@ def _block(
         decay = torch.exp(m_ref - m_new)  # ≤ 1, rescales the carried state
     k_hat = (lk - m_new[:, :, None, None, :]).exp_().view(BH * n, C, M)  # every entry ≤ 1
     shifted = lq.transpose(2, 3) + m_new[:, :, None, None, None, :]  # (B, Hk, n, G, C, M)
-    q_hat = shifted.sub_(shifted.detach().amax(dim=-1, keepdim=True)).exp_()  # row max 1; the shift cancels
+    row_shift = shifted.detach().amax(dim=-1, keepdim=True)  # (B, Hk, n, G, C, 1)
+    q_hat = shifted.sub_(row_shift).exp_()  # row max 1; the shift cancels
     q_hat = q_hat.reshape(BH * n, G * C, M)  # GQA: the group's queries are extra rows of the chunk
 
     # Intra-chunk: masked C×C kernel block (row g·C + i attends to columns j ≤ i).
@@ -199,7 +223,7 @@ def _block(
     den = den.baddbmm_(q_hat, prefix_k.view(BH * n, M, 1)).view(B, Hk, n, G * C, 1)
     kv = prefix_kv[:, :, -1] + chunk_kv.view(B, Hk, n, M, D)[:, :, -1]
     k_sum = prefix_k[:, :, -1] + chunk_k.view(B, Hk, n, M)[:, :, -1]
-    return num, den, kv, k_sum, m_new
+    return num, den, kv, k_sum, m_new, row_shift.reshape(B, Hk, n, G * C, 1)
 
 
 def accumulate_state(

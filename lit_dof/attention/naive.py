@@ -54,3 +54,63 @@ def naive_linear_attention(log_phi_q: Tensor, log_phi_k: Tensor, v: Tensor, *, c
         future = torch.ones(T, T, dtype=torch.bool, device=v.device).triu(1)
         logits = logits.masked_fill(future, float("-inf"))
     return (torch.softmax(logits, dim=-1) @ vv).to(v.dtype)
+
+
+def sliding_window_masks(T: int, window: int, sink_tokens: int = 0, *, device=None) -> tuple[Tensor, Tensor]:
+    """Which (query, key) pairs of a causal sequence are exact and which are linear in sliding-window + linear
+    attention (:mod:`lit_dof.attention.sliding_window`).
+
+    Args:
+        T: tokens. window: w ≥ 1, tokens attended exactly (the query's own included). sink_tokens: s ≥ 0.
+
+    Returns:
+        ``(exact, linear)`` bool ``(T, T)`` over (query i, key j): exact where ``j ≤ i`` and (``i − w < j`` or
+        ``j < s``), linear where ``s ≤ j ≤ i − w``; disjoint, together the causal triangle.
+    """
+    i = torch.arange(T, device=device)[:, None]
+    j = torch.arange(T, device=device)[None, :]
+    causal = j <= i
+    exact = causal & ((j > i - window) | (j < sink_tokens))
+    return exact, causal & ~exact
+
+
+def naive_sliding_window_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    log_phi_q: Tensor | None,
+    log_phi_k: Tensor | None,
+    *,
+    window: int,
+    sink_tokens: int = 0,
+    log_mix: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+) -> Tensor:
+    """Reference (quadratic, float64) sliding-window + linear attention: one softmax over the logits
+    ``qᵀk/√d`` on exact pairs and ``β_h + log K̂(q, k)`` on linear pairs (:func:`sliding_window_masks`).
+
+    Args:
+        q: ``(B, Hq, T, d)`` scaled queries; k: ``(B, Hk, T, d)``; v: ``(B, Hk, T, D)``.
+        log_phi_q, log_phi_k: exact log-features ``(B, Hq, T, M)``, ``(B, Hk, T, M)``, or both ``None``.
+        window, sink_tokens: w and s. log_mix: ``(Hq,)`` β (``None``: 0).
+        key_padding_mask: ``(B, T)`` bool, False for padding keys.
+
+    Returns:
+        ``(B, Hq, T, D)`` in v's dtype (rows without any allowed key are NaN).
+    """
+    B, Hq, T, d = q.shape
+    group = Hq // k.shape[1]
+    kk = k.double().repeat_interleave(group, dim=1)
+    vv = v.double().repeat_interleave(group, dim=1)
+    logits = q.double() @ kk.transpose(-1, -2) / d**0.5  # (B, Hq, T, T)
+    exact, linear = sliding_window_masks(T, window, sink_tokens, device=q.device)
+    far = torch.full_like(logits, float("-inf"))
+    if log_phi_q is not None:
+        far = log_kernel_matrix(log_phi_q.double(), log_phi_k.double().repeat_interleave(group, dim=1))
+        if log_mix is not None:
+            far = far + log_mix.double()[None, :, None, None]
+        far = far.masked_fill(~linear, float("-inf"))
+    logits = torch.where(exact, logits, far)
+    if key_padding_mask is not None:
+        logits = logits.masked_fill(~key_padding_mask.bool()[:, None, None, :], float("-inf"))
+    return (torch.softmax(logits, dim=-1) @ vv).to(v.dtype)

@@ -1,0 +1,303 @@
+"""Sliding-window + linear attention: exact softmax over the recent tokens, linear attention for the rest.
+
+Notation: B batch, Hq query heads, Hk key/value heads (G = Hq / Hk), T new tokens, d head size, D value
+size, M features, w window (tokens), s attention-sink tokens. Positions are absolute (0 = first token).
+
+For a query at position p and a key at position t ≤ p (docs/method.md, "Sliding window + linear attention")::
+
+    exact   E_p = {t : p − w < t ≤ p} ∪ {t : t < s}          softmax terms  e^{a_pt},  a_pt = q_pᵀk_t/√d
+    linear  L_p = {t : s ≤ t ≤ p − w}                           kernel terms   e^{β_h} K̂(q_p, k_t)
+    y_p = (Σ_E e^{a_pt} v_t + Σ_L e^{β_h} K̂(q_p, k_t) v_t) / (Σ_E e^{a_pt} + Σ_L e^{β_h} K̂(q_p, k_t))
+
+Every term estimates exp(qᵀk/√d), so numerators and denominators simply add (one normaliser); β_h is an
+optional per-query-head log-weight of the linear terms that training can use to turn a useless far term
+down (the mixing factor of LoLCATs, Zhang et al. 2025, §3.1). ``s`` tokens kept exact are StreamingLLM's
+attention sinks (Xiao et al. 2024, §3). ``w = 1, s = 0`` leaves only the token itself exact.
+
+Each part is computed normalised with its log-normaliser — the window by a banded, chunked softmax, the far
+part by :func:`~lit_dof.attention.chunked.chunked_linear_attention` on the key stream delayed by w tokens —
+and the parts are merged by their normalisers (:func:`merge_normalized`), so nothing overflows for any
+norm. Decoding keeps a :class:`SlidingWindowState`: the last ≤ w keys/values, the s sink keys/values and
+the linear state of everything older, so its memory is constant in the context length.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lit_dof.attention._validation import check_positive_int, check_rank
+from lit_dof.attention.chunked import chunked_linear_attention
+from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
+
+_TINY = torch.finfo(torch.float32).tiny
+
+
+@dataclass
+class SlidingWindowState:
+    """What decoding keeps for sliding-window + linear attention (constant in the context length).
+
+    Attributes:
+        linear: the linear state of every non-sink key that has left the window, or ``None`` before the first.
+        keys: ``(B, Hk, b, d)`` the last b ≤ w keys (post-RoPE). values: ``(B, Hk, b, D)``.
+        log_phi_k: ``(B, Hk, b, M)`` their key log-features, or ``None`` without a linear term.
+        valid: ``(B, b)`` bool, False for padding keys.
+        sink_keys: ``(B, Hk, s', d)`` the first s' = min(s, seen) keys. sink_values: ``(B, Hk, s', D)``.
+        sink_valid: ``(B, s')`` bool.
+        seen: tokens seen so far (the absolute position of the next token).
+    """
+
+    linear: LinearAttentionState | None
+    keys: Tensor
+    values: Tensor
+    log_phi_k: Tensor | None
+    valid: Tensor
+    sink_keys: Tensor
+    sink_values: Tensor
+    sink_valid: Tensor
+    seen: int
+
+    def _tensors(self) -> list[Tensor]:
+        tensors = [self.keys, self.values, self.valid, self.sink_keys, self.sink_values, self.sink_valid]
+        return tensors + ([self.log_phi_k] if self.log_phi_k is not None else [])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (window buffer, sinks and linear state); bounded by the window, not the context."""
+        linear = self.linear.nbytes if self.linear is not None else 0
+        return linear + sum(t.numel() * t.element_size() for t in self._tensors())
+
+    def _map(self, fn) -> "SlidingWindowState":
+        linear = None if self.linear is None else LinearAttentionState(*(fn(t) for t in (self.linear.kv, self.linear.k_sum, self.linear.log_scale)))
+        return SlidingWindowState(
+            linear, fn(self.keys), fn(self.values), None if self.log_phi_k is None else fn(self.log_phi_k),
+            fn(self.valid), fn(self.sink_keys), fn(self.sink_values), fn(self.sink_valid), self.seen,
+        )  # fmt: skip
+
+    def index_select(self, dim: int, index: Tensor) -> "SlidingWindowState":
+        """Select batch rows (``dim=0``), e.g. for beam-search reordering."""
+        return self._map(lambda t: t.index_select(dim, index))
+
+    def repeat_interleave(self, repeats: int) -> "SlidingWindowState":
+        """Repeat every batch row ``repeats`` times (e.g. ``num_return_sequences`` in generation)."""
+        return self._map(lambda t: t.repeat_interleave(repeats, dim=0))
+
+
+def masked_softmax_part(logits: Tensor, mask: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+    """Normalised softmax output and log-normaliser of one group of attention terms.
+
+    Args:
+        logits: ``(..., R, L)`` attention logits. mask: broadcastable to ``logits``, True where a term counts.
+        values: ``(..., L, D)``.
+
+    Returns:
+        ``(o (..., R, D), log_z (..., R))``: ``o = Σ softmax·v`` over the kept terms, ``log_z = logsumexp``;
+        a row with no kept term gives ``o = 0``, ``log_z = -inf`` and zero gradients (never NaN).
+    """
+    logits = logits.masked_fill(~mask, float("-inf"))
+    top = logits.detach().amax(dim=-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    weights = (logits - top).exp()  # every entry ≤ 1; masked ones 0
+    total = weights.sum(dim=-1, keepdim=True)
+    out = (weights @ values) / total.clamp_min(_TINY)
+    return out, _safe_log(total).squeeze(-1) + top.squeeze(-1)
+
+
+def merge_normalized(o1: Tensor, log_z1: Tensor, o2: Tensor, log_z2: Tensor) -> tuple[Tensor, Tensor]:
+    """Merge two normalised attention parts into one normaliser.
+
+    ``o = (e^{z1} o1 + e^{z2} o2) / (e^{z1} + e^{z2})``, ``z = log(e^{z1} + e^{z2})``, computed relative to
+    ``max(z1, z2)`` (no overflow); rows where both are ``-inf`` give ``o = 0``, ``z = -inf``.
+
+    Args:
+        o1, o2: ``(..., R, D)``. log_z1, log_z2: ``(..., R)``.
+
+    Returns:
+        ``(o (..., R, D), log_z (..., R))``.
+    """
+    top = torch.maximum(log_z1, log_z2).detach()
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    a1, a2 = (log_z1 - top).exp(), (log_z2 - top).exp()
+    total = a1 + a2
+    out = (a1.unsqueeze(-1) * o1 + a2.unsqueeze(-1) * o2) / total.clamp_min(_TINY).unsqueeze(-1)
+    return out, _safe_log(total) + top
+
+
+def _safe_log(x: Tensor) -> Tensor:
+    """``log x`` with ``-inf`` and a zero gradient where ``x == 0``."""
+    return torch.where(x > 0, x.clamp_min(_TINY).log(), torch.full_like(x, float("-inf")))
+
+
+def _band_part(q: Tensor, keys: Tensor, values: Tensor, valid: Tensor, offset: int, window: int, chunk: int):
+    """Exact softmax of T queries over the w keys ending at each query, in chunks of queries.
+
+    q ``(B, Hk, G, T, d)`` (compute dtype, scaled so that logits are qᵀk/√d); keys/values ``(B, Hk, b + T, ·)``;
+    valid ``(B, b + T)``; query i sits at stream position ``offset + i`` (offset = b). Returns ``o`` ``(B, Hk,
+    G, T, D)`` and ``log_z`` ``(B, Hk, G, T)``.
+    """
+    B, Hk, G, T, d = q.shape
+    D = values.shape[-1]
+    C = min(T, chunk)
+    N = math.ceil(T / C)
+    L = C + window - 1  # the keys any query of a chunk may see
+    back = N * C - T
+    # Stream padded by w invalid keys in front: query i of chunk n sees padded keys [b+1+nC, b+nC+C+w).
+    kp = F.pad(keys, (0, 0, window, back))[:, :, offset + 1 :]
+    vp = F.pad(values, (0, 0, window, back))[:, :, offset + 1 :]
+    ok = F.pad(valid, (window, back), value=False)[:, offset + 1 :].unfold(1, L, C)  # (B, N, L)
+    kb = kp.unfold(2, L, C)  # (B, Hk, N, d, L)
+    vb = vp.unfold(2, L, C).transpose(-1, -2)  # (B, Hk, N, L, D)
+    qc = F.pad(q, (0, 0, 0, back)).view(B, Hk, G, N, C, d).transpose(2, 3).reshape(B, Hk, N, G * C, d)
+    logits = (qc @ kb) / math.sqrt(d)  # (B, Hk, N, G·C, L)
+    i = torch.arange(C, device=q.device)[:, None]
+    j = torch.arange(L, device=q.device)[None, :]
+    band = (j >= i) & (j <= i + window - 1)  # (C, L): key j of the chunk's window is within w of query i
+    mask = band.repeat(G, 1)[None, None, None] & ok[:, None, :, None, :]  # (B, 1, N, G·C, L)
+    o, log_z = masked_softmax_part(logits, mask, vb)  # (B, Hk, N, G·C, D), (B, Hk, N, G·C)
+    o = o.view(B, Hk, N, G, C, D).transpose(2, 3).reshape(B, Hk, G, N * C, D)[:, :, :, :T]
+    log_z = log_z.view(B, Hk, N, G, C).transpose(2, 3).reshape(B, Hk, G, N * C)[:, :, :, :T]
+    return o, log_z
+
+
+def _empty_state_like(k: Tensor, v: Tensor, log_phi_k: Tensor | None) -> SlidingWindowState:
+    B, Hk = k.shape[:2]
+    none = k.new_zeros(B, Hk, 0, k.shape[-1]), v.new_zeros(B, Hk, 0, v.shape[-1])
+    flags = torch.ones(B, 0, dtype=torch.bool, device=k.device)
+    log_phi = None if log_phi_k is None else log_phi_k.new_zeros(B, Hk, 0, log_phi_k.shape[-1])
+    return SlidingWindowState(None, *none, log_phi, flags, *none, flags.clone(), 0)
+
+
+def sliding_window_linear_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    log_phi_q: Tensor | None,
+    log_phi_k: Tensor | None,
+    *,
+    window: int,
+    sink_tokens: int = 0,
+    log_mix: Tensor | None = None,
+    state: SlidingWindowState | None = None,
+    key_padding_mask: Tensor | None = None,
+    chunk_size: int = 64,
+) -> tuple[Tensor, SlidingWindowState]:
+    """Causal sliding-window softmax + linear attention over T new tokens (training, prefill and decoding).
+
+    Args:
+        q: ``(B, Hq, T, d)`` queries (post-RoPE), scaled so that the softmax logits are qᵀk/√d.
+        k: ``(B, Hk, T, d)`` keys; v: ``(B, Hk, T, D)`` values; ``Hq % Hk == 0`` (GQA, keys never repeated).
+        log_phi_q: ``(B, Hq, T, M)`` query log-features, exact (no dropped per-row constant: the linear terms
+            are added to exact softmax terms), or ``None`` for no linear term (the window and sinks alone).
+        log_phi_k: ``(B, Hk, T, M)`` key log-features, or ``None`` together with ``log_phi_q``.
+        window: w ≥ 1, the tokens attended exactly (the query's own token included).
+        sink_tokens: s ≥ 0, the first tokens of the sequence always attended exactly.
+        log_mix: ``(Hq,)`` β, log-weight of the linear terms per query head (``None``: 0).
+        state: state after the preceding tokens (decoding, chunked prefill), or ``None`` for a fresh sequence.
+        key_padding_mask: ``(B, T)`` bool, False for padding keys (never attended; rows of padding queries are
+            finite but meaningless).
+        chunk_size: query chunk of the window part (its temporaries are ``O(T·(chunk + w))``) and chunk
+            size of the linear kernel.
+
+    Returns:
+        ``(y, state)``: ``y`` ``(B, Hq, T, D)`` in v's dtype, computed in float32 (float64 for float64
+        inputs); the :class:`SlidingWindowState` after the last token.
+
+    Raises:
+        ValueError: inconsistent shapes, ``window < 1``, ``sink_tokens < 0``, or only one of the log-features.
+    """
+    check_rank("q", q, 4, "(B, Hq, T, d)")
+    check_rank("k", k, 4, "(B, Hk, T, d)")
+    check_rank("v", v, 4, "(B, Hk, T, D)")
+    check_positive_int("window", window)
+    check_positive_int("chunk_size", chunk_size)
+    if isinstance(sink_tokens, bool) or not isinstance(sink_tokens, int) or sink_tokens < 0:
+        raise ValueError(f"sink_tokens must be an integer >= 0, got {sink_tokens!r}")
+    B, Hq, T, d = q.shape
+    Hk = k.shape[1]
+    if k.shape != (B, Hk, T, d) or v.shape[:3] != (B, Hk, T) or Hk == 0 or Hq % Hk:
+        raise ValueError(f"expected q (B, Hq, T, d), k (B, Hk, T, d), v (B, Hk, T, D) with Hq a multiple of Hk, "
+                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")  # fmt: skip
+    if (log_phi_q is None) != (log_phi_k is None):
+        raise ValueError("pass both log_phi_q and log_phi_k (linear far term) or neither (window and sinks only)")
+    if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, T):
+        raise ValueError(f"key_padding_mask must have shape (B, T) = {(B, T)}, got {tuple(key_padding_mask.shape)}")
+    G = Hq // Hk
+    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    prev = state if state is not None else _empty_state_like(k, v, log_phi_k)
+    if prev.keys.shape[2] > window:
+        raise ValueError(f"state holds {prev.keys.shape[2]} window keys, more than window={window}")
+    P, b = prev.seen, prev.keys.shape[2]
+    valid_new = torch.ones(B, T, dtype=torch.bool, device=q.device) if key_padding_mask is None else key_padding_mask.bool()
+    keys, values = torch.cat([prev.keys, k], 2).to(dtype), torch.cat([prev.values, v], 2).to(dtype)  # stream
+    valid = torch.cat([prev.valid, valid_new], 1)  # (B, b + T)
+
+    # Exact part: the window over the stream, then the sinks that have left it.
+    qg = q.to(dtype).view(B, Hk, G, T, d)
+    o, log_z = _band_part(qg, keys, values, valid, b, window, chunk_size)
+    new_sinks = max(0, min(T, sink_tokens - P))  # new tokens among the first s
+    sink_k = torch.cat([prev.sink_keys, k[:, :, :new_sinks]], 2)
+    sink_v = torch.cat([prev.sink_values, v[:, :, :new_sinks]], 2)
+    sink_ok = torch.cat([prev.sink_valid, valid_new[:, :new_sinks]], 1)  # (B, s')
+    if sink_k.shape[2]:
+        positions = P + torch.arange(T, device=q.device)
+        outside = torch.arange(sink_k.shape[2], device=q.device)[None, :] <= positions[:, None] - window  # (T, s')
+        logits = (qg @ sink_k.to(dtype).transpose(-1, -2)[:, :, None]) / math.sqrt(d)  # (B, Hk, G, T, s')
+        o_s, log_z_s = masked_softmax_part(logits, outside[None, None, None] & sink_ok[:, None, None, None, :],
+                                           sink_v.to(dtype)[:, :, None])  # fmt: skip
+        o, log_z = merge_normalized(o, log_z, o_s, log_z_s)
+    o, log_z = o.reshape(B, Hq, T, -1), log_z.reshape(B, Hq, T)
+
+    # Linear part: the key stream delayed by w tokens, sinks excluded (they stay exact).
+    linear, log_phi = prev.linear, None
+    if log_phi_q is not None:
+        log_phi = torch.cat([prev.log_phi_k.to(log_phi_k.dtype), log_phi_k], 2) if b else log_phi_k
+        log_phi = log_phi.masked_fill(~valid[:, None, :, None], EMPTY_LOG_SCALE)
+        y_lin, log_z_lin, linear = _far_part(log_phi_q, log_phi, values, b, P, window, sink_tokens, prev.linear, chunk_size)
+        if y_lin is not None:
+            if log_mix is not None:
+                log_z_lin = log_z_lin + log_mix.to(log_z_lin.dtype)[None, :, None]
+            o, log_z = merge_normalized(o, log_z, y_lin.to(dtype), log_z_lin.to(dtype))
+
+    keep = min(window, b + T)  # the newest w tokens stay in the window buffer
+    new_state = SlidingWindowState(
+        linear, keys[:, :, -keep:].to(k.dtype), values[:, :, -keep:].to(v.dtype),
+        None if log_phi is None else log_phi[:, :, -keep:], valid[:, -keep:],
+        sink_k, sink_v, sink_ok, P + T,
+    )  # fmt: skip
+    return o.to(v.dtype), new_state
+
+
+def _far_part(
+    log_phi_q: Tensor, log_phi: Tensor, values: Tensor, b: int, P: int, window: int, sinks: int,
+    linear: LinearAttentionState | None, chunk_size: int,
+) -> tuple[Tensor | None, Tensor | None, LinearAttentionState | None]:  # fmt: skip
+    """Linear attention of T queries over the stream delayed by w tokens (keys of position < s excluded).
+
+    The stream holds b buffered then T new tokens; stream index j is position P − b + j. Query i sees stream
+    keys j0 ≤ j ≤ b + i − w (j0: the first non-sink) plus ``linear``. Returns ``(y (B, Hq, T, D), log_z
+    (B, Hq, T), state)``, or ``(None, None, linear)`` when no query has a far key.
+    """
+    B, Hq, T, M = log_phi_q.shape
+    Hk, D = values.shape[1], values.shape[-1]
+    j0 = max(0, sinks - (P - b))  # the first stream key that is not a sink
+    first = j0 + window - b  # the first query with a stream key in its far part (≥ 0: b ≤ w)
+    count = max(0, T - first)  # queries (and stream keys) aligned one to one
+    if linear is None and count == 0:
+        return None, None, None
+    lk, lv = log_phi[:, :, j0 : j0 + count], values[:, :, j0 : j0 + count]
+    if linear is None:  # the first `first` queries have no far key at all: run the others alone
+        y, state, log_z = chunked_linear_attention(log_phi_q[:, :, first:], lk, lv, chunk_size=chunk_size,
+                                                   check_inputs=False, return_log_normalizer=True)  # fmt: skip
+        y = F.pad(y, (0, 0, T - count, 0))
+        log_z = F.pad(log_z, (T - count, 0), value=float("-inf"))
+        return y, log_z, state
+    skip = T - count  # queries that see only the carried state: empty keys (φ = 0) in front
+    lk = F.pad(lk, (0, 0, skip, 0), value=EMPTY_LOG_SCALE)
+    lv = F.pad(lv, (0, 0, skip, 0))
+    y, state, log_z = chunked_linear_attention(log_phi_q, lk, lv, chunk_size=chunk_size, initial_state=linear,
+                                               check_inputs=False, return_log_normalizer=True)  # fmt: skip
+    return y, log_z, state
