@@ -13,8 +13,10 @@ from lit_dof.attention.feature_maps import (
     PerformerFeatureMap,
 )
 from lit_dof.attention.layer import CausalLinearAttention, FeatureMapFactory
-from lit_dof.attention.naive import log_kernel_matrix, naive_linear_attention
+from lit_dof.attention.naive import log_kernel_matrix, naive_linear_attention, naive_sliding_window_attention
 from lit_dof.attention.recurrent import recurrent_linear_attention
+from lit_dof.attention.sliding_layer import SlidingWindowLinearAttention
+from lit_dof.attention.sliding_window import SlidingWindowState, sliding_window_linear_attention
 from lit_dof.attention.state import LinearAttentionState
 
 __all__ = [
@@ -26,9 +28,13 @@ __all__ = [
     "LearnedPRF",
     "LinearAttentionState",
     "PerformerFeatureMap",
+    "SlidingWindowLinearAttention",
+    "SlidingWindowState",
     "accumulate_state",
     "chunked_linear_attention",
     "log_kernel_matrix",
     "naive_linear_attention",
+    "naive_sliding_window_attention",
     "recurrent_linear_attention",
+    "sliding_window_linear_attention",
 ]

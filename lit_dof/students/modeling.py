@@ -53,6 +53,10 @@ class LitDofConfig(PretrainedConfig):
         share_kv_maps: one feature map per KV head (default) or per query head.
         chunk_size: chunk size of the parallel linear-attention form (tokens).
         teacher: where the teacher came from (provenance only; never loaded).
+        window: 0 for pure linear attention, w ≥ 1 for sliding-window + linear attention (tokens).
+        sink_tokens: first tokens always attended exactly (sliding window only).
+        far_term: the sliding-window layers keep their linear far term (``False``: window and sinks alone).
+        learn_mix: the sliding-window layers have a learned per-head log-weight of the far term.
     """
 
     model_type = "lit_dof"
@@ -67,6 +71,10 @@ class LitDofConfig(PretrainedConfig):
         share_kv_maps: bool = True,
         chunk_size: int = 64,
         teacher: str | None = None,
+        window: int = 0,
+        sink_tokens: int = 0,
+        far_term: bool = True,
+        learn_mix: bool = True,
         **kwargs,
     ) -> None:
         if isinstance(text_config, dict):
@@ -79,6 +87,8 @@ class LitDofConfig(PretrainedConfig):
         self.share_kv_maps = bool(share_kv_maps)
         self.chunk_size = int(chunk_size)
         self.teacher = teacher
+        self.window, self.sink_tokens = int(window), int(sink_tokens)
+        self.far_term, self.learn_mix = bool(far_term), bool(learn_mix)
         kwargs.setdefault("tie_word_embeddings", False)  # the wrapped teacher ties its own embeddings
         super().__init__(**kwargs)
 
@@ -121,7 +131,8 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
             feature_map_factory = (lambda d, h, m: cls(d, h, m, **kwargs)) if kwargs else cls
         attach_linear_attention(
             self.model, feature_map_factory, config.feature_dims, softmax_layers=config.softmax_layers,
-            share_kv_maps=config.share_kv_maps, chunk_size=config.chunk_size,
+            share_kv_maps=config.share_kv_maps, chunk_size=config.chunk_size, window=config.window,
+            sink_tokens=config.sink_tokens, far_term=config.far_term, learn_mix=config.learn_mix,
         )  # fmt: skip
         if teacher is not None and getattr(teacher, "generation_config", None) is not None:
             self.generation_config = teacher.generation_config
@@ -223,6 +234,10 @@ def linearize(
     softmax_layers: Iterable[int] = (),
     share_kv_maps: bool = True,
     chunk_size: int = 64,
+    window: int = 0,
+    sink_tokens: int = 0,
+    far_term: bool = True,
+    learn_mix: bool = True,
 ) -> LitDofForCausalLM:
     """Replace every softmax attention layer of ``model`` by linear attention (paper §3; METHOD.md §1).
 
@@ -236,7 +251,8 @@ def linearize(
             feature-map class is one (``linearize(m, PerformerFeatureMap, dims)``).
         feature_dims: M_s per attention layer, or one int for all (the "Fix" baseline: the head size).
         softmax_layers: layers kept softmax (hybrids); switch later with ``set_softmax_layers``.
-        share_kv_maps, chunk_size: see :func:`~lit_dof.students.surgery.attach_linear_attention`.
+        share_kv_maps, chunk_size, window, sink_tokens, far_term, learn_mix: see
+            :func:`~lit_dof.students.surgery.attach_linear_attention` (``window > 0``: sliding-window + linear).
 
     Returns:
         :class:`LitDofForCausalLM`.
@@ -253,6 +269,7 @@ def linearize(
     config = LitDofConfig(
         text_config=model.config.get_text_config(decoder=True), feature_dims=dims, softmax_layers=set(softmax_layers),
         share_kv_maps=share_kv_maps, chunk_size=chunk_size, teacher=getattr(model.config, "name_or_path", None) or None,
+        window=window, sink_tokens=sink_tokens, far_term=far_term, learn_mix=learn_mix,
     )  # fmt: skip
     student = LitDofForCausalLM(config, teacher=model, feature_map_factory=feature_map_factory)
     twins = list(student.linear_modules().values())

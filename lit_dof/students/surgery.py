@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 import torch
 from torch import nn
 
-from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFactory
+from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFactory, SlidingWindowLinearAttention
 from lit_dof.interface import ATTN_IMPLEMENTATION, AttentionSlot, install_cache_hook
 from lit_dof.teacher.families import AttentionLayer, attention_layers
 
@@ -69,6 +69,10 @@ def attach_linear_attention(
     softmax_layers: Iterable[int] = (),
     share_kv_maps: bool = True,
     chunk_size: int = 64,
+    window: int = 0,
+    sink_tokens: int = 0,
+    far_term: bool = True,
+    learn_mix: bool = True,
 ) -> list[AttentionLayer]:
     """Attach a linear twin to every linearisable attention layer of ``model`` (in place).
 
@@ -79,16 +83,25 @@ def attach_linear_attention(
         softmax_layers: layer indices that keep softmax attention (switchable later).
         share_kv_maps: one φ per KV head (default; state ÷ GQA group) or one per query head.
         chunk_size: chunk size of the parallel form.
+        window: 0 for pure linear attention; w ≥ 1 for sliding-window + linear attention
+            (:class:`~lit_dof.attention.SlidingWindowLinearAttention`: the last w tokens exact).
+        sink_tokens, far_term, learn_mix: the sliding-window layer's options (``window > 0`` only).
 
     Returns:
         the model's :class:`~lit_dof.teacher.families.AttentionLayer` list.
 
     Raises:
-        UnsupportedModelError: unsupported family. ValueError: bad feature dims or layer indices.
+        UnsupportedModelError: unsupported family. ValueError: bad feature dims or layer indices, or sliding-window
+            options without a window.
     """
     layers = attention_layers(model)
     dims = resolve_feature_dims(feature_dims, len(layers))
     softmax = _check_indices(softmax_layers, len(layers))
+    if window < 0 or (window == 0 and (sink_tokens or not far_term)):
+        raise ValueError(
+            f"sink_tokens={sink_tokens} and far_term={far_term} need a sliding window (window >= 1), got window={window}"
+        )
+    windowed = {"window": window, "sink_tokens": sink_tokens, "far_term": far_term, "learn_mix": learn_mix}
     for layer in layers:
         module = layer.module
         if not layer.linearizable:
@@ -97,9 +110,10 @@ def attach_linear_attention(
         # Built on the CPU (feature-map inits draw random/QMC numbers there), then moved next to the teacher;
         # under from_pretrained that is the meta device and the checkpoint fills the values in.
         with torch.device("cpu"):
-            linear = CausalLinearAttention.from_factory(
+            cls, options = (SlidingWindowLinearAttention, windowed) if window else (CausalLinearAttention, {})
+            linear = cls.from_factory(
                 feature_map_factory, layer.head_dim, dims[layer.index], layer.num_heads, layer.num_kv_heads,
-                share_kv_maps=share_kv_maps, chunk_size=chunk_size,
+                share_kv_maps=share_kv_maps, chunk_size=chunk_size, **options,
             )  # fmt: skip
         linear.to(device=reference.device)
         module.lit_dof = AttentionSlot(linear, use_softmax=layer.index in softmax)
