@@ -180,7 +180,7 @@ class TaskFinetuning(L.LightningModule):
         if self.trainable == "all":
             chosen = names
         elif self.trainable == "feature_maps":
-            chosen = [n for n in names if ".lit_dof.linear.feature_map." in n]
+            chosen = [n for n in names if ".lit_dof.linear." in n]  # the twins: feature maps, far-term weights
         else:
             chosen = [n for n in names if ".self_attn." in n or ".attn." in n or ".attention." in n]
         if not chosen:

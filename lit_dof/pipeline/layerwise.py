@@ -125,6 +125,8 @@ class LayerwiseDistillation(StudentModule):
         self._rows_generator.manual_seed(self.global_step * 7919 + batch_idx)
         losses = {}
         for index, twin in self.student.linear_modules().items():
+            if not getattr(twin, "far_term", True):
+                continue  # a window without a far term (a control): nothing to distil
             q, k, pad = captured[index][:3]
             if self.loss_kind == "output":
                 v, out = captured[index][3:]

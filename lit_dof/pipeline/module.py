@@ -36,6 +36,13 @@ class StudentModule(L.LightningModule):
         softmax_layers: layers kept softmax (hybrids).
         share_kv_maps: one map per KV head (default) or per query head.
         chunk_size: chunk size of the linear-attention kernel.
+        window: 0 for pure linear attention; w ≥ 1 for sliding-window + linear attention (the last w tokens
+            exact softmax, the feature map's linear attention for older ones; see
+            :class:`~lit_dof.attention.SlidingWindowLinearAttention`).
+        sink_tokens: with a window, the first tokens of every sequence also attended exactly (attention sinks).
+        far_term: with a window, keep the linear far term (``False``: the window and sinks alone, a control
+            with nothing to train).
+        learn_mix: with a window, train a per-head log-weight of the far term.
         seq_len: training block length in tokens (linked from ``data.seq_len`` by the CLI).
         export_dir: where ``fit`` writes the student (default ``<log_dir>/student``); ``""`` disables.
     """
@@ -48,6 +55,10 @@ class StudentModule(L.LightningModule):
         softmax_layers: Sequence[int] = (),
         share_kv_maps: bool = True,
         chunk_size: int = 64,
+        window: int = 0,
+        sink_tokens: int = 0,
+        far_term: bool = True,
+        learn_mix: bool = True,
         seq_len: int = 512,
         export_dir: str | None = None,
     ) -> None:
@@ -58,6 +69,7 @@ class StudentModule(L.LightningModule):
         self.feature_dim = feature_dim
         self.softmax_layers = list(softmax_layers)
         self.share_kv_maps, self.chunk_size, self.seq_len = share_kv_maps, chunk_size, seq_len
+        self.attention_options = {"window": window, "sink_tokens": sink_tokens, "far_term": far_term, "learn_mix": learn_mix}
         self.export_dir = export_dir
         self.student: LitDofForCausalLM | None = None
         self.tokenizer = None
@@ -83,7 +95,8 @@ class StudentModule(L.LightningModule):
         layers = attention_layers(teacher)
         dims = self.feature_dims or [self.feature_dim or layers[0].head_dim] * len(layers)
         self.student = linearize(teacher, self.feature_map, dims, softmax_layers=self.softmax_layers,
-                                 share_kv_maps=self.share_kv_maps, chunk_size=self.chunk_size)  # fmt: skip
+                                 share_kv_maps=self.share_kv_maps, chunk_size=self.chunk_size,
+                                 **self.attention_options)  # fmt: skip
         self.student.requires_grad_(False)
         for name, parameter in self.trainable_parameters():
             parameter.requires_grad_(True)
@@ -128,8 +141,9 @@ class StudentModule(L.LightningModule):
                 offset += n
 
     def trainable_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
-        """(name, parameter) pairs this phase trains (default: the feature maps of the linear twins)."""
-        return [(n, p) for n, p in self.student.named_parameters() if ".lit_dof.linear.feature_map." in n]
+        """(name, parameter) pairs this phase trains (default: the linear twins' feature maps, and their far-term
+        weights where they have a sliding window)."""
+        return [(n, p) for n, p in self.student.named_parameters() if ".lit_dof.linear." in n]
 
     # -- checkpoints: only what training changes -------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:

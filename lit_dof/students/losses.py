@@ -7,7 +7,10 @@ R ≤ T scored query rows, M features, d head size.
 
 * **softmax** (paper §3, "softmax loss"): cross-entropy between the teacher's causal attention rows
   p_i = softmax_{j≤i}(q_iᵀk_j/√d) and the twin's normalised rows p̂_i ∝ K̂(q_i, k_j), averaged over rows
-  and heads. We return KL(p‖p̂) = CE − H(p): the same gradient, and 0 at a perfect match.
+  and heads. We return KL(p‖p̂) = CE − H(p): the same gradient, and 0 at a perfect match. For a
+  sliding-window twin (:class:`~lit_dof.attention.SlidingWindowLinearAttention`) p̂_i is its whole row —
+  exact softmax terms on the window and sinks, e^β K̂ on older keys, one normaliser — so the feature map
+  and β learn exactly what the window leaves unexplained.
 * **output** (:func:`attention_output_loss`, Distill-then-Replace's blockwise objective): relative squared
   error of the twin's attention output against the teacher's, on the teacher's q/k/v.
 * **l2** (paper §3, "L2 loss"): mean squared error between K(q, k) = exp(qᵀk/√d) and K̂(q, k) over all
@@ -26,7 +29,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lit_dof.attention import CausalLinearAttention
+from lit_dof.attention import CausalLinearAttention, SlidingWindowLinearAttention
+from lit_dof.attention.naive import sliding_window_masks
 
 LossKind = Literal["softmax", "l2", "output"]
 
@@ -98,10 +102,16 @@ def attention_distillation_loss(
         a 0-d float32 tensor.
 
     Raises:
-        ValueError: unknown ``kind``; FloatingPointError: a non-finite loss (names the layer's inputs).
+        ValueError: unknown ``kind``, ``l2`` for a sliding-window twin, or a sliding-window twin without a far
+            term; FloatingPointError: a non-finite loss (names the layer's inputs).
     """
     if kind not in ("softmax", "l2"):
         raise ValueError(f"loss kind must be 'softmax' or 'l2', got {kind!r}")
+    windowed = isinstance(twin, SlidingWindowLinearAttention)
+    if windowed and kind == "l2":
+        raise ValueError("the l2 kernel loss is not defined for sliding-window twins: use loss 'softmax' or 'output'")
+    if windowed and not twin.far_term:
+        raise ValueError("a sliding-window twin without a far term has nothing to distil (its KL is infinite)")
     B, Hq, T, d = q.shape
     G = q.shape[1] // k.shape[1]
     q, k = q.detach(), k.detach()
@@ -112,12 +122,16 @@ def attention_distillation_loss(
     k_full = k.repeat_interleave(G, dim=1)
     logits = (q_r.double() if kind == "l2" else q_r.float()) @ k_full.to(
         torch.float64 if kind == "l2" else torch.float32).transpose(-1, -2) / math.sqrt(d)  # (B, Hq, R, T)
-    log_q, log_k = _twin_log_features(twin, q_r, k, exact=kind == "l2")
-    log_khat = log_kernel_scores(log_q.float(), log_k.float())
+    log_khat = None
+    if not windowed or twin.far_term:
+        log_q, log_k = _twin_log_features(twin, q_r, k, exact=kind == "l2" or windowed)
+        log_khat = log_kernel_scores(log_q.float(), log_k.float())
     if kind == "softmax":
         causal = rows[:, None] >= torch.arange(T, device=q.device)[None, :]  # (R, T)
         allowed = (causal[None] & valid[:, None, :])[:, None]  # (B, 1, R, T)
         log_p = logits.masked_fill(~allowed, float("-inf")).log_softmax(-1)
+        if windowed:
+            log_khat = _windowed_scores(twin, logits, log_khat, rows, T)
         log_phat = log_khat.masked_fill(~allowed, float("-inf")).log_softmax(-1)
         p = log_p.exp()
         kl = (p * (log_p - log_phat)).masked_fill(~allowed, 0.0).sum(-1)  # (B, Hq, R)
@@ -133,6 +147,20 @@ def attention_distillation_loss(
             f"{q.abs().max().item():.3g}, max |k| {k.abs().max().item():.3g}) and the feature map's parameters"
         )
     return loss
+
+
+def _windowed_scores(
+    twin: SlidingWindowLinearAttention, logits: Tensor, log_khat: Tensor | None, rows: Tensor, T: int
+) -> Tensor:
+    """The log-terms of a sliding-window twin's rows ``(B, Hq, R, T)``: the teacher's logits on exact pairs,
+    ``β_h + log K̂`` on far pairs, ``-inf`` elsewhere (:func:`~lit_dof.attention.naive.sliding_window_masks`)."""
+    exact, far = (m[rows] for m in sliding_window_masks(T, twin.window, twin.sink_tokens, device=logits.device))
+    scores = torch.full_like(logits, float("-inf"))
+    if log_khat is not None:
+        if twin.log_mix is not None:
+            log_khat = log_khat + twin.log_mix.float()[None, :, None, None]
+        scores = log_khat.masked_fill(~far, float("-inf"))
+    return torch.where(exact, logits, scores)
 
 
 def output_error_sums(

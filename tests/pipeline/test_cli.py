@@ -73,6 +73,30 @@ def test_method_swap_is_config_only(tmp_path, method, feature_map, strategy):
     assert torch.isfinite(metrics["val/ppl_student"]) and torch.isfinite(metrics["val/ppl_teacher"])
 
 
+@pytest.mark.parametrize(
+    "method, sinks, far_term",
+    [("methods/swa_linear.yaml", 0, True), ("methods/swa_sink_linear.yaml", 4, True), ("methods/swa_sink.yaml", 4, False)],
+)
+def test_sliding_window_methods_fit_and_export(tmp_path, method, sinks, far_term):
+    """Window + linear recipes train the feature maps and the far-term weights in the windowed configuration
+    (layer-wise, then the end-to-end tail); the window-only controls train nothing. The window is cut to 16
+    so that the 64-token test blocks have a far part."""
+    cli, log_dir = _run(tmp_path, method, extra=["--model.init_args.window=16"])
+    student = load_student(log_dir / "student")
+    assert (student.config.window, student.config.sink_tokens, student.config.far_term) == (16, sinks, far_term)
+    twins = student.linear_modules()
+    assert {type(t).__name__ for t in twins.values()} == {"SlidingWindowLinearAttention"}
+    assert all(t.window == 16 and t.sink_tokens == sinks for t in twins.values())
+    if far_term:
+        assert all(t.log_mix is not None and t.log_mix.abs().sum() > 0 for t in twins.values())  # β trained
+        report = json.loads((log_dir / "dof.json").read_text())  # DoF-allocated dims, the quickstart's floor of 8
+        assert student.feature_dims == [max(8, m) for m in report["allocations"]["dof"]]
+    else:
+        assert all(t.log_mix is None for t in twins.values())
+    metrics = cli.trainer.callback_metrics
+    assert torch.isfinite(metrics["val/ppl_student"]) and torch.isfinite(metrics["val/ppl_teacher"])
+
+
 def test_allocator_budget_scales_every_strategy(tmp_path):
     """``allocator.budget`` = mean dim per layer: Fix gets it everywhere, DoF keeps the total L · budget."""
     fix, _ = _run(tmp_path / "fix", "methods/fix.yaml", steps=1, extra=["--allocator.budget=6"])

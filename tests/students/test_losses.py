@@ -142,3 +142,47 @@ def test_output_loss_matches_explicit_reference():
     assert float(loss) == pytest.approx(err / norm, rel=1e-4)
     loss.backward()
     assert twin.feature_map.z.grad is not None and twin.feature_map.z.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("sinks", [0, 2], ids=["w3", "w3-s2"])
+def test_windowed_softmax_loss_is_kl_to_the_twins_whole_rows(sinks):
+    """KL(teacher row ‖ the sliding-window twin's row), the twin's row read off the float64 reference with
+    one-hot values (its output is then the attention matrix); padding excluded."""
+    from lit_dof.attention import SlidingWindowLinearAttention
+    from lit_dof.attention.naive import naive_sliding_window_attention
+
+    torch.manual_seed(4)
+    fm = LearnedPRF(8, 2, 16, seed=4)
+    twin = SlidingWindowLinearAttention(fm, 4, 2, window=3, sink_tokens=sinks)
+    with torch.no_grad():
+        twin.log_mix.normal_()
+    B, T = 2, 10
+    q, k = 1.5 * torch.randn(B, 4, T, 8), 1.5 * torch.randn(B, 2, T, 8)
+    valid = torch.ones(B, T, dtype=torch.bool)
+    valid[1, :2] = False
+    loss = attention_distillation_loss(twin, q, k, valid, kind="softmax")
+    onehot = torch.eye(T, dtype=torch.float64).expand(B, 2, T, T)
+    lq, lk = fm.log_features(q.reshape(B, 2, 2 * T, 8)).view(B, 4, T, -1), fm.log_features(k)
+    mix = twin.log_mix.detach()
+    p_hat = naive_sliding_window_attention(q.double(), k.double(), onehot, lq, lk, window=3, sink_tokens=sinks,
+                                           log_mix=mix, key_padding_mask=valid)  # fmt: skip
+    logits = (q.double() @ k.double().repeat_interleave(2, 1).transpose(-1, -2) / math.sqrt(8))
+    allowed = torch.ones(T, T).tril().bool()[None, None] & valid[:, None, None, :]
+    p = logits.masked_fill(~allowed, -torch.inf).softmax(-1)
+    kl = torch.where(allowed, p * (p.clamp_min(1e-300).log() - p_hat.clamp_min(1e-300).log()), 0).sum(-1)
+    rows = valid[:, None, :].expand_as(kl)
+    torch.testing.assert_close(loss.double(), kl[rows].mean(), rtol=1e-4, atol=1e-6)
+    loss.backward()
+    assert fm.z.grad.abs().sum() > 0 and twin.log_mix.grad.abs().sum() > 0
+
+
+def test_windowed_twin_refuses_what_is_undefined():
+    from lit_dof.attention import SlidingWindowLinearAttention
+
+    q, k = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8)
+    twin = SlidingWindowLinearAttention(LearnedPRF(8, 2, 4), 4, 2, window=3)
+    with pytest.raises(ValueError, match="not defined for sliding-window"):
+        attention_distillation_loss(twin, q, k, kind="l2")
+    alone = SlidingWindowLinearAttention(LearnedPRF(8, 2, 4), 4, 2, window=3, far_term=False)
+    with pytest.raises(ValueError, match="nothing to distil"):
+        attention_distillation_loss(alone, q, k)
