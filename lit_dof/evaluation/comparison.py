@@ -9,7 +9,8 @@ finished:
   log/checkpoint paths land there; a killed fit resumes with ``--ckpt_path last``); ``fit.json`` records
   its wall time (summed over attempts), steps, tokens seen, dims, λ, J and the validation curve;
 * ``eval/<task>.json``: zero-shot lm-eval results per task (:func:`~lit_dof.evaluation.harness.evaluate_model`);
-* ``ppl.json``: sliding-window perplexity on the held-out Wikipedia documents.
+* ``ppl.json``: sliding-window perplexity on the held-out documents, and perplexity by token position in
+  disjoint ``ppl_window`` blocks (``by_position``, buckets 0–63 / 64–255 / 256–511 for 512).
 
 :func:`write_report` gathers every finished cell into ``comparison.json``, ``comparison.md`` (methods ×
 tasks, average, perplexity, budget, λ, J, tokens, wall time, and the fraction of the teacher–Performer
@@ -84,6 +85,14 @@ ROWS: dict[str, Row] = {r.name: r for r in [
     Row("direct", ("methods/dof.yaml", "methods/direct.yaml"), note="end-to-end next-token loss, DoF dims"),
     Row("dijiang", ("methods/dijiang.yaml",), note="DCT features, uniform M"),
     Row("hedgehog", ("methods/hedgehog.yaml",), note="softmax-of-linear features, uniform M"),
+    # Sliding-window rows: the untrained controls (the teacher behind a 64-token window, with and without 4
+    # attention sinks) and the window + linear recipes measured against the window-plus-sink control.
+    Row("swa_only", ("methods/swa_only.yaml",), note="window 64, nothing trained", reference="swa_sink"),
+    Row("swa_sink", ("methods/swa_sink.yaml",), note="window 64 + 4 sinks, nothing trained", reference="swa_sink"),
+    Row("swa_linear", ("methods/swa_linear.yaml",), note="window 64 + learned PRF far term, DoF dims",
+        reference="swa_sink"),
+    Row("swa_sink_linear", ("methods/swa_sink_linear.yaml",), note="window 64 + 4 sinks + learned PRF far term, "
+        "DoF dims", reference="swa_sink"),
     # The λ study (METHOD.md §2): DoF at fixed absolute λ and with the relative rule, next to "dof" (auto).
     Row("dof_lam2^48", ("methods/dof.yaml",), ("--dof.lam=281474976710656",), note="λ = 2^48"),
     Row("dof_lam2^56", ("methods/dof.yaml",), ("--dof.lam=72057594037927936",), note="λ = 2^56"),
@@ -255,7 +264,7 @@ class Comparison:
     def perplexity(self, row: Row, budget: int) -> dict:
         """Sliding-window perplexity on the held-out documents of the corpus (``ppl.json``)."""
         from lit_dof.evaluation.cli import load_model
-        from lit_dof.evaluation.perplexity import corpus_perplexity
+        from lit_dof.evaluation.perplexity import corpus_perplexity, heldout_documents, position_perplexity, text_tokens
 
         path = self.cell_dir(row, budget) / "ppl.json"
         if path.is_file():
@@ -267,6 +276,9 @@ class Comparison:
         start = time.time()
         result = corpus_perplexity(model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window,
                                    stride=self.ppl_stride)  # fmt: skip
+        tokens = text_tokens(heldout_documents(corpus), tokenizer, self.ppl_tokens)
+        edges = [e for e in (0, 64, 256) if e < self.ppl_window] + [self.ppl_window]
+        result["by_position"] = position_perplexity(model, tokens, block=self.ppl_window, edges=edges)
         result.update(seconds=time.time() - start, device=self.device_label())
         atomic_write_json(path, result)
         return result

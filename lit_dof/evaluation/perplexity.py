@@ -11,8 +11,9 @@ length. Smaller strides give more context at ≈ window / stride × the cost. NL
 
 from __future__ import annotations
 
+import math
 import os
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import torch
 from torchmetrics.text import Perplexity
@@ -119,3 +120,53 @@ def corpus_perplexity(model, tokenizer, path: str | os.PathLike, *, heldout: boo
     ppl, count = sliding_window_perplexity(model, tokens, window=window, stride=stride, batch_size=batch_size)
     return {"ppl": ppl, "tokens": count, "window": window, "stride": stride or window, "source": str(path),
             "heldout": heldout}  # fmt: skip
+
+
+def position_perplexity(
+    model: torch.nn.Module, tokens: torch.Tensor, *, block: int = 512, edges: Sequence[int] = (0, 64, 256, 512),
+    batch_size: int = 4,
+) -> dict:  # fmt: skip
+    """Perplexity by token position: the stream cut into disjoint blocks of ``block`` tokens, each block
+    scored from its own first token, the NLL pooled over blocks per position bucket.
+
+    Bucket ``[a, b)`` holds the predictions of tokens at positions a..b−1 of a block (position 0 is never
+    predicted), so it shows how a model uses a context of a to b tokens — where a sliding window or a
+    linear far term matters. Partial last blocks are dropped.
+
+    Args:
+        model: a causal LM returning ``.logits`` ``(B, T, V)``.
+        tokens: ``(N,)`` token ids, N ≥ ``block``.
+        block: tokens per block (the context length measured).
+        edges: increasing bucket edges, first 0, last ≤ ``block`` (e.g. ``(0, 64, 256, 512)``).
+        batch_size: blocks per forward.
+
+    Returns:
+        ``{"block", "blocks", "tokens", "ppl", "buckets": {"a-b": {"ppl", "tokens"}}}`` (``"a-b"`` names
+        positions a..b inclusive; ``ppl`` over every scored position).
+
+    Raises:
+        ValueError: fewer than ``block`` tokens, or edges not increasing from 0 within the block.
+    """
+    edges = [int(e) for e in edges]
+    if len(edges) < 2 or edges[0] != 0 or any(b <= a for a, b in zip(edges, edges[1:])) or edges[-1] > block:
+        raise ValueError(f"edges must increase from 0 to at most block={block}, got {edges}")
+    tokens = tokens.reshape(-1).long()
+    blocks = tokens.numel() // block
+    if blocks < 1:
+        raise ValueError(f"need at least block={block} tokens for position perplexity, got {tokens.numel()}")
+    device = next(model.parameters()).device
+    nll = torch.zeros(block - 1, dtype=torch.float64)  # by predicted position 1..block-1
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, blocks, batch_size):
+            ids = tokens[start * block : min(blocks, start + batch_size) * block].view(-1, block).to(device)
+            logits = model(ids, use_cache=False).logits[:, :-1].float()
+            loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # (B, T-1)
+            nll += loss.double().sum(0).cpu()
+    buckets = {}
+    for a, b in zip(edges, edges[1:]):
+        lo, hi = max(a, 1), b  # predicted positions lo..hi-1
+        count = (hi - lo) * blocks
+        buckets[f"{a}-{b - 1}"] = {"ppl": math.exp(float(nll[lo - 1 : hi - 1].sum()) / count), "tokens": count}
+    total = (block - 1) * blocks
+    return {"block": block, "blocks": blocks, "tokens": total, "ppl": math.exp(float(nll.sum()) / total), "buckets": buckets}

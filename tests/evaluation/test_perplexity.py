@@ -48,3 +48,34 @@ def test_perplexity_matches_per_token_reference():
     assert count == 44 and ppl == pytest.approx(expected, rel=1e-4)
     disjoint, _ = sliding_window_perplexity(model, tokens, window=window, batch_size=2)
     assert disjoint != pytest.approx(ppl, rel=1e-6)  # less context, a different number
+
+
+def test_position_perplexity_matches_per_token_reference():
+    """Every bucket's perplexity recomputed token by token: each predicted position scored with exactly its
+    block's preceding tokens as context."""
+    from transformers import AutoModelForCausalLM
+
+    from lit_dof.evaluation.perplexity import position_perplexity
+    from tests.conftest import tiny_config
+
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_config(tiny_config("llama")).eval()
+    tokens = torch.randint(0, model.config.vocab_size, (3 * 10 + 4,))  # 3 blocks of 10 and a dropped remainder
+    result = position_perplexity(model, tokens, block=10, edges=(0, 3, 7, 10), batch_size=2)
+    nll = {(0, 3): [], (3, 7): [], (7, 10): []}
+    with torch.no_grad():
+        for b in range(3):
+            ids = tokens[b * 10 : (b + 1) * 10]
+            for t in range(1, 10):
+                logp = model(ids[None, :t]).logits[0, -1].log_softmax(-1)[ids[t]]
+                nll[next(k for k in nll if k[0] <= t < k[1])].append(-float(logp))
+    for (a, b), values in nll.items():
+        bucket = result["buckets"][f"{a}-{b - 1}"]
+        assert bucket["tokens"] == len(values)
+        assert bucket["ppl"] == pytest.approx(math.exp(sum(values) / len(values)), rel=1e-5)
+    everything = [x for v in nll.values() for x in v]
+    assert result["tokens"] == 27 and result["ppl"] == pytest.approx(math.exp(sum(everything) / 27), rel=1e-5)
+    with pytest.raises(ValueError, match="edges"):
+        position_perplexity(model, tokens, block=10, edges=(0, 5, 11))
+    with pytest.raises(ValueError, match="at least block"):
+        position_perplexity(model, tokens[:5], block=10, edges=(0, 10))
