@@ -39,6 +39,8 @@ class LayerwiseDistillation(StudentModule):
     Args (beyond :class:`~lit_dof.pipeline.module.StudentModule`):
         loss: ``"softmax"``, ``"l2"`` (paper §3) or ``"output"`` (block-output matching, Distill-then-Replace).
         lr_z, lr_alpha, lr: learning rates of z, log α and other feature-map parameters.
+        lr_lora: learning rate of the LoRA adapters (``lora``); like every group it is scaled by
+            ``finetune_lr_ratio`` in the end-to-end tail, the only phase in which they receive gradients.
         warmup_steps: linear warm-up length (optimizer steps). min_lr_ratio: cosine floor.
         query_rows: score this many random query rows per sequence (``None``: all; see the losses module).
         betas, weight_decay: Adam settings.
@@ -58,6 +60,7 @@ class LayerwiseDistillation(StudentModule):
         lr_z: float = 0.02,
         lr_alpha: float = 0.2,
         lr: float = 0.02,
+        lr_lora: float = 1e-3,
         warmup_steps: int = 20,
         min_lr_ratio: float = 0.1,
         query_rows: int | None = None,
@@ -77,7 +80,7 @@ class LayerwiseDistillation(StudentModule):
             raise ValueError(f"finetune_lr_ratio and kd_temperature must be > 0, got {finetune_lr_ratio}, {kd_temperature}")
         self.save_hyperparameters(ignore=["feature_map"])
         self.loss_kind = loss
-        self.lr_z, self.lr_alpha, self.lr = lr_z, lr_alpha, lr
+        self.lr_z, self.lr_alpha, self.lr, self.lr_lora = lr_z, lr_alpha, lr, lr_lora
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
         self.query_rows, self.betas, self.weight_decay = query_rows, betas, weight_decay
         self.finetune_fraction, self.finetune_lr_ratio, self.kd_temperature = finetune_fraction, finetune_lr_ratio, kd_temperature
@@ -176,11 +179,11 @@ class LayerwiseDistillation(StudentModule):
         return total if total.requires_grad else None  # nothing trainable (e.g. Performer): just log
 
     def configure_optimizers(self):
-        groups: dict[str, list] = {"z": [], "log_alpha": [], "other": []}
+        groups: dict[str, list] = {"z": [], "log_alpha": [], "other": [], "lora": []}
         for name, parameter in self.trainable_parameters():
             leaf = name.rsplit(".", 1)[-1]
-            groups[leaf if leaf in ("z", "log_alpha") else "other"].append(parameter)
-        lrs = {"z": self.lr_z, "log_alpha": self.lr_alpha, "other": self.lr}
+            groups["lora" if ".lora_" in name else leaf if leaf in ("z", "log_alpha") else "other"].append(parameter)
+        lrs = {"z": self.lr_z, "log_alpha": self.lr_alpha, "other": self.lr, "lora": self.lr_lora}
         params = [{"params": p, "lr": lrs[g], "name": g} for g, p in groups.items() if p]
         if not params:
             return None  # e.g. Performer: nothing to train (validation and export still run)

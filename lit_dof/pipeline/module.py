@@ -19,6 +19,7 @@ import torch
 from torchmetrics.text import Perplexity
 
 from lit_dof.attention import FeatureMap, LearnedPRF
+from lit_dof.students.lora import LoRA, add_lora, merge_lora
 from lit_dof.students.modeling import LitDofForCausalLM, linearize
 from lit_dof.teacher.families import attention_layers
 
@@ -43,6 +44,8 @@ class StudentModule(L.LightningModule):
         far_term: with a window, keep the linear far term (``False``: the window and sinks alone, a control
             with nothing to train).
         learn_mix: with a window, train a per-head log-weight of the far term.
+        lora: low-rank adapters on the teacher's projections (:class:`~lit_dof.students.lora.LoRA`), trained
+            by the end-to-end objective and merged into the weights at export; ``None``: none.
         seq_len: training block length in tokens (linked from ``data.seq_len`` by the CLI).
         export_dir: where ``fit`` writes the student (default ``<log_dir>/student``); ``""`` disables.
     """
@@ -59,6 +62,7 @@ class StudentModule(L.LightningModule):
         sink_tokens: int = 0,
         far_term: bool = True,
         learn_mix: bool = True,
+        lora: LoRA | None = None,
         seq_len: int = 512,
         export_dir: str | None = None,
     ) -> None:
@@ -69,6 +73,7 @@ class StudentModule(L.LightningModule):
         self.feature_dim = feature_dim
         self.softmax_layers = list(softmax_layers)
         self.share_kv_maps, self.chunk_size, self.seq_len = share_kv_maps, chunk_size, seq_len
+        self.lora = lora
         self.attention_options = {"window": window, "sink_tokens": sink_tokens, "far_term": far_term, "learn_mix": learn_mix}
         self.export_dir = export_dir
         self.student: LitDofForCausalLM | None = None
@@ -98,6 +103,8 @@ class StudentModule(L.LightningModule):
                                  share_kv_maps=self.share_kv_maps, chunk_size=self.chunk_size,
                                  **self.attention_options)  # fmt: skip
         self.student.requires_grad_(False)
+        if self.lora is not None:
+            add_lora(self.student.model, self.lora)
         for name, parameter in self.trainable_parameters():
             parameter.requires_grad_(True)
         mesh = self._lightning_device_mesh()
@@ -115,6 +122,9 @@ class StudentModule(L.LightningModule):
         replicated (they are small and their losses run outside the layers' forward), all-reducing their
         gradients in :meth:`on_after_backward`."""
         from torch.distributed.fsdp import fully_shard
+
+        if self.lora is not None:
+            raise NotImplementedError("LoRA under ModelParallelStrategy (FSDP2) is not supported yet: use DDP for `lora`")
 
         dp = mesh["data_parallel"] if mesh.mesh_dim_names and "data_parallel" in mesh.mesh_dim_names else mesh
         named_twins = [(n, p) for n, p in self.student.named_parameters() if ".lit_dof." in n]
@@ -142,8 +152,8 @@ class StudentModule(L.LightningModule):
 
     def trainable_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
         """(name, parameter) pairs this phase trains (default: the linear twins' feature maps, and their far-term
-        weights where they have a sliding window)."""
-        return [(n, p) for n, p in self.student.named_parameters() if ".lit_dof.linear." in n]
+        weights where they have a sliding window, and LoRA adapters when ``lora`` is set)."""
+        return [(n, p) for n, p in self.student.named_parameters() if ".lit_dof.linear." in n or ".lora_" in n]
 
     # -- checkpoints: only what training changes -------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -204,6 +214,7 @@ class StudentModule(L.LightningModule):
 
             state_dict = get_model_state_dict(self.student, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.trainer.is_global_zero:
+            merge_lora(self.student.model)  # plain weights: the exported student loads without peft
             self.student.save_pretrained(target, state_dict=state_dict)
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(target)

@@ -29,6 +29,7 @@ from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFacto
 from lit_dof.interface import AttentionSlot
 from lit_dof.io import atomic_directory
 from lit_dof.students.cache import student_cache
+from lit_dof.students.lora import has_adapters, set_adapters_enabled
 from lit_dof.students.surgery import (
     attach_linear_attention,
     feature_map_class,
@@ -156,13 +157,18 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
     @contextlib.contextmanager
     def teacher_mode(self):
         """Within the block every layer runs the teacher's softmax attention (the student *is* the teacher:
-        the projections are shared), e.g. for the teacher forward of layer-wise distillation."""
+        the projections are shared) and LoRA adapters, if any, are off — e.g. for the teacher forward of
+        distillation."""
         saved = list(self.config.softmax_layers)
+        adapters = has_adapters(self.model)
         self.set_softmax_layers(range(len(self.config.feature_dims)))
+        set_adapters_enabled(self.model, False)
         try:
             yield self
         finally:
             self.set_softmax_layers(saved)
+            if adapters:
+                set_adapters_enabled(self.model, True)
 
     def linear_modules(self):
         """``{layer index: CausalLinearAttention}`` for every layer with a twin."""

@@ -97,6 +97,29 @@ def test_sliding_window_methods_fit_and_export(tmp_path, method, sinks, far_term
     assert torch.isfinite(metrics["val/ppl_student"]) and torch.isfinite(metrics["val/ppl_teacher"])
 
 
+@pytest.mark.parametrize("method, window", [("methods/lolcats.yaml", 16), ("methods/lora.yaml", 0)])
+def test_lora_recipes_train_adapters_in_the_tail_and_export_merged(tmp_path, method, window):
+    """LoRA adapters stay zero through the layer-wise steps, train in the end-to-end tail, are kept in the
+    (teacher-free) checkpoint and merged into the exported student, which loads without peft."""
+    from lit_dof.teacher.loading import load_teacher
+    from tests.conftest import TINYSTORIES
+
+    extra = [f"--model.init_args.window={window}"] if window else []
+    cli, log_dir = _run(tmp_path, method, steps=3, extra=extra)  # 2 layer-wise steps, 1 tail step
+    names = [n for n, _ in cli.model.trainable_parameters()]
+    assert not any(".lora_" in n for n in names)  # merged at export: the adapters are gone from the model
+    checkpoint = torch.load(next(Path(tmp_path).rglob("last.ckpt")), weights_only=False)["state_dict"]
+    lora = [k for k in checkpoint if ".lora_" in k]
+    assert lora and all(".lit_dof." in k or ".lora_" in k for k in checkpoint)  # no teacher weights
+    assert any(checkpoint[k].abs().sum() > 0 for k in lora if ".lora_B." in k)  # B left 0 only by no training
+    student = load_student(log_dir / "student")
+    assert not any("lora" in k for k in student.state_dict())
+    teacher, _ = load_teacher(TINYSTORIES)
+    q_student = student.model.model.layers[0].self_attn.q_proj.weight
+    assert not torch.equal(q_student, teacher.model.layers[0].self_attn.q_proj.weight)  # the merged update
+    assert student.config.window == window
+
+
 def test_allocator_budget_scales_every_strategy(tmp_path):
     """``allocator.budget`` = mean dim per layer: Fix gets it everywhere, DoF keeps the total L · budget."""
     fix, _ = _run(tmp_path / "fix", "methods/fix.yaml", steps=1, extra=["--allocator.budget=6"])

@@ -1,0 +1,68 @@
+"""LoRA through peft: adapters leave the teacher untouched, change the student, merge exactly into plain
+weights, and the merged student saves and loads without peft."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from lit_dof.attention import LearnedPRF
+from lit_dof.students import linearize, load_student
+from lit_dof.students.lora import LoRA, add_lora, has_adapters, merge_lora, set_adapters_enabled
+from tests.conftest import tiny_model
+
+
+def _student_with_trained_lora(seed=0):
+    student = linearize(tiny_model("llama"), LearnedPRF, 8, window=4)
+    names = add_lora(student.model, LoRA(rank=2, alpha=4.0))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in student.model.named_parameters():
+            if ".lora_B." in name:  # B starts at 0 (no change); give it a value as training would
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+    return student, names
+
+
+@torch.no_grad()
+def test_adapters_change_the_student_but_not_its_teacher():
+    teacher = tiny_model("llama")
+    ids = torch.randint(3, 97, (2, 11))
+    reference = teacher(ids).logits
+    student, names = _student_with_trained_lora()
+    assert names and all(".lora_" in n for n in names)
+    assert {n.split(".")[-4] for n in names} == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    with student.teacher_mode():
+        torch.testing.assert_close(student(ids).logits, reference)  # adapters off: the frozen teacher
+    assert has_adapters(student.model)  # and back on after the block
+    with student.teacher_mode():
+        pass
+    adapted = student(ids).logits
+    set_adapters_enabled(student.model, False)
+    plain = student(ids).logits
+    set_adapters_enabled(student.model, True)
+    torch.testing.assert_close(student(ids).logits, adapted)
+    assert not torch.allclose(adapted, plain)
+
+
+@torch.no_grad()
+def test_merge_is_exact_and_the_saved_student_needs_no_peft(tmp_path):
+    student, _ = _student_with_trained_lora(seed=1)
+    ids = torch.randint(3, 97, (1, 13))
+    before = student(ids).logits
+    assert merge_lora(student.model) == 3 * 4  # 3 layers × q/k/v/o
+    assert not has_adapters(student.model)
+    assert all(type(m) is nn.Linear for n, m in student.named_modules() if n.endswith(("q_proj", "o_proj")))
+    torch.testing.assert_close(student(ids).logits, before, rtol=1e-5, atol=1e-5)
+    student.save_pretrained(tmp_path / "s")
+    loaded = load_student(tmp_path / "s")
+    assert not any("lora" in k for k in loaded.state_dict())
+    torch.testing.assert_close(loaded(ids).logits, before, rtol=1e-5, atol=1e-5)
+    assert merge_lora(loaded.model) == 0
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="rank"):
+        LoRA(rank=0)
+    with pytest.raises(ValueError, match="dropout"):
+        LoRA(dropout=1.0)
