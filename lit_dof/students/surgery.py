@@ -9,9 +9,11 @@ No modeling file is copied or patched.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -69,6 +71,7 @@ def attach_linear_attention(
     softmax_layers: Iterable[int] = (),
     share_kv_maps: bool = True,
     chunk_size: int = 64,
+    seed: int | None = None,
 ) -> list[AttentionLayer]:
     """Attach a linear twin to every linearisable attention layer of ``model`` (in place).
 
@@ -79,6 +82,9 @@ def attach_linear_attention(
         softmax_layers: layer indices that keep softmax attention (switchable later).
         share_kv_maps: one φ per KV head (default; state ÷ GQA group) or one per query head.
         chunk_size: chunk size of the parallel form.
+        seed: when given, each layer's feature map draws its initial values from the CPU generator seeded with
+            :func:`layer_seed` ``(seed, layer index)``, so processes that consumed different random numbers
+            before still build identical twins; ``None``: the global RNG as it stands.
 
     Returns:
         the model's :class:`~lit_dof.teacher.families.AttentionLayer` list.
@@ -96,7 +102,7 @@ def attach_linear_attention(
         reference = next(module.parameters())
         # Built on the CPU (feature-map inits draw random/QMC numbers there), then moved next to the teacher;
         # under from_pretrained that is the meta device and the checkpoint fills the values in.
-        with torch.device("cpu"):
+        with torch.device("cpu"), _seeded(None if seed is None else layer_seed(seed, layer.index)):
             linear = CausalLinearAttention.from_factory(
                 feature_map_factory, layer.head_dim, dims[layer.index], layer.num_heads, layer.num_kv_heads,
                 share_kv_maps=share_kv_maps, chunk_size=chunk_size,
@@ -106,6 +112,23 @@ def attach_linear_attention(
         install_cache_hook(module)
     model.set_attn_implementation(ATTN_IMPLEMENTATION)
     return layers
+
+
+def layer_seed(seed: int, index: int) -> int:
+    """The seed of layer ``index``'s twin, derived from a run ``seed`` (≥ 0) by numpy's ``SeedSequence``."""
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None) -> Iterator[None]:
+    """Within the block the global CPU generator is seeded with ``seed`` (no-op for ``None``); its state is
+    restored afterwards, so the caller's random stream is not disturbed."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        yield
 
 
 def set_softmax_layers(model: nn.Module, softmax_layers: Iterable[int]) -> list[int]:
