@@ -48,6 +48,13 @@ class StudentModule(L.LightningModule):
             by the end-to-end objective and merged into the weights at export; ``None``: none.
         seq_len: training block length in tokens (linked from ``data.seq_len`` by the CLI).
         export_dir: where ``fit`` writes the student (default ``<log_dir>/student``); ``""`` disables.
+        seed: seed of the twins' initial values, one derived seed per layer
+            (:func:`~lit_dof.students.surgery.layer_seed`), so every rank builds the same twins whatever random
+            numbers it drew before (rank 0 alone samples the DoF batches); default: the run's seed
+            (``seed_everything``, read as ``torch.initial_seed()``).
+
+    Checkpoints hold what training changes (:meth:`state_dict`): the frozen teacher is reloaded from the
+    teacher on resume, so loading is never strict.
     """
 
     def __init__(
@@ -65,6 +72,7 @@ class StudentModule(L.LightningModule):
         lora: LoRA | None = None,
         seq_len: int = 512,
         export_dir: str | None = None,
+        seed: int | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["feature_map"])
@@ -75,7 +83,8 @@ class StudentModule(L.LightningModule):
         self.share_kv_maps, self.chunk_size, self.seq_len = share_kv_maps, chunk_size, seq_len
         self.lora = lora
         self.attention_options = {"window": window, "sink_tokens": sink_tokens, "far_term": far_term, "learn_mix": learn_mix}
-        self.export_dir = export_dir
+        self.export_dir, self.seed = export_dir, seed
+        self.strict_loading = False  # before any load: sharded (DCP) loads read it before on_load_checkpoint
         self.student: LitDofForCausalLM | None = None
         self.tokenizer = None
         self.feature_dims: list[int] | None = None  # set by FeatureDimAllocator
@@ -99,8 +108,9 @@ class StudentModule(L.LightningModule):
                     callback.on_teacher_ready(trainer, self, teacher)
         layers = attention_layers(teacher)
         dims = self.feature_dims or [self.feature_dim or layers[0].head_dim] * len(layers)
+        seed = torch.initial_seed() if self.seed is None else self.seed
         self.student = linearize(teacher, self.feature_map, dims, softmax_layers=self.softmax_layers,
-                                 share_kv_maps=self.share_kv_maps, chunk_size=self.chunk_size,
+                                 share_kv_maps=self.share_kv_maps, chunk_size=self.chunk_size, seed=seed,
                                  **self.attention_options)  # fmt: skip
         self.student.requires_grad_(False)
         if self.lora is not None:
@@ -119,8 +129,9 @@ class StudentModule(L.LightningModule):
 
     def _shard(self, mesh) -> None:
         """FSDP2: shard the teacher at its decoder-layer class (``_no_split_modules``); keep the twins
-        replicated (they are small and their losses run outside the layers' forward), all-reducing their
-        gradients in :meth:`on_after_backward`."""
+        replicated (they are small and their losses run outside the layers' forward): broadcast from the
+        group's rank 0 here (FSDP leaves ignored parameters alone), gradients all-reduced in
+        :meth:`on_after_backward`."""
         from torch.distributed.fsdp import fully_shard
 
         if self.lora is not None:
@@ -136,19 +147,15 @@ class StudentModule(L.LightningModule):
         fully_shard(self.student, mesh=dp, ignored_params=twins)
         self._replicated = [p for _, p in sorted(named_twins, key=lambda item: item[0]) if p.requires_grad]  # same order on every rank
         self._replicated_group = dp.get_group()
+        twin_states = sorted([(n, t) for n, t in [*named_twins, *self.student.named_buffers()] if ".lit_dof." in n],
+                             key=lambda item: item[0])  # fmt: skip
+        twins_now = [t.detach() for _, t in twin_states]
+        _coalesced(twins_now, torch.distributed.broadcast, group_src=0, group=self._replicated_group)
 
     def on_after_backward(self) -> None:
         replicated = [p for p in getattr(self, "_replicated", ()) if p.grad is not None]
         if replicated and torch.distributed.is_initialized():
-            # One coalesced all-reduce (SUM, then divide: gloo has no AVG) of the replicated twins' gradients.
-            flat = torch.cat([p.grad.reshape(-1) for p in replicated])
-            torch.distributed.all_reduce(flat, group=self._replicated_group)
-            flat /= torch.distributed.get_world_size(self._replicated_group)
-            offset = 0
-            for p in replicated:
-                n = p.grad.numel()
-                p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
-                offset += n
+            _coalesced([p.grad for p in replicated], _all_reduce_mean, group=self._replicated_group)
 
     def trainable_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
         """(name, parameter) pairs this phase trains (default: the linear twins' feature maps, and their far-term
@@ -156,17 +163,33 @@ class StudentModule(L.LightningModule):
         return [(n, p) for n, p in self.student.named_parameters() if ".lit_dof.linear." in n or ".lora_" in n]
 
     # -- checkpoints: only what training changes -------------------------------------------------------------
+    def state_dict(self, *args, **kwargs) -> dict:
+        """``nn.Module.state_dict`` without the frozen teacher.
+
+        The teacher's weights are reloaded from the teacher on resume (a 135M teacher would add 540 MB to every
+        checkpoint, an 8B one 32 GB). Every checkpoint path goes through here: Lightning's ``torch.save`` under
+        DDP and, under ModelParallelStrategy, both the sharded (DCP) save and the keys its load asks for
+        (``get_model_state_dict``), so a twins-only checkpoint loads there too.
+
+        Args:
+            *args, **kwargs: those of :meth:`torch.nn.Module.state_dict`.
+
+        Returns:
+            the linear twins' entries (``.lit_dof.``) and the parameters this phase trains.
+        """
+        state = super().state_dict(*args, **kwargs)
+        if self.student is None:
+            return state
+        prefix = kwargs.get("prefix", args[1] if len(args) > 1 else "")
+        trainable = {f"{prefix}student.{name}" for name, _ in self.trainable_parameters()}
+        for key in [k for k in state if k.startswith(prefix) and ".lit_dof." not in k and k not in trainable]:
+            del state[key]
+        return state
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Keep the linear twins and trainable parameters; the frozen teacher weights are reloaded from the
-        teacher on resume (a 135M teacher would add 540 MB to every checkpoint, an 8B one 32 GB)."""
-        trainable = {name for name, _ in self.trainable_parameters()}
-        checkpoint["state_dict"] = {
-            k: v for k, v in checkpoint["state_dict"].items() if ".lit_dof." in k or k.removeprefix("student.") in trainable
-        }
         checkpoint["lit_dof_feature_dims"] = self.student.feature_dims
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self.strict_loading = False  # the teacher's weights come from the teacher, not the checkpoint
         dims = checkpoint.get("lit_dof_feature_dims")
         if dims is not None and self.student is not None and dims != self.student.feature_dims:
             raise ValueError(
@@ -219,3 +242,22 @@ class StudentModule(L.LightningModule):
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(target)
         self.exported_to = target
+
+
+def _coalesced(tensors: list[torch.Tensor], collective: Callable, **kwargs) -> None:
+    """Run ``collective(flat, **kwargs)`` (an in-place ``torch.distributed`` collective) once on the
+    concatenation of ``tensors`` and copy the result back into them (nothing to do for none)."""
+    if not tensors:
+        return
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    collective(flat, **kwargs)
+    offset = 0
+    for t in tensors:
+        t.copy_(flat[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()
+
+
+def _all_reduce_mean(tensor: torch.Tensor, group) -> None:
+    """All-reduce ``tensor`` to its mean over ``group``: SUM, then divide (gloo has no AVG)."""
+    torch.distributed.all_reduce(tensor, group=group)
+    tensor /= torch.distributed.get_world_size(group)

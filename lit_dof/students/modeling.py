@@ -106,6 +106,8 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
         teacher: an already-loaded teacher to wrap in place (its weights are kept); ``None`` builds the
             architecture from ``config.text_config``.
         feature_map_factory: factory for fresh twins (default: the class in ``config.feature_map``).
+        seed: per-layer seed of fresh twins' initial values (see
+            :func:`~lit_dof.students.surgery.attach_linear_attention`); ``None``: the global RNG.
     """
 
     config_class = LitDofConfig
@@ -120,6 +122,7 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
         config: LitDofConfig,
         teacher: PreTrainedModel | None = None,
         feature_map_factory: FeatureMapFactory | None = None,
+        seed: int | None = None,
     ) -> None:
         super().__init__(config)
         if config.text_config is None:
@@ -133,7 +136,7 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
         attach_linear_attention(
             self.model, feature_map_factory, config.feature_dims, softmax_layers=config.softmax_layers,
             share_kv_maps=config.share_kv_maps, chunk_size=config.chunk_size, window=config.window,
-            sink_tokens=config.sink_tokens, far_term=config.far_term, learn_mix=config.learn_mix,
+            sink_tokens=config.sink_tokens, far_term=config.far_term, learn_mix=config.learn_mix, seed=seed,
         )  # fmt: skip
         if teacher is not None and getattr(teacher, "generation_config", None) is not None:
             self.generation_config = teacher.generation_config
@@ -244,6 +247,7 @@ def linearize(
     sink_tokens: int = 0,
     far_term: bool = True,
     learn_mix: bool = True,
+    seed: int | None = None,
 ) -> LitDofForCausalLM:
     """Replace every softmax attention layer of ``model`` by linear attention (paper §3; METHOD.md §1).
 
@@ -257,8 +261,9 @@ def linearize(
             feature-map class is one (``linearize(m, PerformerFeatureMap, dims)``).
         feature_dims: M_s per attention layer, or one int for all (the "Fix" baseline: the head size).
         softmax_layers: layers kept softmax (hybrids); switch later with ``set_softmax_layers``.
-        share_kv_maps, chunk_size, window, sink_tokens, far_term, learn_mix: see
-            :func:`~lit_dof.students.surgery.attach_linear_attention` (``window > 0``: sliding-window + linear).
+        share_kv_maps, chunk_size, window, sink_tokens, far_term, learn_mix, seed: see
+            :func:`~lit_dof.students.surgery.attach_linear_attention` (``window > 0``: sliding-window + linear;
+            a ``seed`` makes the twins' initial values independent of the global RNG, one seed per layer).
 
     Returns:
         :class:`LitDofForCausalLM`.
@@ -277,7 +282,7 @@ def linearize(
         share_kv_maps=share_kv_maps, chunk_size=chunk_size, teacher=getattr(model.config, "name_or_path", None) or None,
         window=window, sink_tokens=sink_tokens, far_term=far_term, learn_mix=learn_mix,
     )  # fmt: skip
-    student = LitDofForCausalLM(config, teacher=model, feature_map_factory=feature_map_factory)
+    student = LitDofForCausalLM(config, teacher=model, feature_map_factory=feature_map_factory, seed=seed)
     twins = list(student.linear_modules().values())
     if twins:  # record what the factory built (class + behaviour kwargs), so load_student can rebuild it
         student.config.feature_map = feature_map_spec(twins[0].feature_map)

@@ -9,9 +9,11 @@ No modeling file is copied or patched.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -73,6 +75,7 @@ def attach_linear_attention(
     sink_tokens: int = 0,
     far_term: bool = True,
     learn_mix: bool = True,
+    seed: int | None = None,
 ) -> list[AttentionLayer]:
     """Attach a linear twin to every linearisable attention layer of ``model`` (in place).
 
@@ -86,6 +89,9 @@ def attach_linear_attention(
         window: 0 for pure linear attention; w ≥ 1 for sliding-window + linear attention
             (:class:`~lit_dof.attention.SlidingWindowLinearAttention`: the last w tokens exact).
         sink_tokens, far_term, learn_mix: the sliding-window layer's options (``window > 0`` only).
+        seed: when given, each layer's feature map draws its initial values from the CPU generator seeded with
+            :func:`layer_seed` ``(seed, layer index)``, so processes that consumed different random numbers
+            before still build identical twins; ``None``: the global RNG as it stands.
 
     Returns:
         the model's :class:`~lit_dof.teacher.families.AttentionLayer` list.
@@ -109,8 +115,8 @@ def attach_linear_attention(
         reference = next(module.parameters())
         # Built on the CPU (feature-map inits draw random/QMC numbers there), then moved next to the teacher;
         # under from_pretrained that is the meta device and the checkpoint fills the values in.
-        with torch.device("cpu"):
-            cls, options = (SlidingWindowLinearAttention, windowed) if window else (CausalLinearAttention, {})
+        cls, options = (SlidingWindowLinearAttention, windowed) if window else (CausalLinearAttention, {})
+        with torch.device("cpu"), _seeded(None if seed is None else layer_seed(seed, layer.index)):
             linear = cls.from_factory(
                 feature_map_factory, layer.head_dim, dims[layer.index], layer.num_heads, layer.num_kv_heads,
                 share_kv_maps=share_kv_maps, chunk_size=chunk_size, **options,
@@ -120,6 +126,23 @@ def attach_linear_attention(
         install_cache_hook(module)
     model.set_attn_implementation(ATTN_IMPLEMENTATION)
     return layers
+
+
+def layer_seed(seed: int, index: int) -> int:
+    """The seed of layer ``index``'s twin, derived from a run ``seed`` (≥ 0) by numpy's ``SeedSequence``."""
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None) -> Iterator[None]:
+    """Within the block the global CPU generator is seeded with ``seed`` (no-op for ``None``); its state is
+    restored afterwards, so the caller's random stream is not disturbed."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        yield
 
 
 def set_softmax_layers(model: nn.Module, softmax_layers: Iterable[int]) -> list[int]:

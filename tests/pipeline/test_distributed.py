@@ -1,4 +1,6 @@
-"""Distributed training on CPU: DDP and sharded (FSDP2 via ModelParallelStrategy) with 2 processes (gloo)."""
+"""Distributed training on CPU: DDP and sharded (FSDP2, the shipped ``trainer/fsdp.yaml``) with 2 processes
+(gloo). Every rank writes what it sees (:class:`~tests.pipeline.rank_probe.RankProbe`), so the tests compare
+ranks — not only exit codes. One uninterrupted fit per strategy is shared by the tests of this module."""
 
 from __future__ import annotations
 
@@ -9,32 +11,136 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from lit_dof.students import load_student
 from tests.conftest import REPO
 from tests.pipeline.conftest import fit_args
 
+STEPS, KILL_AT = 4, 3
+CPU = ["--trainer.accelerator=cpu", "--trainer.devices=2"]
+# (config files, arguments): fsdp2 is the shipped config with only the CPU flags (bf16 is another matter)
 STRATEGIES = {
-    "ddp": ["--trainer.strategy=ddp"],
-    "fsdp2": ["--trainer.strategy=lightning.pytorch.strategies.ModelParallelStrategy",
-              "--trainer.strategy.data_parallel_size=2", "--trainer.strategy.tensor_parallel_size=1"],
-}  # fmt: skip
+    "ddp": ((), [*CPU, "--trainer.strategy=ddp"]),
+    "fsdp2": (("trainer/fsdp.yaml",), [*CPU, "--trainer.precision=32-true"]),
+}
+PROBE = "tests.pipeline.rank_probe.RankProbe"
+
+
+def _fit(cwd: Path, strategy: str, extra=(), steps: int = STEPS, check: bool = True) -> subprocess.CompletedProcess:
+    """``lit-dof fit`` with 2 CPU processes in ``cwd`` (the configs' relative checkpoint folders land there)."""
+    configs, args = STRATEGIES[strategy]
+    cwd.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    args = fit_args(cwd, *configs, steps=steps, extra=[*args, *extra])
+    command = [sys.executable, "-m", "lit_dof.pipeline.cli", *args]
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    if check:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return done
+
+
+def _probe(out: Path, event: str) -> list[dict]:
+    """What both ranks wrote at ``event``."""
+    return [torch.load(out / f"{event}_rank{rank}.pt", weights_only=False) for rank in (0, 1)]
+
+
+def _assert_equal_twins(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys() and a
+    for key in a:
+        assert torch.equal(a[key], b[key]), (key, (a[key].double() - b[key].double()).abs().max())
+
+
+def _exported(run: Path, version: int):
+    """The student exported by the fit logged as ``version`` in ``run`` (exactly one: rank 0 exports)."""
+    students = list(run.glob(f"*/version_{version}/student/model.safetensors"))
+    assert len(students) == 1, students
+    return load_student(students[0].parent)
+
+
+@pytest.fixture(scope="module", params=sorted(STRATEGIES))
+def reference(request, tmp_path_factory):
+    """An uninterrupted fit of ``STEPS`` steps (the strategy's own callbacks plus a probe): (strategy, run dir,
+    its process)."""
+    run = tmp_path_factory.mktemp(f"reference_{request.param}")
+    probe = f'--trainer.callbacks+={{"class_path": "{PROBE}", "init_args": {{"out_dir": "{run / "probe"}"}}}}'
+    return request.param, run, _fit(run, request.param, [probe])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
-def test_two_process_training(tmp_path, strategy):
-    # cwd = tmp_path: the config's relative checkpoint directory lands there too
-    args = fit_args(tmp_path, steps=3, extra=["--trainer.devices=2", "--trainer.accelerator=cpu", *STRATEGIES[strategy]])
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "lit_dof.pipeline.cli", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    students = list(Path(tmp_path).rglob("student/model.safetensors"))
-    assert len(students) == 1, "rank 0 exports exactly one student"
-    student = load_student(students[0].parent)
-    assert student.feature_dims and all(m >= 8 for m in student.feature_dims)
+def test_two_process_training(reference):
+    """Both ranks plan the same student (DoF report, dims) and hold bit-equal twins at the start and after
+    training; under FSDP2 every teacher parameter starts as a sharded DTensor and the twins are plain tensors;
+    rank 0 exports one student."""
+    strategy, run, done = reference
+    assert f"max_steps={STEPS}` reached" in done.stdout + done.stderr
+    for event in ("start", "end"):
+        rank0, rank1 = _probe(run / "probe", event)
+        assert rank0["step"] == rank1["step"] == (0 if event == "start" else STEPS)
+        assert rank0["feature_dims"] == rank1["feature_dims"] and rank0["dof"] == rank1["dof"] is not None
+        _assert_equal_twins(rank0["twins"], rank1["twins"])
+        assert not rank0["sharded_twins"]
+    if strategy == "fsdp2":  # at the start: after a forward the root module keeps its own parameters gathered
+        assert _probe(run / "probe", "start")[0]["replicated_teacher"] == []
+    else:
+        assert rank0["replicated_teacher"]
+    student = _exported(run, version=0)
+    assert student.feature_dims == rank0["feature_dims"] and all(m >= 8 for m in student.feature_dims)
     ids = torch.randint(3, 2000, (1, 12))
     with torch.no_grad():
         assert torch.isfinite(student(ids).logits).all()
-    assert "max_steps=3` reached" in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_killed_two_process_run_resumes_bit_equal(reference, tmp_path):
+    """Killed after step 3 (last checkpoint: step 2, twins only), resumed with ``--ckpt_path last``: both ranks
+    end bit-equal to the uninterrupted fit, and so does the exported student."""
+    strategy, ref_run, _ = reference
+
+    def callbacks(kill_at: int) -> list[str]:
+        path = tmp_path / f"callbacks_{kill_at}.yaml"
+        checkpoint = {"dirpath": str(tmp_path / "ckpt"), "save_last": True, "every_n_train_steps": 2, "save_top_k": 0}
+        probe = {"out_dir": str(tmp_path / "probe"), "kill_at": kill_at}
+        path.write_text(yaml.safe_dump({"trainer": {"callbacks": [
+            {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": checkpoint},
+            {"class_path": PROBE, "init_args": probe}]}}))  # fmt: skip
+        return ["--config", str(path)]
+
+    killed = _fit(tmp_path, strategy, callbacks(KILL_AT), check=False)
+    assert killed.returncode != 0 and f"killed after step {KILL_AT}" in killed.stderr, killed.stderr[-6000:]
+    rank0, rank1 = _probe(tmp_path / "probe", "killed")
+    _assert_equal_twins(rank0["twins"], rank1["twins"])
+    _assert_twins_only_checkpoint(tmp_path / "ckpt" / "last.ckpt", step=2)
+    _fit(tmp_path, strategy, [*callbacks(0), "--ckpt_path=last"])
+    for resumed, uninterrupted in zip(_probe(tmp_path / "probe", "end"), _probe(ref_run / "probe", "end")):
+        assert resumed["step"] == uninterrupted["step"] == STEPS
+        _assert_equal_twins(resumed["twins"], uninterrupted["twins"])
+    _assert_equal_twins(_exported(tmp_path, version=1).state_dict(), _exported(ref_run, version=0).state_dict())
+
+
+def _assert_twins_only_checkpoint(path: Path, step: int) -> None:
+    """``path`` (a file under DDP, a DCP folder under FSDP2) holds the twins' weights and no teacher weight."""
+    if path.is_dir():
+        from torch.distributed.checkpoint import FileSystemReader
+
+        saved = FileSystemReader(path).read_metadata().state_dict_metadata
+        keys = [k.removeprefix("state_dict.") for k in saved if k.startswith("state_dict.")]
+        assert torch.load(path / "meta.pt", weights_only=False)["global_step"] == step
+    else:
+        checkpoint = torch.load(path, weights_only=False)
+        keys = list(checkpoint["state_dict"])
+        assert checkpoint["global_step"] == step
+    assert keys and all(".lit_dof." in k for k in keys), [k for k in keys if ".lit_dof." not in k][:5]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reference", ["fsdp2"], indirect=True)
+def test_shipped_fsdp_config_resumes_to_more_steps(reference):
+    """The bar: ``trainer/fsdp.yaml`` with only the CPU flags fits (the reference) and a second fit with
+    ``--ckpt_path last`` and a larger ``max_steps`` resumes from its last checkpoint and reaches it."""
+    strategy, run, _ = reference
+    last = run / "runs" / "fsdp" / "checkpoints" / "last.ckpt"
+    _assert_twins_only_checkpoint(last, step=STEPS)
+    done = _fit(run, strategy, ["--ckpt_path=last"], steps=STEPS + 2)
+    assert f"Restoring states from the checkpoint path at {last.resolve()}" in done.stdout + done.stderr
+    assert f"max_steps={STEPS + 2}` reached" in done.stdout + done.stderr

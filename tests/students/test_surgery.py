@@ -116,3 +116,25 @@ def test_unsupported_model_names_class_and_families():
                                        intermediate_size=32, is_decoder=True))
     with pytest.raises(UnsupportedModelError, match=r"BertLMHeadModel.*Supported families: llama.*gpt2.*gpt_neox"):
         linearize(model, LearnedPRF, 8)
+
+
+def test_seeded_twins_ignore_the_global_rng():
+    """With a seed, each layer's initial features come from (seed, layer): the same whatever the process drew
+    before (ranks of a distributed fit), distinct across layers and seeds; the caller's RNG stream is kept."""
+
+    def z(seed, draws):
+        teacher = tiny_model("llama")
+        torch.manual_seed(draws)
+        torch.rand(draws)  # a rank that consumed other random numbers before linearize
+        student = linearize(teacher, LearnedPRF, _dims(teacher), seed=seed)
+        return [m.feature_map.z for m in student.linear_modules().values()]
+
+    a, b, other = z(0, 3), z(0, 11), z(1, 3)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not torch.equal(a[0], a[1]) and not torch.equal(a[0], other[0])
+    teacher = tiny_model("llama")
+    torch.manual_seed(5)
+    expected = torch.rand(4)
+    torch.manual_seed(5)
+    linearize(teacher, LearnedPRF, 8, seed=0)
+    assert torch.equal(torch.rand(4), expected)
