@@ -19,6 +19,7 @@ STRATEGIES = {
     "fsdp2": ["--trainer.strategy=lightning.pytorch.strategies.ModelParallelStrategy",
               "--trainer.strategy.data_parallel_size=2", "--trainer.strategy.tensor_parallel_size=1"],
 }  # fmt: skip
+STRATEGIES["fsdp2_bf16_true"] = [*STRATEGIES["fsdp2"], "--trainer.precision=bf16-true"]  # configs/trainer/fsdp.yaml's
 
 
 @pytest.mark.slow
@@ -34,6 +35,8 @@ def test_two_process_training(tmp_path, strategy):
     assert len(students) == 1, "rank 0 exports exactly one student"
     student = load_student(students[0].parent)
     assert student.feature_dims and all(m >= 8 for m in student.feature_dims)
+    assert student.dtype == (torch.bfloat16 if strategy.endswith("bf16_true") else torch.float32)  # the teacher's
+    assert all(p.dtype == torch.float32 for n, p in student.named_parameters() if ".feature_map." in n)
     ids = torch.randint(3, 2000, (1, 12))
     with torch.no_grad():
         assert torch.isfinite(student(ids).logits).all()

@@ -18,10 +18,16 @@ import torch
 from torch import Tensor, nn
 
 from lit_dof.attention._validation import check_finite, check_positive_int, check_rank
+from lit_dof.precision import HALF_DTYPES, fp32_region
 
 
 class FeatureMap(nn.Module, ABC):
     """Per-head positive feature map φ: ``(B, H, T, D) → (B, H, T, M)``.
+
+    Precision: parameters and buffers are created in float32 whatever the default dtype, and converting
+    the module to float16/bfloat16 (``.to(torch.bfloat16)``, ``.half()``, Lightning's ``bf16-true``
+    ``convert_module``) leaves them float32 — they are the optimizer's master weights — while devices
+    still change and float64 still applies. Log-features are computed in float32 with autocast off.
 
     Args:
         head_dim: d, the size of each query/key vector (≥ 1).
@@ -39,6 +45,25 @@ class FeatureMap(nn.Module, ABC):
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.feature_dim = check_positive_int("feature_dim", feature_dim)
         self.check_inputs = check_inputs
+
+    def _apply(self, fn, recurse: bool = True):
+        """``nn.Module._apply`` (behind ``.to``, ``.half``, ``.cuda``…), except that a float32 parameter, buffer
+        or gradient that ``fn`` would turn into float16/bfloat16 stays float32 (on ``fn``'s device).
+
+        Args:
+            fn: the per-tensor conversion. recurse: apply it to submodules too.
+
+        Returns:
+            this module.
+        """
+
+        def keep_float32(tensor: Tensor) -> Tensor:
+            converted = fn(tensor)
+            if tensor.dtype == torch.float32 and converted.dtype in HALF_DTYPES:
+                return tensor.to(device=converted.device)  # from the original: no round trip through half
+            return converted
+
+        return super()._apply(keep_float32, recurse)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, num_heads={self.num_heads}, feature_dim={self.feature_dim}"
@@ -58,6 +83,7 @@ class FeatureMap(nn.Module, ABC):
         if self.check_inputs:
             check_finite("x", x)
 
+    @fp32_region()
     def log_features(self, x: Tensor, *, drop_row_constant: bool = False) -> Tensor:
         """log φ(x).
 
@@ -68,7 +94,7 @@ class FeatureMap(nn.Module, ABC):
                 attention row, so the kernels use this for *queries*; never for keys.
 
         Returns:
-            ``(B, H, T, M)`` in float32 (or float64 for float64 input).
+            ``(B, H, T, M)`` in float32 (or float64 for float64 input), also under autocast.
 
         Raises:
             ValueError: wrong shape, or NaN input when ``check_inputs``.
@@ -84,6 +110,7 @@ class FeatureMap(nn.Module, ABC):
     def _log_features(self, x: Tensor, drop_row_constant: bool) -> Tensor:
         """log φ(x) (up to a per-row constant if ``drop_row_constant``) for a validated float tensor."""
 
+    @fp32_region()
     def attention_log_features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Log-features for attention: ``(ℓ_q, ℓ_k)`` with ℓ_q,f + ℓ_k,f = log φ_f(q) + log φ_f(k) + c(q).
 
@@ -167,18 +194,18 @@ def orthogonal_gaussian(num_heads: int, feature_dim: int, head_dim: int, generat
     features stay unbiased for exp(xᵀy/√d), with lower variance than i.i.d. rows.
 
     Returns:
-        ``(H, M, d)`` float32.
+        ``(H, M, d)`` float32 (whatever the default dtype: QR has no half-precision kernel).
     """
     device = None if generator is None else generator.device  # a CPU generator draws on the CPU, also under a
     blocks = []  # default-device context (Lightning builds modules inside `with torch.device("cuda")`)
     for _ in range(math.ceil(feature_dim / head_dim)):
-        gauss = torch.randn(num_heads, head_dim, head_dim, generator=generator, device=device)
+        gauss = torch.randn(num_heads, head_dim, head_dim, generator=generator, dtype=torch.float32, device=device)
         q, r = torch.linalg.qr(gauss)  # (H, d, d), orthonormal columns
         # Haar-distributed only after fixing the signs (Mezzadri 2007); without this the rows are not
         # uniform on the sphere and K̂ is biased.
         q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)
         blocks.append(q.transpose(-1, -2))  # rows orthonormal
     directions = torch.cat(blocks, dim=1)[:, :feature_dim]  # (H, M, d)
-    norms = torch.randn(num_heads, feature_dim, head_dim, generator=generator, device=device)
+    norms = torch.randn(num_heads, feature_dim, head_dim, generator=generator, dtype=torch.float32, device=device)
     norms = norms.norm(dim=-1, keepdim=True)
     return directions * norms
