@@ -74,5 +74,5 @@ def test_half_precision_fit_runs_end_to_end(tmp_path, precision, teacher_dtype, 
     metrics = cli.trainer.callback_metrics
     for key in ("train/loss", "train/logit_kd", "val/ppl_student", "val/ppl_teacher"):
         assert torch.isfinite(metrics[key]), key
-    assert metrics["val/ppl_student"].dtype == torch.float32
+    assert module.val_ppl_student.total_log_probs.dtype == torch.float32  # bf16-true converted it to bf16
     _check_export(Path(cli.trainer.log_dir) / "student", teacher_dtype)
