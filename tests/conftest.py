@@ -116,3 +116,15 @@ def _isolated_working_directory(tmp_path, monkeypatch):
         if os.environ.get(name):
             monkeypatch.setenv(name, os.path.abspath(os.environ[name]))
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def bf16_default_dtype():
+    """``torch.set_default_dtype(torch.bfloat16)`` for one test (what Lightning's ``bf16-true`` does around
+    ``configure_model`` and every step), restored afterwards even if the test fails."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        yield torch.bfloat16
+    finally:
+        torch.set_default_dtype(previous)

@@ -14,8 +14,9 @@ Numerical stability (exact, no approximation): the kernel works on log-features 
   * queries: feature f of query i gets exp(+m_{b,f}) back, so every product φ_f(q)φ_f(k) is unchanged;
     then the whole query row is divided by exp(r_i), r_i = max_f(ℓ_{i,f} + m_{b,f}) — a per-query
     constant that cancels between numerator and denominator.
-So every exponential is ≤ 1 (no overflow for any norm) and nothing is approximated; the states are
-accumulated in float32 whatever the input dtype. The stabiliser m is refreshed once per *block* of
+So every exponential is ≤ 1 (no overflow for any norm) and nothing is approximated; the kernels compute
+in float32 whatever the input dtype, with autocast off (:func:`lit_dof.precision.fp32_region`: the same
+result under ``bf16-mixed``), and return the output in the values' dtype. The stabiliser m is refreshed once per *block* of
 chunks (``block_size`` tokens), so a query can be scaled by a key up to one block in its future; that
 is exact in real arithmetic, but if that key's feature exceeds all of the query's causal mass by more
 than float32's range (~87 nats of log-feature), the row underflows. Long before that, its *gradient*
@@ -40,6 +41,7 @@ from torch import Tensor
 
 from lit_dof.attention._validation import check_positive_int, check_qkv, check_rank
 from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
+from lit_dof.precision import fp32_region
 
 _TINY = torch.finfo(torch.float32).tiny
 _UNDERFLOW = 1e-12  # a row normaliser below this (relative to its stabiliser): 1/den² would overflow in the backward
@@ -55,6 +57,7 @@ def check_state(state: LinearAttentionState, batch: int, heads: int, feature_dim
         )
 
 
+@fp32_region()
 def chunked_linear_attention(
     log_phi_q: Tensor,
     log_phi_k: Tensor,
@@ -71,6 +74,7 @@ def chunked_linear_attention(
 
     Computes y_i = Σ_{j≤i} K̂(q_i,k_j) v_j / Σ_{j≤i} K̂(q_i,k_j) with K̂(q,k) = Σ_f φ_f(q)φ_f(k)
     (METHOD.md §1), continuing from ``initial_state`` if given (prefill after a previous segment).
+    Computed in float32 with autocast off, whatever the input dtype and the surrounding autocast.
 
     Args:
         log_phi_q: ``(B, Hq, T, M)`` log-features of the queries, any float dtype.
@@ -129,11 +133,12 @@ def chunked_linear_attention(
     vb = vf.reshape(B * Hk, blocks, S * C, D)
     vb = (vb.transpose(0, 1).contiguous() if blocks > 1 else vb).reshape(blocks, B * Hk * S, C, D)
 
-    exclusive = torch.ones(S, S, device=v.device).tril_(-1)  # (S, S): strictly-lower prefix-sum operator
+    # (S, S): strictly-lower prefix-sum operator
+    exclusive = torch.ones(S, S, dtype=torch.float32, device=v.device).tril_(-1)
     # Carried state A = Σ φ(k) vᵀ, B = Σ φ(k) (METHOD.md §1), relative to the per-feature stabiliser m_ref.
     kv, k_sum, m_ref = initial_state.kv, initial_state.k_sum, initial_state.log_scale
     # Without autograd the blocks are written straight into the result (no final concatenation).
-    y = None if torch.is_grad_enabled() else torch.empty(B, Hk, N, G * C, D, device=v.device)
+    y = None if torch.is_grad_enabled() else torch.empty(B, Hk, N, G * C, D, dtype=torch.float32, device=v.device)
     outputs, log_zs = [], []  # log_zs: (B, Hk, S, G·C, 1) per block, only with return_log_normalizer
     for b in range(blocks):
         start, stop = b * S, (b + 1) * S
@@ -226,6 +231,7 @@ def _block(
     return num, den, kv, k_sum, m_new, row_shift.reshape(B, Hk, n, G * C, 1)
 
 
+@fp32_region()
 def accumulate_state(
     log_phi_k: Tensor, v: Tensor, *, initial_state: LinearAttentionState | None = None
 ) -> LinearAttentionState:
@@ -242,7 +248,7 @@ def accumulate_state(
         initial_state: state before these P tokens, or ``None``.
 
     Returns:
-        the float32 :class:`LinearAttentionState` after the P tokens.
+        the float32 :class:`LinearAttentionState` after the P tokens (computed in float32, autocast off).
 
     Raises:
         ValueError: mismatched shapes or a state of the wrong shape.

@@ -16,19 +16,20 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from lit_dof.attention._validation import check_positive_int, check_rank
 from lit_dof.attention.chunked import accumulate_state, chunked_linear_attention
 from lit_dof.attention.feature_maps.base import FeatureMap
 from lit_dof.attention.recurrent import recurrent_linear_attention
 from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
+from lit_dof.precision import Float32Parameters
 
 FeatureMapFactory = Callable[[int, int, int], FeatureMap]
 """``(head_dim, num_heads, feature_dim) -> FeatureMap``; every feature-map class is one."""
 
 
-class CausalLinearAttention(nn.Module):
+class CausalLinearAttention(Float32Parameters):
     """Causal linear attention ``softmax(QKᵀ/√d)V ≈ norm(φ(Q)φ(K)ᵀ)V`` for one layer (METHOD.md §1).
 
     Args:

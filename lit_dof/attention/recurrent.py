@@ -13,6 +13,7 @@ from torch import Tensor
 from lit_dof.attention._validation import check_qkv
 from lit_dof.attention.chunked import _TINY, check_state
 from lit_dof.attention.state import LinearAttentionState
+from lit_dof.precision import fp32_region
 
 
 def _step(lq: Tensor, lk: Tensor, v: Tensor, state: LinearAttentionState) -> tuple[Tensor, LinearAttentionState]:
@@ -29,6 +30,7 @@ def _step(lq: Tensor, lk: Tensor, v: Tensor, state: LinearAttentionState) -> tup
     return num / den, LinearAttentionState(kv, ks, m_new)
 
 
+@fp32_region()
 def recurrent_linear_attention(
     log_phi_q: Tensor,
     log_phi_k: Tensor,
@@ -38,6 +40,8 @@ def recurrent_linear_attention(
     check_inputs: bool = True,
 ) -> tuple[Tensor, LinearAttentionState]:
     """Causal linear attention token by token (decoding; also a second reference for the chunked form).
+
+    Computed in float32 with autocast off, whatever the input dtype and the surrounding autocast.
 
     Args:
         log_phi_q: ``(B, Hq, T, M)`` log-features of the new queries (T = 1 when decoding).

@@ -54,7 +54,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             raise ValueError(f"sink_tokens must be an integer >= 0, got {sink_tokens!r}")
         self.sink_tokens = sink_tokens
         self.far_term = bool(far_term)
-        self.log_mix = nn.Parameter(torch.zeros(num_heads)) if far_term and learn_mix else None
+        self.log_mix = nn.Parameter(torch.zeros(num_heads, dtype=torch.float32)) if far_term and learn_mix else None
 
     def extra_repr(self) -> str:
         far = "linear" if self.far_term else "none"

@@ -33,6 +33,7 @@ from torch import Tensor
 from lit_dof.attention._validation import check_positive_int, check_rank
 from lit_dof.attention.chunked import chunked_linear_attention
 from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
+from lit_dof.precision import fp32_region
 
 _TINY = torch.finfo(torch.float32).tiny
 
@@ -171,6 +172,7 @@ def _empty_state_like(k: Tensor, v: Tensor, log_phi_k: Tensor | None) -> Sliding
     return SlidingWindowState(None, *none, log_phi, flags, *none, flags.clone(), 0)
 
 
+@fp32_region()
 def sliding_window_linear_attention(
     q: Tensor,
     k: Tensor,
@@ -204,7 +206,8 @@ def sliding_window_linear_attention(
 
     Returns:
         ``(y, state)``: ``y`` ``(B, Hq, T, D)`` in v's dtype, computed in float32 (float64 for float64
-        inputs); the :class:`SlidingWindowState` after the last token.
+        inputs) with autocast off, whatever the surrounding precision (:func:`lit_dof.precision.fp32_region`);
+        the :class:`SlidingWindowState` after the last token.
 
     Raises:
         ValueError: inconsistent shapes, ``window < 1``, ``sink_tokens < 0``, or only one of the log-features.
@@ -281,8 +284,7 @@ def _far_part(
     keys j0 ≤ j ≤ b + i − w (j0: the first non-sink) plus ``linear``. Returns ``(y (B, Hq, T, D), log_z
     (B, Hq, T), state)``, or ``(None, None, linear)`` when no query has a far key.
     """
-    B, Hq, T, M = log_phi_q.shape
-    Hk, D = values.shape[1], values.shape[-1]
+    T = log_phi_q.shape[2]
     j0 = max(0, sinks - (P - b))  # the first stream key that is not a sink
     first = j0 + window - b  # the first query with a stream key in its far part (≥ 0: b ≤ w)
     count = max(0, T - first)  # queries (and stream keys) aligned one to one

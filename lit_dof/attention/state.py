@@ -40,9 +40,9 @@ class LinearAttentionState:
     def empty(cls, batch: int, heads: int, feature_dim: int, value_dim: int, device=None) -> "LinearAttentionState":
         """An all-zero state (no tokens seen) with shapes ``(B, H, M, D)``, ``(B, H, M)``, ``(B, H, M)``."""
         return cls(
-            kv=torch.zeros(batch, heads, feature_dim, value_dim, device=device),
-            k_sum=torch.zeros(batch, heads, feature_dim, device=device),
-            log_scale=torch.full((batch, heads, feature_dim), EMPTY_LOG_SCALE, device=device),
+            kv=torch.zeros(batch, heads, feature_dim, value_dim, dtype=torch.float32, device=device),
+            k_sum=torch.zeros(batch, heads, feature_dim, dtype=torch.float32, device=device),
+            log_scale=torch.full((batch, heads, feature_dim), EMPTY_LOG_SCALE, dtype=torch.float32, device=device),
         )
 
     @property

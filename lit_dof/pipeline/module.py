@@ -19,6 +19,7 @@ import torch
 from torchmetrics.text import Perplexity
 
 from lit_dof.attention import FeatureMap, LearnedPRF
+from lit_dof.precision import DtypeName, fp32_region, resolve_dtype
 from lit_dof.students.lora import LoRA, add_lora, merge_lora
 from lit_dof.students.modeling import LitDofForCausalLM, linearize
 from lit_dof.teacher.families import attention_layers
@@ -52,9 +53,17 @@ class StudentModule(L.LightningModule):
             (:func:`~lit_dof.students.surgery.layer_seed`), so every rank builds the same twins whatever random
             numbers it drew before (rank 0 alone samples the DoF batches); default: the run's seed
             (``seed_everything``, read as ``torch.initial_seed()``).
+        teacher_dtype: dtype the teacher's weights are loaded in: ``"auto"`` (default) follows the trainer's
+            precision (``bf16-true`` → ``"bfloat16"``, ``16-true`` → ``"float16"``, anything else, the mixed
+            precisions included, → ``"float32"``), or ``"float32"``, ``"bfloat16"``, ``"float16"``. Under a
+            true-half precision Lightning converts the teacher to that dtype anyway. The feature maps are
+            float32 whatever this is (master weights; see :class:`~lit_dof.attention.FeatureMap`).
 
     Checkpoints hold what training changes (:meth:`state_dict`): the frozen teacher is reloaded from the
     teacher on resume, so loading is never strict.
+
+    Raises:
+        ValueError: an unknown ``teacher_dtype``.
     """
 
     def __init__(
@@ -73,8 +82,10 @@ class StudentModule(L.LightningModule):
         seq_len: int = 512,
         export_dir: str | None = None,
         seed: int | None = None,
+        teacher_dtype: DtypeName = "auto",
     ) -> None:
         super().__init__()
+        resolve_dtype(teacher_dtype, None)  # validate the name now, not at configure_model
         self.save_hyperparameters(ignore=["feature_map"])
         self.teacher_name = teacher
         self.feature_map = feature_map
@@ -84,6 +95,7 @@ class StudentModule(L.LightningModule):
         self.lora = lora
         self.attention_options = {"window": window, "sink_tokens": sink_tokens, "far_term": far_term, "learn_mix": learn_mix}
         self.export_dir, self.seed = export_dir, seed
+        self.teacher_dtype = teacher_dtype
         self.strict_loading = False  # before any load: sharded (DCP) loads read it before on_load_checkpoint
         self.student: LitDofForCausalLM | None = None
         self.tokenizer = None
@@ -99,8 +111,8 @@ class StudentModule(L.LightningModule):
             return
         from lit_dof.teacher.loading import load_teacher
 
-        teacher, self.tokenizer = load_teacher(self.teacher_name)
         trainer = self._trainer
+        teacher, self.tokenizer = load_teacher(self.teacher_name, dtype=self.resolved_teacher_dtype())
         callbacks = list(trainer.callbacks) if trainer is not None else []
         for stage in ("estimate", "allocate"):  # DoF first, then the allocation that reads it
             for callback in callbacks:
@@ -120,6 +132,12 @@ class StudentModule(L.LightningModule):
         mesh = self._lightning_device_mesh()
         if mesh is not None:
             self._shard(mesh)
+
+    def resolved_teacher_dtype(self) -> torch.dtype:
+        """The teacher's parameter dtype: ``teacher_dtype``, with ``"auto"`` read from ``trainer.precision``
+        (float32 without a trainer)."""
+        precision = self._trainer.precision if self._trainer is not None else None
+        return resolve_dtype(self.teacher_dtype, precision)
 
     def _lightning_device_mesh(self):
         try:
@@ -201,7 +219,8 @@ class StudentModule(L.LightningModule):
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         ids = batch["input_ids"]
         logits = self.student(ids, use_cache=False).logits[:, :-1].float()
-        self.val_ppl_student.update(logits, ids[:, 1:])
+        with fp32_region():  # the metric's softmax and sums in float32 under any precision
+            self.val_ppl_student.update(logits, ids[:, 1:])
         if batch_idx not in self._teacher_val_cache:  # validation data is deterministic: one teacher pass
             with self.student.teacher_mode():
                 teacher_logits = self.student(ids, use_cache=False).logits[:, :-1].float()
@@ -211,18 +230,21 @@ class StudentModule(L.LightningModule):
         self._teacher_nll[1] += count
 
     @staticmethod
+    @fp32_region()
     def _nll(logits: torch.Tensor, target: torch.Tensor) -> tuple[float, int]:
         nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="sum")
         return float(nll), target.numel()
 
     def on_validation_epoch_start(self) -> None:
         self._teacher_nll = [0.0, 0]
+        # bf16-true / 16-true convert the whole module, the metric's states included: sum in float32 again.
+        self.val_ppl_student.set_dtype(torch.float32)
 
     def on_validation_epoch_end(self) -> None:
         self.log("val/ppl_student", self.val_ppl_student.compute(), prog_bar=True, sync_dist=True)
         self.val_ppl_student.reset()
         if self._teacher_nll[1]:
-            teacher_ppl = torch.tensor(self._teacher_nll[0] / self._teacher_nll[1]).exp()
+            teacher_ppl = torch.tensor(self._teacher_nll[0] / self._teacher_nll[1], dtype=torch.float32).exp()
             self.log("val/ppl_teacher", teacher_ppl, prog_bar=True, sync_dist=True)
 
     # -- export -------------------------------------------------------------------------------------------

@@ -17,6 +17,9 @@ R ≤ T scored query rows, M features, d head size.
   pairs of valid tokens (not only causal ones, as in the paper). Real teachers have kernel values up to
   e^160, so it is computed in float64 (e^320 squared errors stay finite); Adam is insensitive to the scale.
 
+Every loss computes in float32 (float64 where stated) with autocast off (:func:`lit_dof.precision.fp32_region`),
+whatever the trainer's precision: half-precision inputs are upcast first, and the result is float32.
+
 ``query_rows`` scores a random subset of R query rows per sequence (each row's loss is independent of the
 others given the keys), cutting the O(T²) cost by T/R — an unbiased estimate of the full-row loss.
 """
@@ -31,6 +34,7 @@ from torch import Tensor
 
 from lit_dof.attention import CausalLinearAttention, SlidingWindowLinearAttention
 from lit_dof.attention.naive import sliding_window_masks
+from lit_dof.precision import fp32_region, upcast
 
 LossKind = Literal["softmax", "l2", "output"]
 
@@ -55,6 +59,7 @@ def _twin_log_features(twin: CausalLinearAttention, q: Tensor, k: Tensor, exact:
     return log_q, log_k
 
 
+@fp32_region()
 def log_kernel_scores(log_q: Tensor, log_k: Tensor) -> Tensor:
     """log K̂(q_i, k_j) = log Σ_f exp(ℓ_q,if + ℓ_k,jf) for all pairs: ``(B, H, R, M), (B, H, T, M) → (B, H, R, T)``.
 
@@ -78,6 +83,7 @@ def _select_rows(T: int, query_rows: int | None, generator: torch.Generator | No
     return idx.to(device)
 
 
+@fp32_region()
 def attention_distillation_loss(
     twin: CausalLinearAttention,
     q: Tensor,
@@ -163,12 +169,14 @@ def _windowed_scores(
     return torch.where(exact, logits, scores)
 
 
+@fp32_region()
 def output_error_sums(
     twin: CausalLinearAttention, q: Tensor, k: Tensor, v: Tensor, out: Tensor, key_padding: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """Σ‖ŷ − y‖² and Σ‖y‖² over the valid rows and heads of one block (shapes as :func:`attention_output_loss`),
     as 0-d float32 tensors: the loss is their ratio; sums over several batches give the pooled ratio."""
-    y, _ = twin(q.detach(), k.detach(), v.detach(), key_padding_mask=key_padding)  # (B, Hq, T, D)
+    q, k, v = (upcast(t.detach()) for t in (q, k, v))  # the twin returns y in v's dtype: float32 here
+    y, _ = twin(q, k, v, key_padding_mask=key_padding)  # (B, Hq, T, D)
     target = out.detach().transpose(1, 2).float()
     err = (y.float() - target).pow(2).sum(-1)  # (B, Hq, T)
     norm = target.pow(2).sum(-1)
@@ -207,6 +215,7 @@ def attention_output_loss(
     return loss
 
 
+@fp32_region()
 def logit_distillation_loss(
     student_logits: Tensor, teacher_logits: Tensor, attention_mask: Tensor | None = None, *, temperature: float = 1.0
 ) -> Tensor:

@@ -144,6 +144,14 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
 
     # -- structure -----------------------------------------------------------------------------------------
     @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the teacher's weights (what ``save_pretrained`` records as ``config.dtype``); the
+        feature maps are float32 whatever it is (:class:`~lit_dof.attention.FeatureMap`)."""
+        twins = {id(p) for m in self.modules() if isinstance(m, FeatureMap) for p in m.parameters()}
+        floats = (p.dtype for p in self.parameters() if p.is_floating_point() and id(p) not in twins)
+        return next(floats, torch.float32)
+
+    @property
     def linear_layers(self) -> list[bool]:
         """One bool per attention layer: True where it currently runs linear attention."""
         return linear_layer_mask(self.model)
@@ -291,6 +299,10 @@ def linearize(
 
 def load_student(path: str | os.PathLike, **kwargs) -> LitDofForCausalLM:
     """Load a student saved with ``save_pretrained`` (no teacher files, no network).
+
+    The teacher's weights load in the recorded ``config.dtype`` (the dtype the student was trained and saved
+    in, e.g. ``bfloat16`` after a ``bf16-true`` fit) unless ``dtype`` says otherwise; the feature maps load in
+    float32 whatever ``dtype`` is, exactly as saved (:class:`~lit_dof.attention.FeatureMap`).
 
     Args:
         path: the student directory.

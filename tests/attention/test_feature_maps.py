@@ -182,3 +182,50 @@ def test_per_query_head_maps_equal_shared_maps_when_tied():
     assert s1.kv.shape[1] == 2 and s2.kv.shape[1] == 6  # GQA's state saving survives only when shared
     with pytest.raises(ValueError, match="num_heads"):
         CausalLinearAttention(LearnedPRF(8, 4, 10), 6, 2)
+
+
+@pytest.mark.parametrize("cls", MAPS, ids=lambda c: c.__name__)
+def test_built_in_float32_under_bf16_default_dtype(cls, bf16_default_dtype):
+    """Built where Lightning's ``bf16-true`` builds it (default dtype bfloat16, where QR has no kernel) the
+    map works and every parameter/buffer is float32, equal to the one built under float32 (same seed); its
+    bf16 conversion (``convert_module``) keeps them float32 and unchanged, and float64 still applies."""
+    kwargs = {"seed": 3}
+    fm = cls(8, 2, 20, **kwargs)
+    torch.set_default_dtype(torch.float32)
+    try:
+        reference = cls(8, 2, 20, **kwargs)
+    finally:
+        torch.set_default_dtype(bf16_default_dtype)
+    tensors = dict(fm.state_dict())
+    assert tensors and all(t.dtype == torch.float32 for t in tensors.values())
+    for name, want in reference.state_dict().items():
+        torch.testing.assert_close(tensors[name], want, rtol=0, atol=0)
+    fm.to(torch.bfloat16)
+    assert all(torch.equal(t, tensors[n]) and t.dtype == torch.float32 for n, t in fm.state_dict().items())
+    x = torch.randn(2, 2, 5, 8, dtype=torch.float32)
+    torch.testing.assert_close(fm.log_features(x.bfloat16()), reference.log_features(x.bfloat16().float()))
+    assert all(t.dtype == torch.float64 for t in fm.double().state_dict().values())
+
+
+@pytest.mark.parametrize("cls", MAPS, ids=lambda c: c.__name__)
+def test_log_features_under_bf16_autocast_are_float32(cls):
+    """Under CPU bf16 autocast the log-features (plain and attention form) and their parameter gradients
+    equal the float32 computation to float32 rounding."""
+    fm = cls(8, 2, 12, seed=5)
+    q, k = torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8)
+
+    def run(autocast: bool):
+        fm.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            plain = fm.log_features(k)
+            lq, lk = fm.attention_log_features(q, k)
+        loss = plain.sum() + lq.square().sum() + lk.sum()
+        if loss.requires_grad:  # Performer has no parameters
+            loss.backward()
+        grads = [p.grad.clone() for p in fm.parameters()]
+        return [plain, lq, lk], grads
+
+    (outs, grads), (ref_outs, ref_grads) = run(True), run(False)
+    for got, want in zip(outs + grads, ref_outs + ref_grads):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)

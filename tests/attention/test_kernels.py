@@ -164,6 +164,53 @@ def test_bf16_inputs_accumulate_in_fp32():
     torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=2e-2)  # only the final cast rounds
 
 
+AUTOCAST_FORMS = {
+    "chunked": lambda lq, lk, v, state=None: chunked_linear_attention(lq, lk, v, chunk_size=16, block_size=32,
+                                                                      initial_state=state),
+    "recurrent": lambda lq, lk, v, state=None: recurrent_linear_attention(lq, lk, v, initial_state=state),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("form", list(AUTOCAST_FORMS))
+def test_kernels_under_autocast_compute_in_fp32(form, dtype):
+    """Under CPU autocast to bfloat16 / float16 (Lightning's ``bf16-mixed`` / ``16-mixed``) the kernels run
+    (the chunked one used to fail: autocast lowers ``bmm`` but not the in-place ``baddbmm_``) and give the
+    plain float32 call's outputs, states and gradients to float32 rounding — not bf16's 1e-2 — also when
+    continuing a state; the outputs also match the float64 reference."""
+    fn = AUTOCAST_FORMS[form]
+    lq, lk, v = _inputs(2, 6, 2, 70, 12, 8, seed=11)
+    weight = torch.randn(2, 6, 70, 8, generator=torch.Generator().manual_seed(12))
+    prefix = chunked_linear_attention(*(x[:, :, :9] for x in (lq, lk, v)))[1]
+    rest = [x[:, :, 9:] for x in (lq, lk, v)]
+    ref, ref_grads = _grads(lambda *x: fn(*x, prefix), *rest, weight=weight[:, :, 9:])
+    ref_state = fn(*rest, prefix)[1]
+    inputs = [x.clone().requires_grad_() for x in rest]
+    with torch.autocast("cpu", dtype=dtype):  # the forward only, as Lightning does
+        out, state = fn(*inputs, prefix)
+    (out * weight[:, :, 9:]).sum().backward()
+    grads = [x.grad for x in inputs]
+    assert out.dtype == torch.float32 and state.kv.dtype == torch.float32
+    tight = dict(rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out, ref, **tight)
+    for got, want in zip(grads + [state.kv, state.k_sum, state.log_scale],
+                         ref_grads + [ref_state.kv, ref_state.k_sum, ref_state.log_scale]):  # fmt: skip
+        torch.testing.assert_close(got, want, **tight)
+    exact = naive_linear_attention(*(x.double() for x in (lq, lk, v)))[:, :, 9:]  # the float64 reference
+    torch.testing.assert_close(out.double(), exact, rtol=1e-4, atol=1e-5)
+
+
+def test_bf16_inputs_under_autocast_return_bf16():
+    """bf16 inputs under autocast (``bf16-true`` teacher activations inside a mixed region): output in v's
+    dtype, equal to the call on the same values upcast to float32 then rounded once."""
+    lq, lk, v = (x.bfloat16() for x in _inputs(1, 2, 2, 50, 8, 4, seed=13))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = chunked_linear_attention(lq, lk, v, chunk_size=16)
+    ref, _ = chunked_linear_attention(lq.float(), lk.float(), v.float(), chunk_size=16)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, ref.bfloat16(), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

@@ -161,3 +161,15 @@ def test_bad_arguments_are_named():
         sliding_window_linear_attention(q, k, v, lq, None, window=2)
     with pytest.raises(ValueError, match="multiple of Hk"):
         sliding_window_linear_attention(q, k[:, :1].expand(1, 3, 5, 8), v, lq, lk, window=2)
+
+
+def test_autocast_and_half_inputs_compute_in_float32():
+    q, k, v, lq, lk, mix = _inputs(1, 4, 2, 40, seed=11)
+    plain = _run(q, k, v, lq, lk, mix, window=6, sink_tokens=2, chunk_size=8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = _run(q, k, v, lq, lk, mix, window=6, sink_tokens=2, chunk_size=8)
+    torch.testing.assert_close(autocast, plain, rtol=1e-6, atol=1e-6)
+    half = _run(*(x.bfloat16() for x in (q, k, v, lq, lk, mix)), window=6, sink_tokens=2, chunk_size=8)
+    upcast = _run(*(x.bfloat16().float() for x in (q, k, v, lq, lk, mix)), window=6, sink_tokens=2, chunk_size=8)
+    assert half.dtype == torch.bfloat16
+    torch.testing.assert_close(half, upcast.bfloat16(), rtol=0, atol=0)

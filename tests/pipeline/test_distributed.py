@@ -23,6 +23,7 @@ CPU = ["--trainer.accelerator=cpu", "--trainer.devices=2"]
 STRATEGIES = {
     "ddp": ((), [*CPU, "--trainer.strategy=ddp"]),
     "fsdp2": (("trainer/fsdp.yaml",), [*CPU, "--trainer.precision=32-true"]),
+    "fsdp2_bf16_true": (("trainer/fsdp.yaml",), CPU),  # the shipped precision
 }
 PROBE = "tests.pipeline.rank_probe.RankProbe"
 
@@ -58,7 +59,7 @@ def _exported(run: Path, version: int):
     return load_student(students[0].parent)
 
 
-@pytest.fixture(scope="module", params=sorted(STRATEGIES))
+@pytest.fixture(scope="module", params=["ddp", "fsdp2"])
 def reference(request, tmp_path_factory):
     """An uninterrupted fit of ``STEPS`` steps (the strategy's own callbacks plus a probe): (strategy, run dir,
     its process)."""
@@ -86,6 +87,19 @@ def test_two_process_training(reference):
         assert rank0["replicated_teacher"]
     student = _exported(run, version=0)
     assert student.feature_dims == rank0["feature_dims"] and all(m >= 8 for m in student.feature_dims)
+    ids = torch.randint(3, 2000, (1, 12))
+    with torch.no_grad():
+        assert torch.isfinite(student(ids).logits).all()
+
+
+@pytest.mark.slow
+def test_shipped_fsdp_config_in_bf16(tmp_path):
+    """configs/trainer/fsdp.yaml as shipped (bf16-true) on 2 CPU processes: the student records the teacher's
+    bf16 and keeps float32 feature maps (master weights)."""
+    _fit(tmp_path, "fsdp2_bf16_true", steps=2)
+    student = _exported(tmp_path, version=0)
+    assert student.dtype == torch.bfloat16
+    assert all(p.dtype == torch.float32 for n, p in student.named_parameters() if ".feature_map." in n)
     ids = torch.randint(3, 2000, (1, 12))
     with torch.no_grad():
         assert torch.isfinite(student(ids).logits).all()

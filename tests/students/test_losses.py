@@ -186,3 +186,62 @@ def test_windowed_twin_refuses_what_is_undefined():
     alone = SlidingWindowLinearAttention(LearnedPRF(8, 2, 4), 4, 2, window=3, far_term=False)
     with pytest.raises(ValueError, match="nothing to distil"):
         attention_distillation_loss(alone, q, k)
+
+
+def _every_loss(twin, q, k, v, out, valid, student, teacher, autocast=False):
+    """Each loss of this module on the same inputs, with the feature map's gradient of each; the forward
+    under CPU bf16 autocast if ``autocast``, the backward outside it (as Lightning does)."""
+    from lit_dof.students.losses import attention_output_loss, logit_distillation_loss
+
+    losses = {
+        "softmax": lambda: attention_distillation_loss(twin, q, k, valid, kind="softmax"),
+        "l2": lambda: attention_distillation_loss(twin, q, k, valid, kind="l2"),
+        "output": lambda: attention_output_loss(twin, q, k, v, out, valid),
+        "logit_kd": lambda: logit_distillation_loss(student, teacher, valid.long(), temperature=2.0),
+    }
+    results = {}
+    for name, fn in losses.items():
+        twin.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = fn()
+        if loss.requires_grad:
+            loss.backward()
+        grad = twin.feature_map.z.grad
+        results[name] = (loss.detach(), None if grad is None else grad.clone())
+    return results
+
+
+def _loss_inputs():
+    twin, q, k = _setup(seed=5)
+    g = torch.Generator().manual_seed(6)
+    v, out = torch.randn(2, 2, 10, 8, generator=g), torch.randn(2, 10, 4, 8, generator=g)
+    student, teacher = torch.randn(2, 10, 11, generator=g), 2 * torch.randn(2, 10, 11, generator=g)
+    valid = torch.ones(2, 10, dtype=torch.bool)
+    valid[1, :3] = False
+    return twin, q, k, v, out, valid, student, teacher
+
+
+def test_losses_under_bf16_autocast_equal_float32():
+    """Under CPU bf16 autocast (``bf16-mixed``) every loss and its feature-map gradient equal the float32
+    ones to float32 rounding (the matmuls that autocast would lower to bf16 stay float32 inside)."""
+    inputs = _loss_inputs()
+    want = _every_loss(*inputs)
+    got = _every_loss(*inputs, autocast=True)
+    for name, (loss, grad) in got.items():
+        assert loss.dtype == torch.float32, name
+        torch.testing.assert_close(loss, want[name][0], rtol=1e-6, atol=1e-7, msg=name)
+        if grad is not None:
+            torch.testing.assert_close(grad, want[name][1], rtol=1e-5, atol=1e-6, msg=name)
+    assert sum(grad is not None for _, grad in got.values()) == 3  # the three layer losses reach the map
+
+
+def test_losses_of_bf16_inputs_equal_their_float32_upcast():
+    """bf16 teacher activations (``bf16-true``) give the loss of the same values upcast to float32: nothing
+    of the computation (the twin's output in the output loss included) is rounded back to bf16."""
+    twin, q, k, v, out, valid, student, teacher = _loss_inputs()
+    halves = [x.bfloat16() for x in (q, k, v, out, student, teacher)]
+    upcast = [x.float() for x in halves]
+    got, want = _every_loss(twin, *halves[:4], valid, *halves[4:]), _every_loss(twin, *upcast[:4], valid, *upcast[4:])
+    for name in want:
+        assert got[name][0].dtype == torch.float32
+        torch.testing.assert_close(got[name][0], want[name][0], rtol=1e-6, atol=1e-7, msg=name)

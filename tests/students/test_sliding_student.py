@@ -94,3 +94,10 @@ def test_save_load_round_trip(tmp_path):
 def test_window_options_without_window_are_refused():
     with pytest.raises(ValueError, match="need a sliding window"):
         linearize(tiny_model("llama"), LearnedPRF, 8, sink_tokens=2)
+
+
+def test_far_term_weights_stay_float32_master_weights(bf16_default_dtype):
+    """Built under a bf16 default dtype and converted to bf16 (what ``bf16-true`` does), the layer's feature
+    map and its far-term weights stay float32."""
+    layer = SlidingWindowLinearAttention(LearnedPRF(8, 2, 4), 4, 2, window=3).to(torch.bfloat16)
+    assert {p.dtype for p in layer.parameters()} == {torch.float32}

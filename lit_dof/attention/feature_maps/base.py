@@ -15,13 +15,19 @@ import math
 from abc import ABC, abstractmethod
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from lit_dof.attention._validation import check_finite, check_positive_int, check_rank
+from lit_dof.precision import Float32Parameters, fp32_region
 
 
-class FeatureMap(nn.Module, ABC):
+class FeatureMap(Float32Parameters, ABC):
     """Per-head positive feature map φ: ``(B, H, T, D) → (B, H, T, M)``.
+
+    Precision: parameters and buffers are created in float32 whatever the default dtype, and converting
+    the module to float16/bfloat16 (``.to(torch.bfloat16)``, ``.half()``, Lightning's ``bf16-true``
+    ``convert_module``) leaves them float32 — they are the optimizer's master weights — while devices
+    still change and float64 still applies. Log-features are computed in float32 with autocast off.
 
     Args:
         head_dim: d, the size of each query/key vector (≥ 1).
@@ -58,6 +64,7 @@ class FeatureMap(nn.Module, ABC):
         if self.check_inputs:
             check_finite("x", x)
 
+    @fp32_region()
     def log_features(self, x: Tensor, *, drop_row_constant: bool = False) -> Tensor:
         """log φ(x).
 
@@ -68,7 +75,7 @@ class FeatureMap(nn.Module, ABC):
                 attention row, so the kernels use this for *queries*; never for keys.
 
         Returns:
-            ``(B, H, T, M)`` in float32 (or float64 for float64 input).
+            ``(B, H, T, M)`` in float32 (or float64 for float64 input), also under autocast.
 
         Raises:
             ValueError: wrong shape, or NaN input when ``check_inputs``.
@@ -84,6 +91,7 @@ class FeatureMap(nn.Module, ABC):
     def _log_features(self, x: Tensor, drop_row_constant: bool) -> Tensor:
         """log φ(x) (up to a per-row constant if ``drop_row_constant``) for a validated float tensor."""
 
+    @fp32_region()
     def attention_log_features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Log-features for attention: ``(ℓ_q, ℓ_k)`` with ℓ_q,f + ℓ_k,f = log φ_f(q) + log φ_f(k) + c(q).
 
@@ -167,18 +175,18 @@ def orthogonal_gaussian(num_heads: int, feature_dim: int, head_dim: int, generat
     features stay unbiased for exp(xᵀy/√d), with lower variance than i.i.d. rows.
 
     Returns:
-        ``(H, M, d)`` float32.
+        ``(H, M, d)`` float32 (whatever the default dtype: QR has no half-precision kernel).
     """
     device = None if generator is None else generator.device  # a CPU generator draws on the CPU, also under a
     blocks = []  # default-device context (Lightning builds modules inside `with torch.device("cuda")`)
     for _ in range(math.ceil(feature_dim / head_dim)):
-        gauss = torch.randn(num_heads, head_dim, head_dim, generator=generator, device=device)
+        gauss = torch.randn(num_heads, head_dim, head_dim, generator=generator, dtype=torch.float32, device=device)
         q, r = torch.linalg.qr(gauss)  # (H, d, d), orthonormal columns
         # Haar-distributed only after fixing the signs (Mezzadri 2007); without this the rows are not
         # uniform on the sphere and K̂ is biased.
         q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)
         blocks.append(q.transpose(-1, -2))  # rows orthonormal
     directions = torch.cat(blocks, dim=1)[:, :feature_dim]  # (H, M, d)
-    norms = torch.randn(num_heads, feature_dim, head_dim, generator=generator, device=device)
+    norms = torch.randn(num_heads, feature_dim, head_dim, generator=generator, dtype=torch.float32, device=device)
     norms = norms.norm(dim=-1, keepdim=True)
     return directions * norms

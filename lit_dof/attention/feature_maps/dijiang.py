@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_dof.attention.feature_maps.base import FeatureMap, exponential_log_features
+from lit_dof.precision import fp32_region
 
 
 def dct_matrix(size: int) -> Tensor:
@@ -37,11 +38,13 @@ def dct_matrix(size: int) -> Tensor:
     return mat.float()
 
 
+@fp32_region()  # SobolEngine keeps its first point in the default dtype: never bfloat16
 def qmc_chi_radii(count: int, dof: int, seed: int) -> Tensor:
     """``count`` quasi-Monte-Carlo quantiles of the χ distribution with ``dof`` degrees of freedom.
 
     Scrambled Sobol points u ∈ (0, 1) → z = Φ⁻¹(u) → χ²_dof quantile by the Wilson–Hilferty transform
-    dof·(1 − 2/(9 dof) + z √(2/(9 dof)))³ → square root. Returns ``(count,)`` float32.
+    dof·(1 − 2/(9 dof) + z √(2/(9 dof)))³ → square root. Returns ``(count,)`` float32, the same under a
+    half default dtype.
     """
     engine = torch.quasirandom.SobolEngine(dimension=1, scramble=True, seed=seed)
     u = engine.draw(count, dtype=torch.float64).squeeze(-1).clamp(1e-6, 1 - 1e-6)
@@ -71,7 +74,7 @@ class DiJiangFeatureMap(FeatureMap):
         super().__init__(head_dim, num_heads, feature_dim, check_inputs=check_inputs)
         self.seed = seed
         self.register_buffer("projection", self._projection(feature_dim))
-        self.log_weight = nn.Parameter(torch.zeros(num_heads, feature_dim))
+        self.log_weight = nn.Parameter(torch.zeros(num_heads, feature_dim, dtype=torch.float32))
 
     def _projection(self, feature_dim: int) -> Tensor:
         d = self.head_dim

@@ -40,7 +40,7 @@ class HedgehogFeatureMap(FeatureMap):
     def _init_weight(self, feature_dim: int) -> Tensor:
         half = (feature_dim + 1) // 2
         d = self.head_dim
-        eye = torch.eye(d).expand(self.num_heads, d, d)
+        eye = torch.eye(d, dtype=torch.float32).expand(self.num_heads, d, d)
         if half <= d:
             return eye[:, :, :half].clone()
         generator = None if self.seed is None else torch.Generator().manual_seed(self.seed)

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_dof.attention.feature_maps.base import FeatureMap, exponential_log_features, orthogonal_gaussian
+from lit_dof.precision import fp32_region
 
 
 class _PositiveRandomFeatures(FeatureMap):
@@ -28,13 +29,15 @@ class _PositiveRandomFeatures(FeatureMap):
 
     def _bias(self, device: torch.device) -> Tensor:
         """½ log α − ½ log M, ``(H or 1, 1, M)``: √(α/M) on each side gives K̂ = (1/M) Σ α φφ."""
-        bias = torch.full((1, 1, self.feature_dim), -0.5 * math.log(self.feature_dim), device=device)
+        bias = torch.full((1, 1, self.feature_dim), -0.5 * math.log(self.feature_dim), dtype=torch.float32,
+                          device=device)  # fmt: skip
         log_alpha = self._log_alpha()
         return bias if log_alpha is None else bias + 0.5 * log_alpha.unsqueeze(-2)
 
     def _log_features(self, x: Tensor, drop_row_constant: bool) -> Tensor:
         return exponential_log_features(x, self._projection(), self._bias(x.device), with_norm=not drop_row_constant)
 
+    @fp32_region()
     def attention_log_features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """As :meth:`FeatureMap.attention_log_features`, with both sides' per-feature bias moved to the keys:
         the queries cost one ``bmm``."""
@@ -67,7 +70,7 @@ class LearnedPRF(_PositiveRandomFeatures):
         super().__init__(head_dim, num_heads, feature_dim, check_inputs=check_inputs)
         self.seed = seed
         self.z = nn.Parameter(orthogonal_gaussian(num_heads, feature_dim, head_dim, self._generator()))
-        self.log_alpha = nn.Parameter(torch.zeros(num_heads, feature_dim))
+        self.log_alpha = nn.Parameter(torch.zeros(num_heads, feature_dim, dtype=torch.float32))
 
     def _generator(self) -> torch.Generator | None:
         return None if self.seed is None else torch.Generator().manual_seed(self.seed)
