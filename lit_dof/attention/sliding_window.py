@@ -3,7 +3,7 @@
 Notation: B batch, Hq query heads, Hk key/value heads (G = Hq / Hk), T new tokens, d head size, D value
 size, M features, w window (tokens), s attention-sink tokens. Positions are absolute (0 = first token).
 
-For a query at position p and a key at position t ≤ p (docs/method.md, "Sliding window + linear attention")::
+For a query at position p and a key at position t ≤ p::
 
     exact   E_p = {t : p − w < t ≤ p} ∪ {t : t < s}          softmax terms  e^{a_pt},  a_pt = q_pᵀk_t/√d
     linear  L_p = {t : s ≤ t ≤ p − w}                           kernel terms   e^{β_h} K̂(q_p, k_t)

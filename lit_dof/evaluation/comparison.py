@@ -10,7 +10,8 @@ finished:
   its wall time (summed over attempts), steps, tokens seen, dims, λ, J and the validation curve;
 * ``eval/<task>.json``: zero-shot lm-eval results per task (:func:`~lit_dof.evaluation.harness.evaluate_model`);
 * ``ppl.json``: sliding-window perplexity on the held-out documents, and perplexity by token position in
-  disjoint ``ppl_window`` blocks (``by_position``, buckets 0–63 / 64–255 / 256–511 for 512).
+  disjoint ``ppl_window`` blocks (``by_position``, buckets 0–63 / 64–255 / 256–511 for 512);
+* ``long.json`` (stage ``long``): perplexity by position in blocks of 512 to 8192 tokens (long context).
 
 :func:`write_report` gathers every finished cell into ``comparison.json``, ``comparison.md`` (methods ×
 tasks, average, perplexity, budget, λ, J, tokens, wall time, and the fraction of the teacher–Performer
@@ -114,6 +115,7 @@ class Comparison:
         data_dir: task data folder (default ``$LIT_DOF_DATA``).
         eval_limit: examples per task (``None``: full sets). mmlu_per_subject: MMLU subset (18 → 1026).
         ppl_tokens, ppl_window, ppl_stride: held-out perplexity stream length and sliding window (tokens).
+        long_contexts: block lengths (tokens) of the ``long`` stage's perplexity by position.
         fit_args: extra ``lit-dof fit`` arguments for every student (e.g. ``--trainer.max_steps=200``).
         teacher: teacher source (default: the base config's ``model.init_args.teacher``).
         finetune_lrs: the protocol's learning-rate grid, searched on the teacher and reused for the students.
@@ -140,6 +142,7 @@ class Comparison:
     ppl_tokens: int = 16384
     ppl_window: int = 512
     ppl_stride: int = 256
+    long_contexts: tuple[int, ...] = (512, 2048, 4096, 8192)
     batch_size: int = 16
     fit_args: Sequence[str] = field(default_factory=tuple)
     finetune_lrs: Sequence[float] = (1e-5, 3e-5, 1e-4)
@@ -283,6 +286,31 @@ class Comparison:
         atomic_write_json(path, result)
         return result
 
+
+    def long_context(self, row: Row, budget: int) -> dict:
+        """Perplexity by position at every context of ``long_contexts`` (``long.json``): the held-out documents
+        concatenated (EOS between them) and cut into disjoint blocks of that many tokens, ``ppl_tokens`` tokens
+        per context, buckets 0–63 / 64–255 / 256–511 / 512–2047 / 2048–4095 / 4096–8191 within the block."""
+        from lit_dof.evaluation.cli import load_model
+        from lit_dof.evaluation.perplexity import heldout_documents, position_perplexity, text_tokens
+
+        path = self.cell_dir(row, budget) / "long.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        corpus = self.corpus or os.environ.get("LIT_DOF_CORPUS")
+        if not corpus:
+            raise FileNotFoundError("no corpus for the long-context perplexity: pass --corpus or set LIT_DOF_CORPUS")
+        model, tokenizer = load_model(self.model_source(row, budget), device=self.device)
+        tokens = text_tokens(heldout_documents(corpus), tokenizer, max(self.ppl_tokens, max(self.long_contexts)))
+        result: dict = {"contexts": {}, "source": str(corpus), "device": self.device_label()}
+        start = time.time()
+        for context in self.long_contexts:
+            edges = [e for e in (0, 64, 256, 512, 2048, 4096) if e < context] + [context]
+            usable = tokens[: max(context, self.ppl_tokens // context * context)]
+            result["contexts"][str(context)] = position_perplexity(model, usable, block=context, edges=edges, batch_size=1)
+        result["seconds"] = time.time() - start
+        atomic_write_json(path, result)
+        return result
 
     # -- the paper's per-task fine-tuning protocol (METHOD.md §4) -----------------------------------------
     def _finetune_run(self, source: str, task: str, lr: float, folder: Path) -> dict:
@@ -969,8 +997,9 @@ def compare(
         rows: method rows (default: all of :data:`ROWS`, teacher first).
         budgets: per-layer mean feature dims C (the total budget is L · C).
         out: cell directories. report_dir: where comparison.{json,md,png} go (default: ``out``).
-        stages: which of ``fit``, ``ppl``, ``eval``, ``finetune`` to run now (the report is always rewritten;
-            ``finetune`` — the paper's protocol — is opt-in: it is the costliest stage on a CPU).
+        stages: which of ``fit``, ``ppl``, ``long``, ``eval``, ``finetune`` to run now (the report is always
+            rewritten; ``long`` — perplexity by position up to 8192 tokens of context — and ``finetune`` — the
+            paper's protocol — are opt-in: they are the costliest stages on a CPU).
         tasks: which tasks the ``eval`` stage runs now (the report always shows all seven; missing cells are –).
         base_config: shared recipe (default configs/quickstart.yaml). teacher: override its teacher.
         corpus: corpus file (default ``$LIT_DOF_CORPUS``). data_dir: task data (default ``$LIT_DOF_DATA``).
@@ -997,9 +1026,9 @@ def compare(
     unknown_tasks = sorted(set(tasks) - set(TASKS))
     if unknown_tasks:
         raise ValueError(f"unknown task(s) {unknown_tasks}; known: {', '.join(TASKS)}")
-    bad = sorted(set(stages) - {"fit", "ppl", "eval", "finetune"})
+    bad = sorted(set(stages) - {"fit", "ppl", "long", "eval", "finetune"})
     if bad:
-        raise ValueError(f"unknown stage(s) {bad}; use fit, ppl, eval, finetune")
+        raise ValueError(f"unknown stage(s) {bad}; use fit, ppl, long, eval, finetune")
     if not seeds or len(set(seeds)) != len(seeds) or any(not isinstance(s, int) or s < 0 for s in seeds):
         raise ValueError(f"seeds {seeds}: give distinct integers ≥ 0 (e.g. [0, 1, 2])")
     comparison = Comparison(out=Path(out), base_config=Path(base_config) if base_config else REPO_CONFIGS / "quickstart.yaml",
@@ -1019,6 +1048,8 @@ def compare(
         ready = row.kind == "teacher" or (seeded.cell_dir(row, budget) / "fit.json").is_file()
         if ready and "ppl" in stages:
             seeded.perplexity(row, budget)
+        if ready and "long" in stages:
+            seeded.long_context(row, budget)
         if ready and "eval" in stages:
             seeded.evaluate(row, budget, tasks)
         if ready and "finetune" in stages:

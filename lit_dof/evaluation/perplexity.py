@@ -170,3 +170,4 @@ def position_perplexity(
         buckets[f"{a}-{b - 1}"] = {"ppl": math.exp(float(nll[lo - 1 : hi - 1].sum()) / count), "tokens": count}
     total = (block - 1) * blocks
     return {"block": block, "blocks": blocks, "tokens": total, "ppl": math.exp(float(nll.sum()) / total), "buckets": buckets}
+

@@ -441,3 +441,22 @@ def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
     with pytest.raises(ValueError, match="not a comparison report .* pass --carry false"):
         comparison.write_report(runner, rows, [64], report_dir)
     assert comparison.write_report(runner, rows, [64], report_dir, carry=False)["carried"] == []
+
+
+def test_long_stage_measures_perplexity_by_position_at_every_context(tmp_path):
+    """``long.json``: one position-perplexity result per context, each equal to a direct
+    :func:`position_perplexity` over the same held-out stream; a second call reads the file back."""
+    from lit_dof.evaluation.cli import load_model
+    from lit_dof.evaluation.perplexity import heldout_documents, position_perplexity, text_tokens
+
+    runner = comparison.Comparison(out=tmp_path, teacher=str(TINYSTORIES), corpus=str(WIKIPEDIA), ppl_tokens=192,
+                                   long_contexts=(32, 64), device="cpu")  # fmt: skip
+    result = runner.long_context(comparison.ROWS["teacher"], 16)
+    assert set(result["contexts"]) == {"32", "64"}
+    assert list(result["contexts"]["64"]["buckets"]) == ["0-63"] and result["contexts"]["64"]["blocks"] == 3
+    assert list(result["contexts"]["32"]["buckets"]) == ["0-31"] and result["contexts"]["32"]["blocks"] == 6
+    model, tokenizer = load_model(str(TINYSTORIES))
+    tokens = text_tokens(heldout_documents(WIKIPEDIA), tokenizer, 192)
+    direct = position_perplexity(model, tokens, block=64, edges=(0, 64))
+    assert result["contexts"]["64"]["ppl"] == pytest.approx(direct["ppl"], rel=1e-6)
+    assert runner.long_context(comparison.ROWS["teacher"], 16) == result  # resumable: read back, not recomputed
