@@ -1,0 +1,124 @@
+"""Benchmark: one decode step of the whole model at long contexts — the teacher's KV cache against the
+students' constant-size states (pure linear attention; sliding window + linear attention), in one process.
+
+For every context L the teacher's cache is filled with L random keys/values per layer (the cost of a decode
+step depends on the cache's size, not its content) and the students' states are those after a short real
+prefill, advanced to position L; then the median time of one greedy decode step is measured. Each line
+prints ms/token, tokens/s and cache bytes of each model and the ratios teacher/student. The last line is
+``decode_speedup_L<max>=<teacher/linear> state_ratio_L<max>=<teacher bytes/linear bytes>``.
+
+Usage: python scripts/bench_decode.py [--teacher smollm2-135m-instruct] [--contexts 1024 4096 8192 32768]
+       [--window 64] [--sinks 4] [--feature-dim 64] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from transformers.cache_utils import DynamicCache
+
+from lit_dof.attention import LearnedPRF
+from lit_dof.runtime import tune_cpu_allocator
+from lit_dof.students import RecurrentStateLayer, linearize
+from lit_dof.teacher.loading import load_teacher
+
+
+def _step_seconds(model, cache, position: int, device, reps: int) -> float:
+    """Median seconds of one decode step at ``position`` (the cache is rolled back after each for the KV cache)."""
+    ids = torch.tensor([[7]], device=device)
+    positions = torch.tensor([[position]], device=device)
+    times = []
+    with torch.no_grad():
+        for _ in range(reps + 1):
+            start = time.perf_counter()
+            model(ids, past_key_values=cache, position_ids=positions, use_cache=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+            if isinstance(cache, DynamicCache) and not any(isinstance(x, RecurrentStateLayer) for x in cache.layers):
+                cache.crop(-1)  # back to L keys: every step sees the same context
+            else:
+                for layer in cache.layers:  # the state's position: each step decodes token L again
+                    if isinstance(layer, RecurrentStateLayer):
+                        layer.seen = position
+                        if hasattr(layer.state, "seen"):
+                            layer.state.seen = position
+    return statistics.median(times[1:])
+
+
+def _filled_kv_cache(config, length: int, device, dtype) -> DynamicCache:
+    cache = DynamicCache(config=config)
+    hk = config.num_key_value_heads
+    d = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    for i in range(config.num_hidden_layers):
+        k = torch.randn(1, hk, length, d, device=device, dtype=dtype)
+        cache.update(k, torch.randn_like(k), i)
+    return cache
+
+
+def _student_state(student, length: int, device):
+    cache = student.new_cache()
+    with torch.no_grad():
+        student(torch.randint(3, 1000, (1, 96), device=device), past_key_values=cache, use_cache=True)
+    for layer in cache.layers:
+        layer.seen = length
+        if hasattr(layer.state, "seen"):
+            layer.state.seen = length
+    return cache
+
+
+def _nbytes(cache) -> int:
+    total = 0
+    for layer in cache.layers:
+        if isinstance(layer, RecurrentStateLayer):
+            total += layer.nbytes
+        else:
+            total += layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--teacher", default="smollm2-135m-instruct")
+    parser.add_argument("--contexts", type=int, nargs="+", default=[1024, 4096, 8192, 16384, 32768])
+    parser.add_argument("--window", type=int, default=64)
+    parser.add_argument("--sinks", type=int, default=4)
+    parser.add_argument("--feature-dim", type=int, default=64)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    tuned = tune_cpu_allocator() if device.type == "cpu" else False
+    teacher, _ = load_teacher(args.teacher, device=str(device))
+    config, dtype = teacher.config, next(teacher.parameters()).dtype
+    torch.manual_seed(0)
+    linear = linearize(load_teacher(args.teacher, device=str(device))[0], LearnedPRF, args.feature_dim).eval()
+    windowed = linearize(load_teacher(args.teacher, device=str(device))[0], LearnedPRF, args.feature_dim,
+                         window=args.window, sink_tokens=args.sinks).eval()  # fmt: skip
+    print(f"device={device} threads={torch.get_num_threads()} torch={torch.__version__} allocator_tuned={tuned} "
+          f"teacher={args.teacher} layers={config.num_hidden_layers} M={args.feature_dim} window={args.window} "
+          f"sinks={args.sinks}")  # fmt: skip
+    ratios = {}
+    for L in args.contexts:
+        kv = _filled_kv_cache(config, L, device, dtype)
+        t_teacher, b_teacher = _step_seconds(teacher, kv, L, device, args.reps), _nbytes(kv)
+        del kv
+        rows = []
+        for name, student in (("linear", linear), ("window+linear", windowed)):
+            cache = _student_state(student, L, device)
+            rows.append((name, _step_seconds(student, cache, L, device, args.reps), _nbytes(cache)))
+        line = [f"L={L:6d} teacher {1e3 * t_teacher:8.2f} ms/token {1 / t_teacher:7.1f} tok/s {b_teacher / 2**20:9.2f} MiB"]
+        for name, t, b in rows:
+            line.append(f"{name} {1e3 * t:7.2f} ms {b / 2**20:6.2f} MiB (speedup {t_teacher / t:5.2f}x, "
+                        f"cache / {b_teacher / b:7.1f})")  # fmt: skip
+        print(" | ".join(line), flush=True)
+        ratios[L] = (t_teacher / rows[0][1], b_teacher / rows[0][2])
+    top = max(ratios)
+    print(f"decode_speedup_L{top}={ratios[top][0]:.2f} state_ratio_L{top}={ratios[top][1]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
