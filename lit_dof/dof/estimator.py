@@ -348,6 +348,48 @@ def allocate_feature_dims(
     return out
 
 
+def allocate_head_feature_dims(
+    head_dof: Sequence[Sequence[float]],
+    head_size: int,
+    *,
+    heads_per_map: int = 1,
+    multiple_of: int = 1,
+    min_dim: int = 1,
+    num_samples: int | None = None,
+) -> list[list[int]]:
+    """Per-head feature dimensions (``"dof_head"``): M_{s,h} = round(C · N_{s,h} / mean N) over every feature map
+    of every layer, so the budget is C per map on average — the paper's per-layer rule (METHOD.md §2)
+    applied one level down, where the paper names it as future work (§6).
+
+    Args:
+        head_dof: per layer, the DoF of each pooled head (query heads or KV heads, see ``heads_per_map``).
+        head_size: C, the mean dimension per feature map.
+        heads_per_map: consecutive heads that share one feature map (the GQA group G when the DoF was pooled
+            per query head and the maps are shared per KV head; 1 when they match); a map's DoF is the maximum
+            over its heads, as a layer's is over its heads.
+        multiple_of, min_dim, num_samples: as in :func:`allocate_feature_dims`.
+
+    Returns:
+        per layer, one M per feature map (``len(head_dof[s]) / heads_per_map`` entries).
+
+    Raises:
+        ValueError: a layer whose head count is not a multiple of ``heads_per_map``, or what
+            :func:`allocate_feature_dims` raises.
+    """
+    if isinstance(heads_per_map, bool) or not isinstance(heads_per_map, int) or heads_per_map < 1:
+        raise ValueError(f"heads_per_map must be an integer >= 1, got {heads_per_map!r}")
+    per_map = []
+    for s, row in enumerate(head_dof):
+        row = list(row)
+        if not row or len(row) % heads_per_map:
+            raise ValueError(f"layer {s} has {len(row)} head DoF values, not a multiple of heads_per_map={heads_per_map}")
+        per_map.append([max(row[i : i + heads_per_map]) for i in range(0, len(row), heads_per_map)])
+    flat = [x for row in per_map for x in row]
+    dims = iter(allocate_feature_dims(flat, head_size, "dof", multiple_of=multiple_of, min_dim=min_dim,
+                                      num_samples=num_samples))  # fmt: skip
+    return [[next(dims) for _ in row] for row in per_map]
+
+
 def _largest_remainder(units: Tensor, total: int, min_units: int) -> Tensor:
     """Integers ≥ ``min_units`` close to ``units`` with sum ``total`` (Hamilton's method)."""
     base = torch.floor(units).long().clamp_min(min_units)

@@ -24,6 +24,7 @@ from lit_dof.dof.estimator import (
     DegenerateAllocationWarning,
     RelativeTo,
     allocate_feature_dims,
+    allocate_head_feature_dims,
     degrees_of_freedom,
     layer_dof,
     select_lambda,
@@ -47,7 +48,8 @@ class DoFReport:
         head_dof: per layer, per head N_λ (``None`` for sliding-window layers).
         layer_dof: per-layer max over heads (``None`` for sliding-window layers).
         linearizable: per layer, False for sliding-window layers (kept softmax).
-        allocations: strategy → M_s per layer (sliding layers get C, unused).
+        allocations: strategy → M_s per layer (sliding layers get C, unused); ``dof_head``: per layer, one M
+            per KV head (:func:`~lit_dof.dof.allocate_head_feature_dims`).
         warnings: degenerate-allocation warnings raised while allocating.
         seconds: wall time of capture and of the DoF computation (seconds).
         versions: torch / transformers / lit-dof versions.
@@ -65,7 +67,7 @@ class DoFReport:
     head_dof: list[list[float] | None]
     layer_dof: list[float | None]
     linearizable: list[bool]
-    allocations: dict[str, list[int]]
+    allocations: dict[str, list]
     warnings: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
@@ -224,6 +226,13 @@ def dof_report(
         caught += [f"{strategy}: {w.message}" for w in record if issubclass(w.category, DegenerateAllocationWarning)]
         it = iter(dims)
         allocations[strategy] = [next(it) if ok else head_size for ok in lin]
+    kv_layers = [layer for layer in layers if layer.linearizable]
+    group = kv_layers[0].num_heads // kv_layers[0].num_kv_heads if pooling == "query_head" else 1
+    with warnings.catch_warnings():  # the per-layer allocation above has already reported the DoF's state
+        warnings.simplefilter("ignore", DegenerateAllocationWarning)
+        it = iter(allocate_head_feature_dims(heads.tolist(), head_size, heads_per_map=group, multiple_of=multiple_of,
+                                             num_samples=num_samples))  # fmt: skip
+    allocations["dof_head"] = [next(it) if ok else head_size for ok in lin]
     for message in caught:
         warnings.warn(message, DegenerateAllocationWarning, stacklevel=3)
     it_heads, it_layers = iter(heads.tolist()), iter(layer_max.tolist())

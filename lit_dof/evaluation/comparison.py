@@ -43,6 +43,7 @@ from typing import Sequence
 
 from lit_dof.evaluation.task_data import TASKS, TRAIN_SPLITS
 from lit_dof.io import atomic_write_json, atomic_write_text
+from lit_dof.students.surgery import layer_mean_dims
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPO_CONFIGS = REPO_ROOT / "configs"
@@ -417,7 +418,8 @@ def summarise_fit(cell: Path, attempts: list[dict], command: list[str]) -> dict:
     dims = student_config.get("feature_dims")
     steps = int(config["trainer"]["max_steps"])
     data = config["data"]["init_args"]
-    record = {"student": str((run / "student").relative_to(cell)), "feature_dims": dims, "total_features": sum(dims) if dims else None,
+    total = sum(layer_mean_dims(dims)) if dims else None  # per-head dims count as their mean per layer
+    record = {"student": str((run / "student").relative_to(cell)), "feature_dims": dims, "total_features": total,
               "steps": steps, "tokens": steps * int(data["batch_size"]) * int(data["seq_len"]),
               "wall_seconds": sum(a["seconds"] for a in attempts), "attempts": len(attempts),
               "command": portable(command), "val_curve": validation_curve(cell)}  # fmt: skip

@@ -13,7 +13,11 @@ from typing import Literal
 import lightning as L
 import torch
 
-from lit_dof.dof import STRATEGIES, DoFReport, allocate_feature_dims, estimate_model_dof
+from lit_dof.dof import STRATEGIES, DoFReport, allocate_feature_dims, allocate_head_feature_dims, estimate_model_dof
+from lit_dof.students.surgery import layer_mean_dims
+from lit_dof.teacher.families import attention_layers
+
+ALLOCATOR_STRATEGIES = (*STRATEGIES, "dof_head")
 from lit_dof.dof.estimator import RelativeTo
 
 
@@ -91,10 +95,12 @@ class FeatureDimAllocator(L.Callback):
     """Set the student's per-layer feature dims from the DoF report (``dof``, ``dof_clip``) or to C (``fix``).
 
     Args:
-        strategy: ``"dof"`` (paper), ``"dof_clip"`` (capped at C) or ``"fix"`` (C everywhere; the Fix baseline).
+        strategy: ``"dof"`` (paper), ``"dof_clip"`` (capped at C), ``"fix"`` (C everywhere; the Fix baseline)
+            or ``"dof_head"`` (one M per KV head from that head's DoF, C per head on average; maps shared per
+            KV head, see :func:`~lit_dof.dof.allocate_head_feature_dims`).
         multiple_of, min_dim: see :func:`~lit_dof.dof.allocate_feature_dims`.
-        budget: the per-layer mean feature dim C of the allocation (total L·C features); default: the head
-            size, as in the paper. Smaller budgets trade accuracy for speed/state memory.
+        budget: the mean feature dim C of the allocation per layer (per KV head for ``dof_head``); default:
+            the head size, as in the paper. Smaller budgets trade accuracy for speed/state memory.
 
     Raises:
         ValueError: unknown strategy, ``budget < 1``, or ``dof``/``dof_clip`` without a DoF report.
@@ -102,10 +108,10 @@ class FeatureDimAllocator(L.Callback):
 
     planning_stage = "allocate"
 
-    def __init__(self, strategy: Literal["dof", "dof_clip", "fix"] = "dof", multiple_of: int = 1, min_dim: int = 1,
-                 budget: int | None = None) -> None:  # fmt: skip
-        if strategy not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    def __init__(self, strategy: Literal["dof", "dof_clip", "fix", "dof_head"] = "dof", multiple_of: int = 1,
+                 min_dim: int = 1, budget: int | None = None) -> None:  # fmt: skip
+        if strategy not in ALLOCATOR_STRATEGIES:
+            raise ValueError(f"strategy must be one of {ALLOCATOR_STRATEGIES}, got {strategy!r}")
         if budget is not None and budget < 1:
             raise ValueError(f"budget (mean feature dim per layer) must be >= 1, got {budget}")
         self.strategy, self.multiple_of, self.min_dim, self.budget = strategy, multiple_of, min_dim, budget
@@ -119,10 +125,25 @@ class FeatureDimAllocator(L.Callback):
             return
         if report is None:
             raise ValueError(f"allocator strategy {self.strategy!r} needs a DoF report: enable the DoFEstimator")
+        if self.strategy == "dof_head":
+            pl_module.feature_dims = self._per_head(report, teacher, pl_module)
+            return
         lin = [d for d, ok in zip(report.layer_dof, report.linearizable) if ok]
         dims = iter(allocate_feature_dims(lin, self.budget or report.head_size, self.strategy, multiple_of=self.multiple_of,
                                           min_dim=self.min_dim, num_samples=report.num_samples))  # fmt: skip
         pl_module.feature_dims = [next(dims) if ok else report.head_size for ok in report.linearizable]
+
+    def _per_head(self, report: DoFReport, teacher, pl_module) -> list:
+        """``dof_head``: per linearisable layer one M per KV head; other layers get C (unused)."""
+        if not getattr(pl_module, "share_kv_maps", True):
+            raise ValueError("allocator strategy 'dof_head' gives one M per KV head: it needs share_kv_maps=True")
+        layers = [layer for layer, ok in zip(attention_layers(teacher), report.linearizable) if ok]
+        heads = [h for h, ok in zip(report.head_dof, report.linearizable) if ok]
+        group = layers[0].num_heads // layers[0].num_kv_heads if report.pooling == "query_head" else 1
+        dims = iter(allocate_head_feature_dims(heads, self.budget or report.head_size, heads_per_map=group,
+                                               multiple_of=self.multiple_of, min_dim=self.min_dim,
+                                               num_samples=report.num_samples))  # fmt: skip
+        return [next(dims) if ok else report.head_size for ok in report.linearizable]
 
 
 def dof_heatmap(report: DoFReport):
@@ -150,7 +171,7 @@ def dims_bar_chart(report: DoFReport, dims: list[int] | None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    dims = dims or report.feature_dims("fix")
+    dims = layer_mean_dims(dims or report.feature_dims("fix"))  # per-head dims: the mean over KV heads
     fig, ax = plt.subplots(figsize=(7, 3))
     ax.bar(range(len(dims)), dims)
     ax.axhline(report.head_size, color="k", linestyle="--", linewidth=1, label=f"C = {report.head_size}")

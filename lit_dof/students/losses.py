@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from lit_dof.attention import CausalLinearAttention, SlidingWindowLinearAttention
+from lit_dof.attention.grouped import HeadGroupedAttention
 from lit_dof.attention.naive import sliding_window_masks
 from lit_dof.precision import fp32_region, upcast
 
@@ -113,6 +114,11 @@ def attention_distillation_loss(
     """
     if kind not in ("softmax", "l2"):
         raise ValueError(f"loss kind must be 'softmax' or 'l2', got {kind!r}")
+    if isinstance(twin, HeadGroupedAttention):  # per-head dims: each group on its heads, weighted by heads
+        total = sum(attention_distillation_loss(layer, qg, kg, key_padding, kind=kind, query_rows=query_rows,
+                                                generator=generator) * len(heads)
+                    for layer, qg, kg, heads in twin.split(q, k))  # fmt: skip
+        return total / twin.num_heads
     windowed = isinstance(twin, SlidingWindowLinearAttention)
     if windowed and kind == "l2":
         raise ValueError("the l2 kernel loss is not defined for sliding-window twins: use loss 'softmax' or 'output'")

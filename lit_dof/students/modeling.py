@@ -26,6 +26,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PretrainedConfig, PreTrainedModel
 
 from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFactory
+from lit_dof.attention.grouped import HeadGroupedAttention
 from lit_dof.interface import AttentionSlot
 from lit_dof.io import atomic_directory
 from lit_dof.students.cache import student_cache
@@ -47,7 +48,8 @@ class LitDofConfig(PretrainedConfig):
 
     Args:
         text_config: the teacher's config (a ``PretrainedConfig`` or its dict with ``model_type``).
-        feature_dims: M_s per attention layer (sliding-window layers' entries are unused).
+        feature_dims: M_s per attention layer, or a list of M per KV head for a layer with per-head dims
+            (sliding-window layers' entries are unused).
         feature_map: ``{"class": "pkg.module.Class", "kwargs": {...}}`` (see
             :func:`~lit_dof.students.surgery.feature_map_spec`).
         softmax_layers: layer indices that run softmax attention.
@@ -82,7 +84,7 @@ class LitDofConfig(PretrainedConfig):
             text_config = dict(text_config)
             text_config = AutoConfig.for_model(text_config.pop("model_type"), **text_config)
         self.text_config = text_config
-        self.feature_dims = [int(m) for m in feature_dims or []]
+        self.feature_dims = [[int(x) for x in m] if isinstance(m, (list, tuple)) else int(m) for m in feature_dims or []]
         self.feature_map = dict(feature_map or {"class": "lit_dof.attention.feature_maps.prf.LearnedPRF", "kwargs": {}})
         self.softmax_layers = sorted(int(i) for i in softmax_layers)
         self.share_kv_maps = bool(share_kv_maps)
@@ -291,7 +293,7 @@ def linearize(
         window=window, sink_tokens=sink_tokens, far_term=far_term, learn_mix=learn_mix,
     )  # fmt: skip
     student = LitDofForCausalLM(config, teacher=model, feature_map_factory=feature_map_factory, seed=seed)
-    twins = list(student.linear_modules().values())
+    twins = [t.groups[0] if isinstance(t, HeadGroupedAttention) else t for t in student.linear_modules().values()]
     if twins:  # record what the factory built (class + behaviour kwargs), so load_student can rebuild it
         student.config.feature_map = feature_map_spec(twins[0].feature_map)
     return student

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFactory, SlidingWindowLinearAttention
+from lit_dof.attention.grouped import HeadGroupedAttention
 from lit_dof.interface import ATTN_IMPLEMENTATION, AttentionSlot, install_cache_hook
 from lit_dof.teacher.families import AttentionLayer, attention_layers
 
@@ -45,8 +46,9 @@ def feature_map_class(spec: dict) -> type[FeatureMap]:
     return cls
 
 
-def resolve_feature_dims(feature_dims: int | Sequence[int], num_layers: int) -> list[int]:
-    """One feature dimension M_s per layer from an int (uniform) or a length-L sequence.
+def resolve_feature_dims(feature_dims: int | Sequence[int | Sequence[int]], num_layers: int) -> list[int | list[int]]:
+    """Feature dimensions per layer from an int (uniform) or a length-L sequence whose entries are an int
+    (M_s for the layer) or a list of ints (M_h per KV head: per-head dims, ``dof_head``).
 
     Raises:
         ValueError: wrong length, or a dimension that is not a positive integer.
@@ -54,13 +56,22 @@ def resolve_feature_dims(feature_dims: int | Sequence[int], num_layers: int) -> 
     dims = [feature_dims] * num_layers if isinstance(feature_dims, int) else list(feature_dims)
     if len(dims) != num_layers:
         raise ValueError(f"feature_dims has {len(dims)} entries but the model has {num_layers} attention layers")
+    out = []
     for i, m in enumerate(dims):
-        if isinstance(m, bool) or not isinstance(m, int) or m <= 0:
+        values = list(m) if isinstance(m, (list, tuple)) else [m]
+        if not values or any(isinstance(x, bool) or not isinstance(x, int) or x <= 0 for x in values):
             raise ValueError(
-                f"feature dim of layer {i} must be a positive integer, got {m!r}; use a DoF allocation "
-                "(lit_dof.dof.allocate_feature_dims) or the head size"
+                f"feature dim of layer {i} must be a positive integer (or one per KV head), got {m!r}; use a DoF "
+                "allocation (lit_dof.dof.allocate_feature_dims) or the head size"
             )
-    return dims
+        out.append(values if isinstance(m, (list, tuple)) else m)
+    return out
+
+
+def layer_mean_dims(feature_dims: Sequence[int | Sequence[int]]) -> list[float | int]:
+    """M per layer as the budget C counts it: the layer's M, or the mean over its KV heads for a layer with
+    per-head dims (so a ``dof_head`` allocation and a per-layer one of the same budget have the same sum)."""
+    return [m if isinstance(m, int) else sum(m) / len(m) for m in feature_dims]
 
 
 def attach_linear_attention(
@@ -82,7 +93,9 @@ def attach_linear_attention(
     Args:
         model: a supported transformers causal LM (:mod:`lit_dof.teacher.families`).
         feature_map_factory: ``(head_dim, num_heads, feature_dim) -> FeatureMap``; any feature-map class.
-        feature_dims: M per layer (length L; entries of sliding-window layers are ignored) or one int.
+        feature_dims: M per layer (length L; entries of sliding-window layers are ignored) or one int; an entry
+            may be a list of M per KV head (per-head dims: the layer becomes a
+            :class:`~lit_dof.attention.grouped.HeadGroupedAttention`, needs ``share_kv_maps``).
         softmax_layers: layer indices that keep softmax attention (switchable later).
         share_kv_maps: one φ per KV head (default; state ÷ GQA group) or one per query head.
         chunk_size: chunk size of the parallel form.
@@ -116,11 +129,20 @@ def attach_linear_attention(
         # Built on the CPU (feature-map inits draw random/QMC numbers there), then moved next to the teacher;
         # under from_pretrained that is the meta device and the checkpoint fills the values in.
         cls, options = (SlidingWindowLinearAttention, windowed) if window else (CausalLinearAttention, {})
+
+        def build(num_heads: int, num_kv_heads: int, feature_dim: int, head_dim: int = layer.head_dim):
+            return cls.from_factory(feature_map_factory, head_dim, feature_dim, num_heads, num_kv_heads,
+                                    share_kv_maps=share_kv_maps, chunk_size=chunk_size, **options)  # fmt: skip
+
+        m = dims[layer.index]
+        if isinstance(m, list) and (not share_kv_maps or len(m) != layer.num_kv_heads):
+            raise ValueError(f"layer {layer.index}: per-head feature dims need one M per KV head "
+                             f"({layer.num_kv_heads}) and share_kv_maps=True, got {m} (share_kv_maps={share_kv_maps})")  # fmt: skip
         with torch.device("cpu"), _seeded(None if seed is None else layer_seed(seed, layer.index)):
-            linear = cls.from_factory(
-                feature_map_factory, layer.head_dim, dims[layer.index], layer.num_heads, layer.num_kv_heads,
-                share_kv_maps=share_kv_maps, chunk_size=chunk_size, **options,
-            )  # fmt: skip
+            if isinstance(m, list):
+                linear = HeadGroupedAttention(build, m, layer.num_heads)
+            else:
+                linear = build(layer.num_heads, layer.num_kv_heads, m)
         linear.to(device=reference.device)
         module.lit_dof = AttentionSlot(linear, use_softmax=layer.index in softmax)
         install_cache_hook(module)
@@ -168,8 +190,9 @@ def linear_layer_mask(model: nn.Module) -> list[bool]:
     return [isinstance(s := getattr(layer.module, "lit_dof", None), AttentionSlot) and s.is_linear for layer in attention_layers(model)]
 
 
-def linear_modules(model: nn.Module) -> dict[int, CausalLinearAttention]:
-    """``{layer index: its linear twin}`` for every layer that has one (softmax-switched ones included)."""
+def linear_modules(model: nn.Module) -> dict[int, CausalLinearAttention | HeadGroupedAttention]:
+    """``{layer index: its linear twin}`` for every layer that has one (softmax-switched ones included); a
+    layer with per-head dims has a :class:`~lit_dof.attention.grouped.HeadGroupedAttention`."""
     out = {}
     for layer in attention_layers(model):
         slot = getattr(layer.module, "lit_dof", None)
