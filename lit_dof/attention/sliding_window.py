@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,7 @@ from torch import Tensor
 
 from lit_dof.attention._validation import check_positive_int, check_rank
 from lit_dof.attention.chunked import chunked_linear_attention
+from lit_dof.attention.recurrent import recurrent_linear_attention
 from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
 from lit_dof.precision import fp32_region
 
@@ -300,6 +302,6 @@ def _far_part(
     skip = T - count  # queries that see only the carried state: empty keys (φ = 0) in front
     lk = F.pad(lk, (0, 0, skip, 0), value=EMPTY_LOG_SCALE)
     lv = F.pad(lv, (0, 0, skip, 0))
-    y, state, log_z = chunked_linear_attention(log_phi_q, lk, lv, chunk_size=chunk_size, initial_state=linear,
-                                               check_inputs=False, return_log_normalizer=True)  # fmt: skip
+    kernel = recurrent_linear_attention if T == 1 else partial(chunked_linear_attention, chunk_size=chunk_size)
+    y, state, log_z = kernel(log_phi_q, lk, lv, initial_state=linear, check_inputs=False, return_log_normalizer=True)
     return y, log_z, state

@@ -237,3 +237,18 @@ def test_invalid_shapes_and_nan():
         chunked_linear_attention(lq, lk, v)
     with pytest.raises(ValueError, match="NaN"):
         recurrent_linear_attention(lq, lk, v)
+
+
+@pytest.mark.parametrize("form", ["chunked", "recurrent"])
+def test_log_normalizer_is_the_log_of_the_row_mass(form):
+    """``return_log_normalizer``: log Σ_{j≤i} K̂(q_i, k_j), state included, against the float64 kernel matrix."""
+    from lit_dof.attention import log_kernel_matrix
+
+    lq, lk, v = _inputs(1, 4, 2, 23, 6, 5, seed=5)
+    head, state = chunked_linear_attention(lq[:, :, :9], lk[:, :, :9], v[:, :, :9], chunk_size=4)
+    fn = (lambda *a, **kw: chunked_linear_attention(*a, chunk_size=4, **kw)) if form == "chunked" else recurrent_linear_attention
+    _, _, log_z = fn(lq[:, :, 9:], lk[:, :, 9:], v[:, :, 9:], initial_state=state, return_log_normalizer=True)
+    logits = log_kernel_matrix(lq.double(), lk.double().repeat_interleave(2, 1))  # (1, 4, 23, 23)
+    causal = torch.ones(23, 23, dtype=torch.bool).tril()
+    ref = logits.masked_fill(~causal, -torch.inf).logsumexp(-1)[:, :, 9:]
+    torch.testing.assert_close(log_z.double(), ref, rtol=1e-5, atol=1e-5)
