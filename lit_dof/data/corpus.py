@@ -12,6 +12,7 @@ import gzip
 import io
 import json
 import os
+import zlib
 from pathlib import Path
 from typing import Iterator
 
@@ -70,3 +71,53 @@ def _blank_line_separated(first: str, handle) -> Iterator[str]:
             lines = []
     if any(s.strip() for s in lines):
         yield "".join(lines).strip()
+
+
+def check_corpus(path: str | os.PathLike, tokenizer, *, seq_len: int, val_every: int, train_blocks: int,
+                 val_blocks: int) -> dict:  # fmt: skip
+    """Check, before any model loads, that a local corpus can feed a run: readable in the format its name
+    says, and holding at least ``train_blocks`` training and ``val_blocks`` held-out blocks of ``seq_len``
+    tokens (documents joined by EOS, the held-out ones every ``val_every``-th). Reads only as far as needed.
+
+    Args:
+        path: the corpus file. tokenizer: the teacher's tokenizer.
+        seq_len: tokens per block. val_every: the held-out rule. train_blocks, val_blocks: blocks needed.
+
+    Returns:
+        ``{"train_tokens", "val_tokens", "documents"}`` counted until both needs were met.
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: the file is not in its format (a ``.gz`` that is not gzip,
+            a ``.jsonl`` line that is not JSON), has no documents, or too few tokens — the message names the
+            file, what was found and what the run needs.
+    """
+    need = {"train": train_blocks * seq_len, "val": val_blocks * seq_len}
+    found = {"train": 0, "val": 0}
+    documents = 0
+    eos = 1 if tokenizer.eos_token_id is not None else 0
+    try:
+        for i, doc in enumerate(iter_documents(path)):
+            documents += 1
+            split = "val" if i % val_every == 0 else "train"
+            if found[split] < need[split]:
+                found[split] += len(tokenizer(doc, add_special_tokens=False)["input_ids"]) + eos
+            if all(found[s] >= need[s] for s in need):
+                break
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise ValueError(f"corpus file {path} is not a readable gzip file ({exc}); a .gz corpus must be gzip "
+                         "compressed text: recompress it or drop the .gz suffix") from exc  # fmt: skip
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"corpus file {path}: a line is not JSON ({exc}); a .jsonl corpus needs one JSON "
+                         'object with a "text" field per line') from exc  # fmt: skip
+    if documents == 0:
+        raise ValueError(f"corpus file {path} has no documents; it needs text (WikiExtractor <doc> blocks, .jsonl "
+                         "lines with a text field, or plain text with blank lines between documents)")  # fmt: skip
+    short = [s for s in need if found[s] < need[s]]
+    if short:
+        raise ValueError(
+            f"corpus file {path} is too short: {documents} documents give {found['train']} training tokens and "
+            f"{found['val']} held-out tokens (every {val_every}-th document), but the run needs at least "
+            f"{need['train']} training tokens ({train_blocks} blocks of {seq_len}) and {need['val']} held-out tokens "
+            f"({val_blocks} validation blocks); use a larger corpus, or lower seq_len, batch_size or val_blocks"
+        )
+    return {"train_tokens": found["train"], "val_tokens": found["val"], "documents": documents}

@@ -22,7 +22,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from lit_dof.data.corpus import iter_documents
+from lit_dof.data.corpus import check_corpus, iter_documents
 
 CORPUS_ENV = "LIT_DOF_CORPUS"
 
@@ -109,7 +109,10 @@ class WikipediaDataModule(L.LightningDataModule):
         num_workers: dataloader workers (tokenisation runs there).
 
     Raises:
-        FileNotFoundError: ``path`` does not exist (at ``setup``). RuntimeError: hub streaming impossible.
+        FileNotFoundError: ``path`` does not exist (at ``setup``). ValueError: a local corpus that cannot feed
+            the run — unreadable in its format, empty, or shorter than one batch per rank plus the validation
+            blocks (at ``setup``, before the teacher loads; :func:`~lit_dof.data.corpus.check_corpus`).
+            RuntimeError: hub streaming impossible.
     """
 
     def __init__(
@@ -133,6 +136,7 @@ class WikipediaDataModule(L.LightningDataModule):
         self.num_workers, self.predict_blocks = num_workers, predict_blocks
         self.hub_dataset, self.hub_config = hub_dataset, hub_config
         self.tokenizer = None
+        self._checked = False
 
     def setup(self, stage: str | None = None) -> None:
         if self.path is not None and not os.path.isfile(self.path):
@@ -141,6 +145,11 @@ class WikipediaDataModule(L.LightningDataModule):
             from lit_dof.teacher.loading import load_tokenizer
 
             self.tokenizer = load_tokenizer(self.tokenizer_name)
+        if self.path is not None and not self._checked:  # before the teacher loads (configure_model comes later)
+            _, world = self._rank()
+            check_corpus(self.path, self.tokenizer, seq_len=self.seq_len, val_every=self.val_every,
+                         train_blocks=self.batch_size * world, val_blocks=self.val_blocks)  # fmt: skip
+            self._checked = True
 
     def documents(self) -> Iterator[str]:
         """A fresh iterator over the corpus documents (local file or hub stream)."""
