@@ -33,6 +33,10 @@ from lit_dof.students.losses import (
 from lit_dof.teacher.capture import capture_attention
 
 
+class _CapturedAll(Exception):
+    """Raised inside the teacher's forward once the last twin's layer is captured (nothing above is needed)."""
+
+
 class LayerwiseDistillation(StudentModule):
     """The paper's layer-wise phase (softmax or L2 kernel loss), as a LightningModule.
 
@@ -48,6 +52,10 @@ class LayerwiseDistillation(StudentModule):
             the teacher's logits (0: layer-wise only, the paper's recipe; 1: end-to-end only).
         finetune_lr_ratio: learning rates of that tail, as a fraction of ``lr_z``/``lr_alpha``/``lr``.
         kd_temperature: temperature of its logit distillation.
+        teacher_reuse: k ≥ 1 — each layer-wise teacher pass (the captured q/k/v) serves k consecutive optimizer
+            steps; the batches of the other k − 1 steps are skipped. More feature-map updates per CPU-minute at
+            the price of fewer distinct tokens (1 / k of them); 1 is the paper's recipe. A resumed run captures
+            afresh at its first step.
 
     Raises:
         ValueError: an unknown ``loss``, ``finetune_fraction`` outside [0, 1], a non-positive ``finetune_lr_ratio`` or ``kd_temperature``.
@@ -69,6 +77,7 @@ class LayerwiseDistillation(StudentModule):
         finetune_fraction: float = 0.0,
         finetune_lr_ratio: float = 0.1,
         kd_temperature: float = 1.0,
+        teacher_reuse: int = 1,
         **kwargs,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -76,6 +85,8 @@ class LayerwiseDistillation(StudentModule):
             raise ValueError(f"loss must be 'softmax', 'l2' or 'output', got {loss!r}")
         if not 0.0 <= finetune_fraction <= 1.0:
             raise ValueError(f"finetune_fraction must be in [0, 1], got {finetune_fraction}")
+        if isinstance(teacher_reuse, bool) or not isinstance(teacher_reuse, int) or teacher_reuse < 1:
+            raise ValueError(f"teacher_reuse must be an integer >= 1, got {teacher_reuse!r}")
         if finetune_lr_ratio <= 0 or kd_temperature <= 0:
             raise ValueError(f"finetune_lr_ratio and kd_temperature must be > 0, got {finetune_lr_ratio}, {kd_temperature}")
         self.save_hyperparameters(ignore=["feature_map"])
@@ -84,6 +95,8 @@ class LayerwiseDistillation(StudentModule):
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
         self.query_rows, self.betas, self.weight_decay = query_rows, betas, weight_decay
         self.finetune_fraction, self.finetune_lr_ratio, self.kd_temperature = finetune_fraction, finetune_lr_ratio, kd_temperature
+        self.teacher_reuse = teacher_reuse
+        self._reused: tuple[int, dict] | None = None  # (step of the teacher pass, its capture)
         self._rows_generator = torch.Generator()
         self._finetune_reset_at: int | None = None
 
@@ -108,20 +121,39 @@ class LayerwiseDistillation(StudentModule):
                 optimizer.state.clear()
             self._finetune_reset_at = start
 
-    def _teacher_forward(self, batch: dict, *, capture: bool) -> tuple[torch.Tensor, dict[int, tuple]]:
+    def _teacher_forward(self, batch: dict, *, capture: bool, logits: bool = True) -> tuple[torch.Tensor | None, dict[int, tuple]]:
         """One frozen-teacher forward: its logits and, if ``capture``, every layer's (q, k, key padding), plus
-        (v, attention output) for the ``output`` loss."""
-        captured: dict[int, tuple] = {}
+        (v, attention output) for the ``output`` loss.
 
+        ``logits=False`` (the layer-wise steps, which discard them): the forward stops as soon as the last twin's
+        layer has been captured — the layers above it, the final norm and the LM head never run — unless the
+        teacher is sharded (FSDP2 must see every forward finish). Returns ``None`` logits then."""
+        captured: dict[int, tuple] = {}
         keep_values = self.loss_kind == "output"
+        last = max(self.student.linear_modules(), default=None)
+        stop_early = capture and not logits and last is not None and getattr(self, "_replicated_group", None) is None
 
         def record(index, q, k, v, pad, out):
             captured[index] = (q, k, pad, v, out) if keep_values else (q, k, pad)
+            if stop_early and index == last:
+                raise _CapturedAll
 
         recording = capture_attention(self.student.model, record) if capture else contextlib.nullcontext()
+        out = None
         with torch.no_grad(), self.student.teacher_mode(), recording:  # root forward (FSDP)
-            logits = self.student(batch["input_ids"], attention_mask=batch.get("attention_mask"), use_cache=False).logits
-        return logits, captured
+            try:
+                out = self.student(batch["input_ids"], attention_mask=batch.get("attention_mask"), use_cache=False).logits
+            except _CapturedAll:
+                pass
+        return out, captured
+
+    def _layerwise_capture(self, batch: dict) -> dict[int, tuple]:
+        """The captured teacher attention of this layer-wise step: a fresh pass every ``teacher_reuse`` steps
+        (and at a resumed run's first step), else the last pass's capture."""
+        step = self.global_step
+        if self._reused is None or step - self._reused[0] >= self.teacher_reuse or step < self._reused[0]:
+            self._reused = (step, self._teacher_forward(batch, capture=True, logits=False)[1])
+        return self._reused[1]
 
     def _layer_losses(self, captured: dict[int, tuple], batch_idx: int) -> dict[int, torch.Tensor]:
         """Each linear layer's attention loss on the teacher's q/k, logged as ``train/loss_layer_XX``."""
@@ -169,13 +201,14 @@ class LayerwiseDistillation(StudentModule):
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
         if self.in_finetune():
             return self.finetune_step(batch, batch_idx)
-        _, captured = self._teacher_forward(batch, capture=True)
+        captured = self._layerwise_capture(batch)
         losses = self._layer_losses(captured, batch_idx)
         if not losses:
             return None
         total = sum(losses.values())
         self.log("train/loss", total.detach() / len(losses), prog_bar=True)
-        self.log("train/tokens", float(batch["input_ids"].numel()), reduce_fx="sum")
+        fresh = self._reused[0] == self.global_step  # a reused teacher pass sees no new tokens
+        self.log("train/tokens", float(batch["input_ids"].numel()) if fresh else 0.0, reduce_fx="sum")
         return total if total.requires_grad else None  # nothing trainable (e.g. Performer): just log
 
     def configure_optimizers(self):

@@ -247,3 +247,34 @@ def test_capture_phase_feeds_a_fit(tmp_path):
     assert report["tokens"] == 4 * 64 and len(report["head_dof"][0]) == 8
     cli, log_dir = _run(tmp_path / "fit", steps=1, extra=[f"--dof.report_path={tmp_path / 'cap' / 'dof.json'}"])
     assert cli.model.feature_dims == [max(8, m) for m in report["allocations"]["dof"]]
+
+
+def test_layerwise_teacher_pass_stops_early_and_can_serve_several_steps(tmp_path, monkeypatch):
+    """The layer-wise capture without logits stops after the last twin's layer and captures exactly what the
+    full forward does; ``teacher_reuse=2`` runs the teacher on steps 0 and 2 only, for the same losses a
+    capture of those batches gives."""
+    from lit_dof.pipeline.layerwise import LayerwiseDistillation
+
+    cli = build_cli(fit_args(tmp_path, steps=4, extra=["--model.init_args.teacher_reuse=2",
+                                                       "--model.init_args.finetune_fraction=0"])[1:], run=False)  # fmt: skip
+    calls = []
+    original = LayerwiseDistillation._teacher_forward
+
+    def spy(self, batch, *, capture, logits=True):
+        calls.append((self.global_step, logits))
+        logits_out, captured = original(self, batch, capture=capture, logits=logits)
+        if capture and not logits:  # the early-stopped capture equals the full forward's
+            assert logits_out is None
+            _, full = original(self, batch, capture=True, logits=True)
+            assert full.keys() == captured.keys()
+            for index in full:
+                for a, b in zip(full[index], captured[index]):
+                    assert (a is None and b is None) or torch.equal(a, b)
+        return logits_out, captured
+
+    monkeypatch.setattr(LayerwiseDistillation, "_teacher_forward", spy)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert cli.trainer.global_step == 4
+    assert [step for step, logits in calls if not logits] == [0, 2]
+    with pytest.raises(ValueError, match="teacher_reuse"):
+        build_cli(fit_args(tmp_path / "bad", steps=1, extra=["--model.init_args.teacher_reuse=0"]))
