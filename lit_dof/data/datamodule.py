@@ -8,8 +8,12 @@
 * Training: the other documents, tokenised on the fly with an EOS after each, concatenated and cut into
   blocks of ``seq_len`` tokens; under DDP each rank takes every ``world_size``-th document (and each
   dataloader worker every ``num_workers``-th of those). Nothing is materialised beyond one block.
-* Resume: the training stream skips the blocks already consumed (``trainer.global_step × batch size ×
-  accumulate_grad_batches`` per rank), so a resumed run sees new data, not the start of the corpus again.
+* Validation: the ``val_blocks`` held-out blocks are split across ranks (rank r takes blocks r, r + world, …);
+  the perplexities are summed as NLL and token counts over ranks, so they are the exact global ones.
+* Resume: the training stream skips exactly the batches already consumed (``trainer.global_step ×
+  accumulate_grad_batches`` per rank); with dataloader workers, which hand out batches in turn, each worker
+  takes over the role of the interrupted run's worker whose batch is due next and skips what that one had
+  produced, so a resumed run continues the uninterrupted one's stream batch for batch.
 """
 
 from __future__ import annotations
@@ -50,21 +54,36 @@ class PackedBlocks(IterableDataset):
         documents: a zero-argument callable returning a fresh document iterator.
         tokenizer: a transformers tokenizer (its EOS separates documents).
         seq_len: tokens per block. split: ``"train"`` or ``"val"``. val_every: see the module docstring.
-        rank, world_size: the DDP shard. skip_blocks: blocks of this shard to skip (resume).
+        rank, world_size: the DDP shard. skip_batches, batch_size: batches of this rank already consumed
+            (resume) and blocks per batch; each dataloader worker skips the batches it produced itself.
         max_blocks: stop after this many blocks (``None``: the whole stream).
     """
 
     def __init__(self, documents, tokenizer, seq_len: int, split: str, val_every: int, *, rank: int = 0,
-                 world_size: int = 1, skip_blocks: int = 0, max_blocks: int | None = None) -> None:  # fmt: skip
+                 world_size: int = 1, skip_batches: int = 0, batch_size: int = 1,
+                 max_blocks: int | None = None) -> None:  # fmt: skip
         super().__init__()
         self.documents, self.tokenizer, self.seq_len = documents, tokenizer, seq_len
         self.split, self.val_every = split, val_every
-        self.rank, self.world_size, self.skip_blocks, self.max_blocks = rank, world_size, skip_blocks, max_blocks
+        self.rank, self.world_size, self.max_blocks = rank, world_size, max_blocks
+        self.skip_batches, self.batch_size = skip_batches, batch_size
 
-    def _my_documents(self) -> Iterator[str]:
+    def _worker(self) -> tuple[int, int]:
+        """``(workers, role)``: a DataLoader takes batch b from worker b % workers, so after ``skip_batches``
+        batches the next one is due from worker ``skip_batches % workers`` of the interrupted run — this run's
+        worker 0 plays that role, worker 1 the next, and so on."""
         worker = get_worker_info()
         workers, worker_id = (worker.num_workers, worker.id) if worker else (1, 0)
-        shards, shard = self.world_size * workers, self.rank * workers + worker_id
+        return workers, (worker_id + self.skip_batches) % workers
+
+    def _skip_blocks(self) -> int:
+        """Blocks this worker's role produced before the resume."""
+        workers, role = self._worker()
+        return len(range(role, self.skip_batches, workers)) * self.batch_size
+
+    def _my_documents(self) -> Iterator[str]:
+        workers, role = self._worker()
+        shards, shard = self.world_size * workers, self.rank * workers + role
         n = 0
         for i, doc in enumerate(self.documents()):
             if (i % self.val_every == 0) != (self.split == "val"):
@@ -80,6 +99,7 @@ class PackedBlocks(IterableDataset):
         eos = self.tokenizer.eos_token_id
         buffer: list[int] = []
         emitted = 0
+        skip = self._skip_blocks()
         blocks = itertools.count()
         for doc in self._my_documents():
             buffer.extend(self.tokenizer(doc, add_special_tokens=False)["input_ids"])
@@ -87,12 +107,23 @@ class PackedBlocks(IterableDataset):
                 buffer.append(eos)
             while len(buffer) >= self.seq_len:
                 block, buffer = buffer[: self.seq_len], buffer[self.seq_len :]
-                if next(blocks) < self.skip_blocks:
+                if next(blocks) < skip:
                     continue
                 yield {"input_ids": torch.tensor(block, dtype=torch.long)}
                 emitted += 1
                 if self.max_blocks is not None and emitted >= self.max_blocks:
                     return
+
+
+class _Blocks(IterableDataset):
+    """A fixed list of blocks, iterated in order (no sampler is ever injected into it)."""
+
+    def __init__(self, blocks: list[dict]) -> None:
+        super().__init__()
+        self.blocks = blocks
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self.blocks)
 
 
 class WikipediaDataModule(L.LightningDataModule):
@@ -161,21 +192,27 @@ class WikipediaDataModule(L.LightningDataModule):
         trainer = self.trainer
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
-    def _consumed_blocks(self) -> int:
+    def _consumed_batches(self) -> int:
         trainer = self.trainer
         if trainer is None:
             return 0
-        return trainer.global_step * self.batch_size * trainer.accumulate_grad_batches
+        return trainer.global_step * trainer.accumulate_grad_batches
 
     def train_dataloader(self) -> DataLoader:
         rank, world = self._rank()
         data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "train", self.val_every, rank=rank,
-                            world_size=world, skip_blocks=self._consumed_blocks())  # fmt: skip
+                            world_size=world, skip_batches=self._consumed_batches(), batch_size=self.batch_size)  # fmt: skip
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
+        rank, world = self._rank()
+        if self.val_blocks < world:
+            raise ValueError(f"val_blocks={self.val_blocks} is fewer than the {world} ranks: every rank needs a "
+                             "validation block; raise --data.init_args.val_blocks")  # fmt: skip
         data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "val", self.val_every, max_blocks=self.val_blocks)
-        return DataLoader(list(data), batch_size=self.batch_size)
+        # This rank's share, as an iterable: Lightning would otherwise re-split a list with a DistributedSampler
+        # that pads uneven shares with repeated blocks.
+        return DataLoader(_Blocks(list(data)[rank::world]), batch_size=self.batch_size)
 
     def predict_dataloader(self) -> DataLoader:
         rank, world = self._rank()

@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 import lightning as L
 import torch
+from torchmetrics.aggregation import MeanMetric
 from torchmetrics.text import Perplexity
 
 from lit_dof.attention import FeatureMap, LearnedPRF
@@ -102,8 +103,8 @@ class StudentModule(L.LightningModule):
         self.feature_dims: list[int] | None = None  # set by FeatureDimAllocator
         self.dof_report = None  # set by DoFEstimator
         self.val_ppl_student = Perplexity()
+        self.val_nll_teacher = MeanMetric()  # per-token NLL, weighted by tokens: exact over ranks
         self._teacher_val_cache: dict[int, tuple[float, int]] = {}
-        self._teacher_nll = [0.0, 0]
 
     # -- building ------------------------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -226,8 +227,7 @@ class StudentModule(L.LightningModule):
                 teacher_logits = self.student(ids, use_cache=False).logits[:, :-1].float()
             self._teacher_val_cache[batch_idx] = self._nll(teacher_logits, ids[:, 1:])
         nll_sum, count = self._teacher_val_cache[batch_idx]
-        self._teacher_nll[0] += nll_sum
-        self._teacher_nll[1] += count
+        self.val_nll_teacher.update(torch.tensor(nll_sum / count, dtype=torch.float32), count)
 
     @staticmethod
     @fp32_region()
@@ -236,16 +236,18 @@ class StudentModule(L.LightningModule):
         return float(nll), target.numel()
 
     def on_validation_epoch_start(self) -> None:
-        self._teacher_nll = [0.0, 0]
-        # bf16-true / 16-true convert the whole module, the metric's states included: sum in float32 again.
+        # bf16-true / 16-true convert the whole module, the metrics' states included: sum in float32 again.
         self.val_ppl_student.set_dtype(torch.float32)
+        self.val_nll_teacher.set_dtype(torch.float32)
 
     def on_validation_epoch_end(self) -> None:
-        self.log("val/ppl_student", self.val_ppl_student.compute(), prog_bar=True, sync_dist=True)
+        # Each rank scored its share of the validation blocks; the metrics sum NLL and token counts over ranks
+        # when computed, so both perplexities are the exact global ones (no average of per-rank perplexities).
+        self.log("val/ppl_student", self.val_ppl_student.compute(), prog_bar=True)
         self.val_ppl_student.reset()
-        if self._teacher_nll[1]:
-            teacher_ppl = torch.tensor(self._teacher_nll[0] / self._teacher_nll[1], dtype=torch.float32).exp()
-            self.log("val/ppl_teacher", teacher_ppl, prog_bar=True, sync_dist=True)
+        if self.val_nll_teacher.update_count:
+            self.log("val/ppl_teacher", self.val_nll_teacher.compute().exp(), prog_bar=True)
+        self.val_nll_teacher.reset()
 
     # -- export -------------------------------------------------------------------------------------------
     def on_fit_end(self) -> None:
