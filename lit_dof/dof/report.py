@@ -13,7 +13,7 @@ import os
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Literal
+from typing import Iterable, Literal, Sequence
 
 import torch
 from torch import nn
@@ -117,20 +117,28 @@ def collect_samples(
     pooling: Pooling = "query_head",
     seed: int = 0,
     progress: bool = True,
+    keys: Sequence[int] | None = None,
 ) -> tuple[QKReservoir, int]:
     """Stream ``batches`` through the frozen model, keeping J pooled q/k vectors per head and layer.
+
+    ``keys``: one identity per batch (e.g. its global index across ranks); the sample then depends only on
+    which batches were seen, not on the process or order (:meth:`~lit_dof.teacher.capture.QKReservoir.add`),
+    so per-rank reservoirs merge exactly.
 
     Returns:
         ``(reservoir, valid tokens seen)``.
     """
     reservoir = QKReservoir(num_samples, seed=seed)
     tokens = 0
+    current: list[int | None] = [None]
 
     def record(index, q, k, v, pad, out):
-        reservoir.add(index, pooled_vectors(q, k, pad, pooling))
+        reservoir.add(index, pooled_vectors(q, k, pad, pooling), key=current[0])
 
+    key_iter = iter(keys) if keys is not None else None
     with capture_attention(model, record):
         for batch in tqdm(batches, desc="capture q/k", unit="batch", disable=not progress):
+            current[0] = next(key_iter) if key_iter is not None else None
             inputs = _as_inputs(batch)
             mask = inputs.get("attention_mask")
             tokens += int(mask.sum()) if mask is not None else inputs["input_ids"].numel()

@@ -8,17 +8,19 @@ DDP/FSDP wrap the model; they log to TensorBoard at ``on_fit_start``.
 from __future__ import annotations
 
 import os
+import time
 from typing import Literal
 
 import lightning as L
 import torch
 
-from lit_dof.dof import STRATEGIES, DoFReport, allocate_feature_dims, allocate_head_feature_dims, estimate_model_dof
+from lit_dof.dof import STRATEGIES, DoFReport, allocate_feature_dims, allocate_head_feature_dims
+from lit_dof.dof.estimator import RelativeTo
+from lit_dof.dof.report import collect_samples, dof_report
 from lit_dof.students.surgery import layer_mean_dims
 from lit_dof.teacher.families import attention_layers
 
 ALLOCATOR_STRATEGIES = (*STRATEGIES, "dof_head")
-from lit_dof.dof.estimator import RelativeTo
 
 
 class DoFEstimator(L.Callback):
@@ -58,9 +60,10 @@ class DoFEstimator(L.Callback):
             return
         log_dir = trainer.log_dir  # a collective under DDP (Lightning broadcasts it): every rank asks
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        samples = None if self.report_path else self._capture(trainer, teacher)  # every rank: its share
         report = None
         if not distributed or torch.distributed.get_rank() == 0:
-            report = self._estimate(trainer, pl_module, teacher)
+            report = self._estimate(pl_module, teacher, samples)
         if distributed:  # every rank must build identical twins (DDP/FSDP check shapes): rank 0 decides
             box = [report]
             torch.distributed.broadcast_object_list(box, src=0)
@@ -70,15 +73,33 @@ class DoFEstimator(L.Callback):
         if trainer.is_global_zero and log_dir:
             self.report.save(os.path.join(log_dir, "dof.json"))
 
-    def _estimate(self, trainer: L.Trainer, pl_module, teacher) -> DoFReport:
+    def _capture(self, trainer: L.Trainer, teacher):
+        """Each rank captures its share of the ``num_batches`` global batches (global batch g on rank
+        g % world, from that rank's own shard of the stream), keyed by g, and the reservoirs are merged exactly
+        (:meth:`~lit_dof.teacher.capture.QKReservoir.all_gather`): every rank ends with the sample one process
+        would draw from the union. Returns ``(reservoir, tokens, seconds)``."""
+        start = time.perf_counter()
+        rank, world = trainer.global_rank, trainer.world_size
+        keys = list(range(rank, self.num_batches, world))
+        loader = trainer.datamodule.train_dataloader()
+        batches = [batch for _, batch in zip(keys, loader)]
+        reservoir, tokens = collect_samples(teacher, batches, self.num_samples, pooling=self.pooling, seed=self.seed,
+                                            keys=keys, progress=trainer.is_global_zero)  # fmt: skip
+        if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            reservoir.all_gather()
+            total = torch.tensor([tokens], dtype=torch.float64)
+            torch.distributed.all_reduce(total)
+            tokens = int(total.item())
+        return reservoir, tokens, time.perf_counter() - start
+
+    def _estimate(self, pl_module, teacher, samples) -> DoFReport:
         if self.report_path:
             return DoFReport.load(self.report_path)
-        loader = trainer.datamodule.train_dataloader()
-        batches = [batch for _, batch in zip(range(self.num_batches), loader)]
-        return estimate_model_dof(
-            teacher, batches, self.lam, self.num_samples, relative_to=self.relative_to, pooling=self.pooling,
-            target_fraction=self.target_fraction, seed=self.seed, name=pl_module.teacher_name,
-        )  # fmt: skip
+        reservoir, tokens, seconds = samples
+        report = dof_report(teacher, reservoir, tokens, self.lam, relative_to=self.relative_to, pooling=self.pooling,
+                            target_fraction=self.target_fraction, seed=self.seed, name=pl_module.teacher_name)  # fmt: skip
+        report.seconds["capture"] = seconds
+        return report
 
     def on_fit_start(self, trainer: L.Trainer, pl_module) -> None:
         if self.report is None or not trainer.is_global_zero:

@@ -6,7 +6,10 @@ then runs the teacher's own SDPA attention — the logits are those of the plain
 
 For long runs memory is bounded by :class:`QKReservoir`: a uniform sample without replacement of J
 vectors per head from everything seen (priority / bottom-k sampling: each vector gets a uniform random
-priority and the J smallest are kept — the same distribution as reservoir sampling, vectorised).
+priority and the J smallest are kept — the same distribution as reservoir sampling, vectorised). With a
+``key`` per batch the priorities are a function of (seed, layer, key) alone, so reservoirs filled on
+several processes merge exactly into the sample one process would draw from the union
+(:meth:`QKReservoir.merge`, :meth:`QKReservoir.all_gather`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Callable, Iterator, Literal
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -148,27 +152,71 @@ class QKReservoir:
     def __init__(self, num_samples: int, *, seed: int = 0) -> None:
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 2:
             raise ValueError(f"num_samples J must be an integer >= 2, got {num_samples!r}")
-        self.num_samples = num_samples
+        self.num_samples, self.seed = num_samples, seed
         self.generator = torch.Generator().manual_seed(seed)
         self.vectors: dict[int, Tensor] = {}
         self.priorities: dict[int, Tensor] = {}
         self.seen: dict[int, int] = {}
 
-    def add(self, layer: int, vectors: Tensor) -> None:
-        """Offer ``(H, n, d)`` vectors of one layer; keeps the J with the smallest random priorities."""
+    def add(self, layer: int, vectors: Tensor, key: int | None = None) -> None:
+        """Offer ``(H, n, d)`` vectors of one layer; keeps the J with the smallest random priorities.
+
+        Args:
+            layer: layer index. vectors: ``(H, n, d)``.
+            key: the batch's identity (e.g. its global index, ≥ 0): its priorities are then drawn from a
+                generator seeded by (seed, layer, key), the same in any process and order; ``None``: from this
+                reservoir's own stream.
+        """
         H, n, d = vectors.shape
         if n == 0:
             return
         vectors = vectors.detach().float().cpu()
-        prio = torch.rand(H, n, generator=self.generator, device="cpu")
+        generator = self.generator
+        if key is not None:
+            state = np.random.SeedSequence([self.seed, layer, int(key)]).generate_state(2, dtype=np.uint32)
+            generator = torch.Generator().manual_seed(int(state[0]) << 31 | int(state[1]) >> 1)
+        self._keep(layer, vectors, torch.rand(H, n, generator=generator, device="cpu"), n)
+
+    def _keep(self, layer: int, vectors: Tensor, prio: Tensor, seen: int) -> None:
+        """Add candidates with their priorities and keep the J smallest."""
+        d = vectors.shape[-1]
         if layer in self.vectors:
             vectors = torch.cat([self.vectors[layer], vectors], dim=1)
             prio = torch.cat([self.priorities[layer], prio], dim=1)
         keep = min(self.num_samples, vectors.shape[1])
-        prio, idx = torch.topk(prio, keep, dim=1, largest=False)
+        prio, idx = torch.topk(prio, keep, dim=1, largest=False, sorted=True)
         self.vectors[layer] = torch.gather(vectors, 1, idx.unsqueeze(-1).expand(-1, -1, d))
         self.priorities[layer] = prio
-        self.seen[layer] = self.seen.get(layer, 0) + n
+        self.seen[layer] = self.seen.get(layer, 0) + seen
+
+    def merge(self, *others: "QKReservoir") -> "QKReservoir":
+        """Fold other reservoirs (same J) into this one: the J smallest priorities of the union per head — with
+        keyed batches, exactly the sample one reservoir fed every batch would hold.
+
+        Raises:
+            ValueError: a reservoir with another J.
+        """
+        for other in others:
+            if other.num_samples != self.num_samples:
+                raise ValueError(f"cannot merge reservoirs of J={other.num_samples} and J={self.num_samples}")
+            for layer, vectors in other.vectors.items():
+                self._keep(layer, vectors, other.priorities[layer], other.seen[layer])
+        return self
+
+    def all_gather(self, group=None) -> "QKReservoir":
+        """Merge the reservoirs of every process of ``group`` (a collective): afterwards every rank holds the
+        same sample, in the same order. No-op outside ``torch.distributed``."""
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return self
+        mine = {"vectors": self.vectors, "priorities": self.priorities, "seen": self.seen}
+        gathered = [None] * torch.distributed.get_world_size(group)
+        torch.distributed.all_gather_object(gathered, mine, group=group)
+        self.vectors, self.priorities, self.seen = {}, {}, {}
+        for part in gathered:  # rank order: identical on every rank
+            other = QKReservoir(self.num_samples, seed=self.seed)
+            other.vectors, other.priorities, other.seen = part["vectors"], part["priorities"], part["seen"]
+            self.merge(other)
+        return self
 
     def samples(self, layer: int) -> Tensor:
         """``(H, J, d)`` sample of a layer.

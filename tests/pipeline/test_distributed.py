@@ -158,3 +158,32 @@ def test_shipped_fsdp_config_resumes_to_more_steps(reference):
     done = _fit(run, strategy, ["--ckpt_path=last"], steps=STEPS + 2)
     assert f"Restoring states from the checkpoint path at {last.resolve()}" in done.stdout + done.stderr
     assert f"max_steps={STEPS + 2}` reached" in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_distributed_dof_equals_one_process_over_the_union(reference):
+    """Each rank captured its share of the DoF batches (global batch g on rank g % 2, from its own shard) and
+    the reservoirs were merged: the report equals one process's over the same keyed batches."""
+    import json
+
+    from torch.utils.data import DataLoader
+
+    from lit_dof.data.datamodule import PackedBlocks
+    from lit_dof.data.corpus import iter_documents
+    from lit_dof.dof.report import collect_samples, dof_report
+    from lit_dof.teacher.loading import load_teacher
+    from tests.conftest import TINYSTORIES, WIKIPEDIA
+
+    _, run, _ = reference
+    report = json.loads(next(run.rglob("version_0/dof.json")).read_text())
+    teacher, tokenizer = load_teacher(str(TINYSTORIES))
+    batches, keys = [], []
+    for rank in (0, 1):  # TINY_ARGS: num_batches 2, batch_size 2, seq_len 64
+        blocks = PackedBlocks(lambda: iter_documents(WIKIPEDIA), tokenizer, 64, "train", 100, rank=rank, world_size=2)
+        batches.append(next(iter(DataLoader(blocks, batch_size=2))))
+        keys.append(rank)
+    reservoir, tokens = collect_samples(teacher, batches, 64, keys=keys, progress=False)
+    alone = dof_report(teacher, reservoir, tokens, "auto", progress=False)
+    assert report["tokens"] == tokens == 2 * 2 * 64
+    torch.testing.assert_close(torch.tensor(report["head_dof"]), torch.tensor(alone.head_dof), rtol=1e-9, atol=0)
+    assert report["lam"] == pytest.approx(alone.lam, rel=1e-12)

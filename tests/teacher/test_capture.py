@@ -111,3 +111,27 @@ def test_reservoir_reports_too_few_vectors():
         r.samples(0)
     with pytest.raises(ValueError, match="num_samples"):
         QKReservoir(1)
+
+
+def test_keyed_reservoirs_merge_into_the_single_process_sample():
+    """Batches split between two 'ranks' (and offered in another order), keyed by their global index: the
+    merged reservoir holds exactly the vectors, priorities and counts of one reservoir fed every batch."""
+    from lit_dof.teacher.capture import QKReservoir
+
+    g = torch.Generator().manual_seed(0)
+    batches = {key: torch.randn(3, 20 + key, 4, generator=g) for key in range(7)}
+    alone = QKReservoir(16, seed=5)
+    for key in range(7):
+        for layer in (0, 1):
+            alone.add(layer, batches[key] + layer, key=key)
+    ranks = [QKReservoir(16, seed=5), QKReservoir(16, seed=5)]
+    for key in reversed(range(7)):
+        for layer in (0, 1):
+            ranks[key % 2].add(layer, batches[key] + layer, key=key)
+    merged = ranks[0].merge(ranks[1])
+    for layer in (0, 1):
+        assert torch.equal(merged.priorities[layer], alone.priorities[layer])
+        assert torch.equal(merged.samples(layer), alone.samples(layer))
+        assert merged.seen[layer] == alone.seen[layer] == sum(b.shape[1] for b in batches.values())
+    with pytest.raises(ValueError, match="J=8"):
+        merged.merge(QKReservoir(8))
