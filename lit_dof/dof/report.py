@@ -118,12 +118,15 @@ def collect_samples(
     seed: int = 0,
     progress: bool = True,
     keys: Sequence[int] | None = None,
+    far_window: int = 0,
+    sink_tokens: int = 0,
 ) -> tuple[QKReservoir, int]:
     """Stream ``batches`` through the frozen model, keeping J pooled q/k vectors per head and layer.
 
     ``keys``: one identity per batch (e.g. its global index across ranks); the sample then depends only on
     which batches were seen, not on the process or order (:meth:`~lit_dof.teacher.capture.QKReservoir.add`),
-    so per-rank reservoirs merge exactly.
+    so per-rank reservoirs merge exactly. ``far_window``, ``sink_tokens``: pool only the vectors of query–key
+    pairs at least that far apart (:func:`~lit_dof.teacher.capture.pooled_vectors`).
 
     Returns:
         ``(reservoir, valid tokens seen)``.
@@ -133,7 +136,8 @@ def collect_samples(
     current: list[int | None] = [None]
 
     def record(index, q, k, v, pad, out):
-        reservoir.add(index, pooled_vectors(q, k, pad, pooling), key=current[0])
+        pooled = pooled_vectors(q, k, pad, pooling, far_window=far_window, sink_tokens=sink_tokens)
+        reservoir.add(index, pooled, key=current[0])
 
     key_iter = iter(keys) if keys is not None else None
     with capture_attention(model, record):

@@ -33,6 +33,12 @@ class DoFEstimator(L.Callback):
         pooling: ``"query_head"`` (paper; 30 × 9 heads on SmolLM2) or ``"kv_head"``.
         report_path: read this ``dof.json`` (e.g. from a ``predict`` capture) instead of estimating.
         enabled: False skips the estimate (allocation then needs ``strategy="fix"``).
+        far_pairs: for a sliding-window student, estimate the DoF of the kernel restricted to query–key pairs
+            farther apart than its window (the pairs its linear part serves; sinks excluded) instead of the
+            plain pooled DoF.
+
+    Raises:
+        ValueError: ``far_pairs`` for a student without a sliding window.
     """
 
     planning_stage = "estimate"
@@ -48,11 +54,12 @@ class DoFEstimator(L.Callback):
         report_path: str | None = None,
         enabled: bool = True,
         seed: int = 0,
+        far_pairs: bool = False,
     ) -> None:
         self.lam = lam if lam == "auto" else float(lam)
         self.relative_to, self.num_samples, self.num_batches = relative_to, num_samples, num_batches
         self.pooling, self.target_fraction, self.report_path = pooling, target_fraction, report_path
-        self.enabled, self.seed = enabled, seed
+        self.enabled, self.seed, self.far_pairs = enabled, seed, far_pairs
         self.report: DoFReport | None = None
 
     def on_teacher_ready(self, trainer: L.Trainer, pl_module, teacher) -> None:
@@ -60,7 +67,7 @@ class DoFEstimator(L.Callback):
             return
         log_dir = trainer.log_dir  # a collective under DDP (Lightning broadcasts it): every rank asks
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        samples = None if self.report_path else self._capture(trainer, teacher)  # every rank: its share
+        samples = None if self.report_path else self._capture(trainer, pl_module, teacher)  # every rank: its share
         report = None
         if not distributed or torch.distributed.get_rank() == 0:
             report = self._estimate(pl_module, teacher, samples)
@@ -73,18 +80,24 @@ class DoFEstimator(L.Callback):
         if trainer.is_global_zero and log_dir:
             self.report.save(os.path.join(log_dir, "dof.json"))
 
-    def _capture(self, trainer: L.Trainer, teacher):
+    def _capture(self, trainer: L.Trainer, pl_module, teacher):
         """Each rank captures its share of the ``num_batches`` global batches (global batch g on rank
         g % world, from that rank's own shard of the stream), keyed by g, and the reservoirs are merged exactly
         (:meth:`~lit_dof.teacher.capture.QKReservoir.all_gather`): every rank ends with the sample one process
         would draw from the union. Returns ``(reservoir, tokens, seconds)``."""
         start = time.perf_counter()
         rank, world = trainer.global_rank, trainer.world_size
+        options = getattr(pl_module, "attention_options", {})
+        far = {}
+        if self.far_pairs:
+            if not options.get("window"):
+                raise ValueError("dof.far_pairs needs a sliding-window student: set model.init_args.window")
+            far = {"far_window": options["window"], "sink_tokens": options.get("sink_tokens", 0)}
         keys = list(range(rank, self.num_batches, world))
         loader = trainer.datamodule.train_dataloader()
         batches = [batch for _, batch in zip(keys, loader)]
         reservoir, tokens = collect_samples(teacher, batches, self.num_samples, pooling=self.pooling, seed=self.seed,
-                                            keys=keys, progress=trainer.is_global_zero)  # fmt: skip
+                                            keys=keys, progress=trainer.is_global_zero, **far)  # fmt: skip
         if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
             reservoir.all_gather()
             total = torch.tensor([tokens], dtype=torch.float64)

@@ -111,7 +111,9 @@ def _as_inputs(batch: dict | Tensor) -> dict:
     return {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch and batch[k] is not None}
 
 
-def pooled_vectors(q: Tensor, k: Tensor, key_padding: Tensor | None, pooling: Pooling) -> Tensor:
+def pooled_vectors(
+    q: Tensor, k: Tensor, key_padding: Tensor | None, pooling: Pooling, *, far_window: int = 0, sink_tokens: int = 0
+) -> Tensor:
     """Per-head pools of query and key vectors of valid tokens.
 
     Args:
@@ -120,6 +122,10 @@ def pooled_vectors(q: Tensor, k: Tensor, key_padding: Tensor | None, pooling: Po
             query head with its KV head's keys: the paper's per-head rule, Hq heads per layer;
             ``"kv_head"`` — one pool per KV head with the queries of its whole GQA group (the kernel a
             map shared per KV head must fit). The layer DoF is the max over heads either way.
+        far_window: w > 0 pools only the vectors of query–key pairs at least w tokens apart — the pairs the
+            linear part of sliding-window + linear attention serves: queries at positions ≥ w + s, keys at
+            positions s … T − 1 − w. 0: every token (the plain pooled DoF).
+        sink_tokens: s, the first positions kept exact beside the window (excluded from the far pairs).
 
     Returns:
         ``(H, n, d)`` with H = Hk or Hq.
@@ -128,13 +134,17 @@ def pooled_vectors(q: Tensor, k: Tensor, key_padding: Tensor | None, pooling: Po
     Hk = k.shape[1]
     G = Hq // Hk
     valid = torch.ones(B, T, dtype=torch.bool, device=q.device) if key_padding is None else key_padding.to(q.device)
-    flat = valid.reshape(-1)  # (B·T,)
-    keys = k.permute(1, 0, 2, 3).reshape(Hk, B * T, d)[:, flat]  # (Hk, n, d)
+    q_ok = k_ok = valid.reshape(-1)  # (B·T,)
+    if far_window:
+        position = torch.arange(T, device=q.device).expand(B, T)
+        q_ok = q_ok & (position >= far_window + sink_tokens).reshape(-1)
+        k_ok = k_ok & ((position >= sink_tokens) & (position <= T - 1 - far_window)).reshape(-1)
+    keys = k.permute(1, 0, 2, 3).reshape(Hk, B * T, d)[:, k_ok]  # (Hk, n, d)
     if pooling == "kv_head":
-        queries = q.view(B, Hk, G, T, d).permute(1, 2, 0, 3, 4).reshape(Hk, G, B * T, d)[:, :, flat]
+        queries = q.view(B, Hk, G, T, d).permute(1, 2, 0, 3, 4).reshape(Hk, G, B * T, d)[:, :, q_ok]
         return torch.cat([queries.reshape(Hk, -1, d), keys], dim=1)
     if pooling == "query_head":
-        queries = q.permute(1, 0, 2, 3).reshape(Hq, B * T, d)[:, flat]
+        queries = q.permute(1, 0, 2, 3).reshape(Hq, B * T, d)[:, q_ok]
         return torch.cat([queries, keys.repeat_interleave(G, dim=0)], dim=1)
     raise ValueError(f"pooling must be 'kv_head' or 'query_head', got {pooling!r}")
 

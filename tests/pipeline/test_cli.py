@@ -278,3 +278,15 @@ def test_layerwise_teacher_pass_stops_early_and_can_serve_several_steps(tmp_path
     assert [step for step, logits in calls if not logits] == [0, 2]
     with pytest.raises(ValueError, match="teacher_reuse"):
         build_cli(fit_args(tmp_path / "bad", steps=1, extra=["--model.init_args.teacher_reuse=0"]))
+
+
+def test_far_pair_dof_for_a_sliding_window_student(tmp_path):
+    """``dof.far_pairs`` pools only vectors of pairs beyond the window: another DoF than the plain pool on the
+    same batches; refused without a window."""
+    window = ["--model.init_args.window=16"]
+    _, far_dir = _run(tmp_path / "far", "methods/swa_linear.yaml", steps=1, extra=[*window, "--dof.far_pairs=true"])
+    _, plain_dir = _run(tmp_path / "plain", "methods/swa_linear.yaml", steps=1, extra=window)
+    far, plain = (json.loads((d / "dof.json").read_text()) for d in (far_dir, plain_dir))
+    assert far["tokens"] == plain["tokens"] and far["head_dof"] != plain["head_dof"]
+    with pytest.raises(ValueError, match="far_pairs needs a sliding-window student"):
+        _run(tmp_path / "bad", steps=1, extra=["--dof.far_pairs=true"])

@@ -135,3 +135,20 @@ def test_keyed_reservoirs_merge_into_the_single_process_sample():
         assert merged.seen[layer] == alone.seen[layer] == sum(b.shape[1] for b in batches.values())
     with pytest.raises(ValueError, match="J=8"):
         merged.merge(QKReservoir(8))
+
+
+def test_far_pair_pools_keep_only_vectors_of_pairs_beyond_the_window():
+    from lit_dof.teacher.capture import pooled_vectors
+
+    B, Hq, Hk, T, d = 2, 4, 2, 10, 3
+    q = torch.arange(T, dtype=torch.float32).view(1, 1, T, 1).expand(B, Hq, T, d)  # vector value = position
+    k = 100 + torch.arange(T, dtype=torch.float32).view(1, 1, T, 1).expand(B, Hk, T, d)
+    pad = torch.ones(B, T, dtype=torch.bool)
+    pad[1, :2] = False
+    for pooling in ("query_head", "kv_head"):
+        pool = pooled_vectors(q, k, pad, pooling, far_window=4, sink_tokens=1)[0, :, 0]
+        queries = sorted(int(x) for x in pool if x < 100)
+        keys = sorted(int(x) - 100 for x in pool if x >= 100)
+        group = 2 if pooling == "kv_head" else 1
+        assert queries == sorted([t for t in range(5, 10)] * 2 * group)  # positions ≥ w + s, both rows valid
+        assert keys == sorted(list(range(1, 6)) + list(range(2, 6)))  # s … T − 1 − w, row 1's padding excluded
