@@ -111,6 +111,25 @@ class CausalLinearAttention(Float32Parameters):
             return log_q.view(B, Hq, T, -1), log_k
         return self.feature_map.attention_log_features(q, k.repeat_interleave(group, dim=1))
 
+    def check_call(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> int:
+        """Validate a call's shapes against the layer; returns Tk.
+
+        Raises:
+            ValueError: q/k/v of the wrong rank or head counts, Tk < T, or a padding mask that is not ``(B, Tk)``.
+        """
+        check_rank("q", q, 4, "(B, Hq, T, d)")
+        check_rank("k", k, 4, "(B, Hk, Tk, d)")
+        B, Hq, T, _ = q.shape
+        Tk = k.shape[2]
+        if Hq != self.num_heads or k.shape[1] != self.num_kv_heads or v.shape[1] != self.num_kv_heads or Tk < T:
+            raise ValueError(
+                f"expected q with {self.num_heads} heads and k, v with {self.num_kv_heads} and at least as many "
+                f"tokens as q, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            )
+        if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, Tk):
+            raise ValueError(f"key_padding_mask must have shape (B, Tk) = {(B, Tk)}, got {tuple(key_padding_mask.shape)}")
+        return Tk
+
     def forward(
         self,
         q: Tensor,
@@ -138,17 +157,8 @@ class CausalLinearAttention(Float32Parameters):
         Raises:
             ValueError: shapes inconsistent with the layer, Tk < T, or NaN input.
         """
-        check_rank("q", q, 4, "(B, Hq, T, d)")
-        check_rank("k", k, 4, "(B, Hk, Tk, d)")
         B, Hq, T, d = q.shape
-        Tk = k.shape[2]
-        if Hq != self.num_heads or k.shape[1] != self.num_kv_heads or v.shape[1] != self.num_kv_heads or Tk < T:
-            raise ValueError(
-                f"expected q with {self.num_heads} heads and k, v with {self.num_kv_heads} and at least as many "
-                f"tokens as q, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-            )
-        if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, Tk):
-            raise ValueError(f"key_padding_mask must have shape (B, Tk) = {(B, Tk)}, got {tuple(key_padding_mask.shape)}")
+        Tk = self.check_call(q, k, v, key_padding_mask)
         if not self.shares_kv_maps:
             v = v.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
         P = Tk - T  # prefix tokens without queries

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from lit_dof.attention._validation import check_positive_int, check_rank
+from lit_dof.attention._validation import check_positive_int
 from lit_dof.attention.feature_maps.base import FeatureMap
 from lit_dof.attention.layer import CausalLinearAttention
 from lit_dof.attention.sliding_window import SlidingWindowState, sliding_window_linear_attention
@@ -100,17 +100,8 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         Raises:
             ValueError: shapes inconsistent with the layer, or Tk < T.
         """
-        check_rank("q", q, 4, "(B, Hq, T, d)")
-        check_rank("k", k, 4, "(B, Hk, Tk, d)")
         B, Hq, T, d = q.shape
-        Tk = k.shape[2]
-        if Hq != self.num_heads or k.shape[1] != self.num_kv_heads or v.shape[1] != self.num_kv_heads or Tk < T:
-            raise ValueError(
-                f"expected q with {self.num_heads} heads and k, v with {self.num_kv_heads} and at least as many "
-                f"tokens as q, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-            )
-        if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, Tk):
-            raise ValueError(f"key_padding_mask must have shape (B, Tk) = {(B, Tk)}, got {tuple(key_padding_mask.shape)}")
+        Tk = self.check_call(q, k, v, key_padding_mask)
         if Tk > T:  # a prefix without queries: fold it in with placeholder queries whose outputs are dropped
             prefix = q.new_zeros(B, Hq, Tk - T, d)
             pad = None if key_padding_mask is None else key_padding_mask[:, : Tk - T]

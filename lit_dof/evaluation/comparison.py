@@ -265,52 +265,53 @@ class Comparison:
                 atomic_write_json(folder / f"{task}.json", {**result["tasks"][task], "provenance": result["provenance"]})
         return {t: json.loads((folder / f"{t}.json").read_text()) for t in tasks}
 
-    def perplexity(self, row: Row, budget: int) -> dict:
-        """Sliding-window perplexity on the held-out documents of the corpus (``ppl.json``)."""
+    def _measured(self, row: Row, budget: int, name: str, measure) -> dict:
+        """The cell's ``name`` record: read back if written, else ``measure(model, tokenizer, corpus)`` with the
+        cell's model on the comparison's device, timed, written atomically."""
         from lit_dof.evaluation.cli import load_model
-        from lit_dof.evaluation.perplexity import corpus_perplexity, heldout_documents, position_perplexity, text_tokens
 
-        path = self.cell_dir(row, budget) / "ppl.json"
+        path = self.cell_dir(row, budget) / name
         if path.is_file():
             return json.loads(path.read_text())
         corpus = self.corpus or os.environ.get("LIT_DOF_CORPUS")
         if not corpus:
-            raise FileNotFoundError("no corpus for the held-out perplexity: pass --corpus or set LIT_DOF_CORPUS")
+            raise FileNotFoundError(f"no corpus for {name}: pass --corpus or set LIT_DOF_CORPUS")
         model, tokenizer = load_model(self.model_source(row, budget), device=self.device)
         start = time.time()
+        result = measure(model, tokenizer, corpus)
+        result.update(seconds=time.time() - start, device=self.device_label())
+        atomic_write_json(path, result)
+        return result
+
+    def perplexity(self, row: Row, budget: int) -> dict:
+        """Sliding-window perplexity on the held-out documents of the corpus (``ppl.json``)."""
+        return self._measured(row, budget, "ppl.json", self._perplexity)
+
+    def _perplexity(self, model, tokenizer, corpus: str) -> dict:
+        from lit_dof.evaluation.perplexity import corpus_perplexity, heldout_documents, position_perplexity, text_tokens
+
         result = corpus_perplexity(model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window,
                                    stride=self.ppl_stride)  # fmt: skip
         tokens = text_tokens(heldout_documents(corpus), tokenizer, self.ppl_tokens)
         edges = [e for e in (0, 64, 256) if e < self.ppl_window] + [self.ppl_window]
         result["by_position"] = position_perplexity(model, tokens, block=self.ppl_window, edges=edges)
-        result.update(seconds=time.time() - start, device=self.device_label())
-        atomic_write_json(path, result)
         return result
-
 
     def long_context(self, row: Row, budget: int) -> dict:
         """Perplexity by position at every context of ``long_contexts`` (``long.json``): the held-out documents
         concatenated (EOS between them) and cut into disjoint blocks of that many tokens, ``ppl_tokens`` tokens
         per context, buckets 0–63 / 64–255 / 256–511 / 512–2047 / 2048–4095 / 4096–8191 within the block."""
-        from lit_dof.evaluation.cli import load_model
+        return self._measured(row, budget, "long.json", self._long_context)
+
+    def _long_context(self, model, tokenizer, corpus: str) -> dict:
         from lit_dof.evaluation.perplexity import heldout_documents, position_perplexity, text_tokens
 
-        path = self.cell_dir(row, budget) / "long.json"
-        if path.is_file():
-            return json.loads(path.read_text())
-        corpus = self.corpus or os.environ.get("LIT_DOF_CORPUS")
-        if not corpus:
-            raise FileNotFoundError("no corpus for the long-context perplexity: pass --corpus or set LIT_DOF_CORPUS")
-        model, tokenizer = load_model(self.model_source(row, budget), device=self.device)
         tokens = text_tokens(heldout_documents(corpus), tokenizer, max(self.ppl_tokens, max(self.long_contexts)))
-        result: dict = {"contexts": {}, "source": str(corpus), "device": self.device_label()}
-        start = time.time()
+        result: dict = {"contexts": {}, "source": str(corpus)}
         for context in self.long_contexts:
             edges = [e for e in (0, 64, 256, 512, 2048, 4096) if e < context] + [context]
             usable = tokens[: max(context, self.ppl_tokens // context * context)]
             result["contexts"][str(context)] = position_perplexity(model, usable, block=context, edges=edges, batch_size=1)
-        result["seconds"] = time.time() - start
-        atomic_write_json(path, result)
         return result
 
     # -- the paper's per-task fine-tuning protocol (METHOD.md §4) -----------------------------------------
