@@ -19,6 +19,10 @@ part by :func:`~lit_dof.attention.chunked.chunked_linear_attention` on the key s
 and the parts are merged by their normalisers (:func:`merge_normalized`), so nothing overflows for any
 norm. Decoding keeps a :class:`SlidingWindowState`: the last ≤ w keys/values, the s sink keys/values and
 the linear state of everything older, so its memory is constant in the context length.
+
+Sinks are the first s *positions* of the sequence: in a left-padded batch a padded row's sinks are padding
+(masked), and its first real tokens are attended like any other — such a row can differ from the same text
+run alone when s > 0 (right padding, or none, is unaffected).
 """
 
 from __future__ import annotations

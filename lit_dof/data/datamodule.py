@@ -8,8 +8,9 @@
 * Training: the other documents, tokenised on the fly with an EOS after each, concatenated and cut into
   blocks of ``seq_len`` tokens; under DDP each rank takes every ``world_size``-th document (and each
   dataloader worker every ``num_workers``-th of those). Nothing is materialised beyond one block.
-* Validation: the ``val_blocks`` held-out blocks are split across ranks (rank r takes blocks r, r + world, …);
-  the perplexities are summed as NLL and token counts over ranks, so they are the exact global ones.
+* Validation: the ``val_blocks`` held-out blocks (rounded down to a multiple of the world size, so that every
+  rank runs as many forwards) are split across ranks (rank r takes blocks r, r + world, …); the perplexities
+  are summed as NLL and token counts over ranks, so they are the exact global ones.
 * Resume: the training stream skips exactly the batches already consumed (``trainer.global_step ×
   accumulate_grad_batches`` per rank); with dataloader workers, which hand out batches in turn, each worker
   takes over the role of the interrupted run's worker whose batch is due next and skips what that one had
@@ -210,9 +211,11 @@ class WikipediaDataModule(L.LightningDataModule):
             raise ValueError(f"val_blocks={self.val_blocks} is fewer than the {world} ranks: every rank needs a "
                              "validation block; raise --data.init_args.val_blocks")  # fmt: skip
         data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "val", self.val_every, max_blocks=self.val_blocks)
+        blocks = list(data)
+        blocks = blocks[: len(blocks) // world * world]  # equal shares: a sharded forward is a collective
         # This rank's share, as an iterable: Lightning would otherwise re-split a list with a DistributedSampler
         # that pads uneven shares with repeated blocks.
-        return DataLoader(_Blocks(list(data)[rank::world]), batch_size=self.batch_size)
+        return DataLoader(_Blocks(blocks[rank::world]), batch_size=self.batch_size)
 
     def predict_dataloader(self) -> DataLoader:
         rank, world = self._rank()

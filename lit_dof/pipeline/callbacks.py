@@ -100,7 +100,7 @@ class DoFEstimator(L.Callback):
                                             keys=keys, progress=trainer.is_global_zero, **far)  # fmt: skip
         if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
             reservoir.all_gather()
-            total = torch.tensor([tokens], dtype=torch.float64)
+            total = torch.tensor([tokens], dtype=torch.float64, device=trainer.strategy.root_device)  # NCCL: on the GPU
             torch.distributed.all_reduce(total)
             tokens = int(total.item())
         return reservoir, tokens, time.perf_counter() - start

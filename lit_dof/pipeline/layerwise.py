@@ -52,10 +52,11 @@ class LayerwiseDistillation(StudentModule):
             the teacher's logits (0: layer-wise only, the paper's recipe; 1: end-to-end only).
         finetune_lr_ratio: learning rates of that tail, as a fraction of ``lr_z``/``lr_alpha``/``lr``.
         kd_temperature: temperature of its logit distillation.
-        teacher_reuse: k ≥ 1 — each layer-wise teacher pass (the captured q/k/v) serves k consecutive optimizer
-            steps; the batches of the other k − 1 steps are skipped. More feature-map updates per CPU-minute at
-            the price of fewer distinct tokens (1 / k of them); 1 is the paper's recipe. A resumed run captures
-            afresh at its first step.
+        teacher_reuse: k ≥ 1 — each layer-wise teacher pass (the captured q/k/v) serves k consecutive training
+            batches (micro-batches under gradient accumulation); the other k − 1 batches are skipped. More
+            feature-map updates per CPU-minute at the price of fewer distinct tokens (1 / k of them); 1 (the
+            paper's recipe) captures every batch and keeps nothing between steps. A resumed run captures afresh
+            at its first batch.
 
     Raises:
         ValueError: an unknown ``loss``, ``finetune_fraction`` outside [0, 1], a non-positive ``finetune_lr_ratio`` or ``kd_temperature``.
@@ -96,7 +97,8 @@ class LayerwiseDistillation(StudentModule):
         self.query_rows, self.betas, self.weight_decay = query_rows, betas, weight_decay
         self.finetune_fraction, self.finetune_lr_ratio, self.kd_temperature = finetune_fraction, finetune_lr_ratio, kd_temperature
         self.teacher_reuse = teacher_reuse
-        self._reused: tuple[int, dict] | None = None  # (step of the teacher pass, its capture)
+        self._reused: dict | None = None  # the capture being reused (teacher_reuse > 1)
+        self._batches = 0  # layer-wise training batches of this run (not restored on resume)
         self._rows_generator = torch.Generator()
         self._finetune_reset_at: int | None = None
 
@@ -147,13 +149,17 @@ class LayerwiseDistillation(StudentModule):
                 pass
         return out, captured
 
-    def _layerwise_capture(self, batch: dict) -> dict[int, tuple]:
-        """The captured teacher attention of this layer-wise step: a fresh pass every ``teacher_reuse`` steps
-        (and at a resumed run's first step), else the last pass's capture."""
-        step = self.global_step
-        if self._reused is None or step - self._reused[0] >= self.teacher_reuse or step < self._reused[0]:
-            self._reused = (step, self._teacher_forward(batch, capture=True, logits=False)[1])
-        return self._reused[1]
+    def _layerwise_capture(self, batch: dict) -> tuple[dict[int, tuple], bool]:
+        """``(captured teacher attention, fresh)`` of this layer-wise batch: a new teacher pass every
+        ``teacher_reuse`` batches (and at a resumed run's first batch), else the kept one."""
+        fresh = self._batches % self.teacher_reuse == 0 or self._reused is None
+        self._batches += 1
+        if self.teacher_reuse == 1:
+            return self._teacher_forward(batch, capture=True, logits=False)[1], True
+        if fresh:
+            self._reused = None  # free the old capture before the new one is made
+            self._reused = self._teacher_forward(batch, capture=True, logits=False)[1]
+        return self._reused, fresh
 
     def _layer_losses(self, captured: dict[int, tuple], batch_idx: int) -> dict[int, torch.Tensor]:
         """Each linear layer's attention loss on the teacher's q/k, logged as ``train/loss_layer_XX``."""
@@ -201,13 +207,12 @@ class LayerwiseDistillation(StudentModule):
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
         if self.in_finetune():
             return self.finetune_step(batch, batch_idx)
-        captured = self._layerwise_capture(batch)
+        captured, fresh = self._layerwise_capture(batch)
         losses = self._layer_losses(captured, batch_idx)
         if not losses:
             return None
         total = sum(losses.values())
         self.log("train/loss", total.detach() / len(losses), prog_bar=True)
-        fresh = self._reused[0] == self.global_step  # a reused teacher pass sees no new tokens
         self.log("train/tokens", float(batch["input_ids"].numel()) if fresh else 0.0, reduce_fx="sum")
         return total if total.requires_grad else None  # nothing trainable (e.g. Performer): just log
 

@@ -21,7 +21,7 @@ from torchmetrics.text import Perplexity
 
 from lit_dof.attention import FeatureMap, LearnedPRF
 from lit_dof.precision import DtypeName, fp32_region, resolve_dtype
-from lit_dof.students.lora import LoRA, add_lora, merge_lora
+from lit_dof.students.lora import LoRA, add_lora, has_adapters, merged_state_dict
 from lit_dof.students.modeling import LitDofForCausalLM, linearize
 from lit_dof.teacher.families import attention_layers
 
@@ -127,6 +127,7 @@ class StudentModule(L.LightningModule):
                                  **self.attention_options)  # fmt: skip
         self.student.requires_grad_(False)
         if self.lora is not None:
+            self._check_lora_strategy()
             add_lora(self.student.model, self.lora)
         for name, parameter in self.trainable_parameters():
             parameter.requires_grad_(True)
@@ -139,6 +140,16 @@ class StudentModule(L.LightningModule):
         (float32 without a trainer)."""
         precision = self._trainer.precision if self._trainer is not None else None
         return resolve_dtype(self.teacher_dtype, precision)
+
+    def _check_lora_strategy(self) -> None:
+        """LoRA adapters get gradients only in the end-to-end tail: DDP must be told that parameters may go
+        unused, or its reducer fails at the second layer-wise step."""
+        from lightning.pytorch.strategies import DDPStrategy
+
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        if isinstance(strategy, DDPStrategy) and not getattr(strategy, "_ddp_kwargs", {}).get("find_unused_parameters"):
+            raise ValueError("LoRA under DDP needs find_unused_parameters: the adapters train in the end-to-end tail "
+                             "only; set --trainer.strategy.init_args.find_unused_parameters=true")  # fmt: skip
 
     def _lightning_device_mesh(self):
         try:
@@ -178,8 +189,12 @@ class StudentModule(L.LightningModule):
 
     def trainable_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
         """(name, parameter) pairs this phase trains (default: the linear twins' feature maps, and their far-term
-        weights where they have a sliding window, and LoRA adapters when ``lora`` is set)."""
-        return [(n, p) for n, p in self.student.named_parameters() if ".lit_dof.linear." in n or ".lora_" in n]
+        weights where they have a sliding window, and LoRA adapters when ``lora`` is set; not the unused maps of
+        window-only twins)."""
+        unused = {id(p) for twin in self.student.linear_modules().values() if not getattr(twin, "far_term", True)
+                  for p in twin.parameters()}  # fmt: skip
+        return [(n, p) for n, p in self.student.named_parameters()
+                if (".lit_dof.linear." in n or ".lora_" in n) and id(p) not in unused]  # fmt: skip
 
     # -- checkpoints: only what training changes -------------------------------------------------------------
     def state_dict(self, *args, **kwargs) -> dict:
@@ -261,7 +276,8 @@ class StudentModule(L.LightningModule):
 
             state_dict = get_model_state_dict(self.student, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.trainer.is_global_zero:
-            merge_lora(self.student.model)  # plain weights: the exported student loads without peft
+            if has_adapters(self.student.model):  # plain weights: the exported student loads without peft
+                state_dict = merged_state_dict(self.student)
             self.student.save_pretrained(target, state_dict=state_dict)
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(target)

@@ -5,8 +5,9 @@ q/k/v/o projections — the second half of LoLCATs' recipe (Zhang et al. 2025, �
 LoRA). Adapters are injected with ``peft.inject_adapter_in_model`` (module names stay the model's own, so
 checkpoints, sharding and the twins' names are unaffected), switched off whenever the student runs as its
 teacher (:meth:`~lit_dof.students.LitDofForCausalLM.teacher_mode`, so
-distillation targets stay the frozen teacher's), and merged into the plain weights before export, so an
-exported student is an ordinary ``LitDofForCausalLM`` directory that loads without peft.
+distillation targets stay the frozen teacher's), and folded into the plain weights of the exported state dict
+(:func:`merged_state_dict`), so an exported student is an ordinary ``LitDofForCausalLM`` directory that loads
+without peft.
 """
 
 from __future__ import annotations
@@ -72,34 +73,46 @@ def has_adapters(model: nn.Module) -> bool:
     return bool(getattr(model, _FLAG, False))
 
 
+def _tuner_layers(model: nn.Module) -> list:
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return [(name, module) for name, module in model.named_modules() if isinstance(module, BaseTunerLayer)]
+
+
+def adapters_enabled(model: nn.Module) -> bool:
+    """True when ``model`` has LoRA adapters and they are on."""
+    return has_adapters(model) and not any(module.disable_adapters for _, module in _tuner_layers(model))
+
+
 def set_adapters_enabled(model: nn.Module, enabled: bool) -> None:
-    """Switch every LoRA adapter of ``model`` on or off (off: the base layers alone). No-op without adapters."""
+    """Switch every LoRA adapter of ``model`` on or off (off: the base layers alone); which parameters
+    require gradients is left as it was (peft's switch would change it). No-op without adapters."""
     if not has_adapters(model):
         return
-    from peft.tuners.tuners_utils import BaseTunerLayer
+    trainable = {p: p.requires_grad for p in model.parameters()}
+    for _, module in _tuner_layers(model):
+        module.enable_adapters(enabled)
+    for p, flag in trainable.items():
+        p.requires_grad_(flag)
 
-    for module in model.modules():
-        if isinstance(module, BaseTunerLayer):
-            module.enable_adapters(enabled)
 
-
-def merge_lora(model: nn.Module) -> int:
-    """Merge every LoRA update into its base layer's weight and put the base layer back in its place, so the
-    model holds plain modules again (W ← W + (α/r)·BA). No-op without adapters.
+def merged_state_dict(model: nn.Module) -> dict:
+    """``model.state_dict()`` with every LoRA update folded into its base weight (W + (α/r)·BA under the plain
+    layer's own key) and the adapter entries dropped: what a model without adapters would hold. The model is
+    not changed (it keeps training or validating with its adapters).
 
     Returns:
-        the number of layers merged.
+        the state dict (its tensors detached).
     """
-    if not has_adapters(model):
-        return 0
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    merged = 0
-    for name, module in list(model.named_modules()):
-        if isinstance(module, BaseTunerLayer):
-            module.merge()
-            parent, _, child = name.rpartition(".")
-            setattr(model.get_submodule(parent), child, module.get_base_layer())
-            merged += 1
-    setattr(model, _FLAG, False)
-    return merged
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    for name, module in _tuner_layers(model):
+        prefix = f"{name}." if name else ""
+        weight = state.pop(f"{prefix}base_layer.weight")
+        for adapter in module.active_adapters:
+            weight = weight + module.get_delta_weight(adapter).detach().to(weight.dtype)
+        state[f"{prefix}weight"] = weight
+        if f"{prefix}base_layer.bias" in state:
+            state[f"{prefix}bias"] = state.pop(f"{prefix}base_layer.bias")
+        for key in [k for k in state if k.startswith(f"{prefix}lora_")]:
+            del state[key]
+    return state

@@ -30,7 +30,7 @@ from lit_dof.attention.grouped import HeadGroupedAttention
 from lit_dof.interface import AttentionSlot
 from lit_dof.io import atomic_directory
 from lit_dof.students.cache import student_cache
-from lit_dof.students.lora import has_adapters, set_adapters_enabled
+from lit_dof.students.lora import adapters_enabled, set_adapters_enabled
 from lit_dof.students.surgery import (
     attach_linear_attention,
     feature_map_class,
@@ -173,9 +173,10 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
         the projections are shared) and LoRA adapters, if any, are off — e.g. for the teacher forward of
         distillation."""
         saved = list(self.config.softmax_layers)
-        adapters = has_adapters(self.model)
+        adapters = adapters_enabled(self.model)  # False inside an enclosing teacher_mode: leave them off
         self.set_softmax_layers(range(len(self.config.feature_dims)))
-        set_adapters_enabled(self.model, False)
+        if adapters:
+            set_adapters_enabled(self.model, False)
         try:
             yield self
         finally:

@@ -9,7 +9,7 @@ from torch import nn
 
 from lit_dof.attention import LearnedPRF
 from lit_dof.students import linearize, load_student
-from lit_dof.students.lora import LoRA, add_lora, has_adapters, merge_lora, set_adapters_enabled
+from lit_dof.students.lora import LoRA, add_lora, adapters_enabled, merged_state_dict, set_adapters_enabled
 from tests.conftest import tiny_model
 
 
@@ -32,11 +32,15 @@ def test_adapters_change_the_student_but_not_its_teacher():
     student, names = _student_with_trained_lora()
     assert names and all(".lora_" in n for n in names)
     assert {n.split(".")[-4] for n in names} == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    trainable = {n: p.requires_grad for n, p in student.named_parameters()}
     with student.teacher_mode():
         torch.testing.assert_close(student(ids).logits, reference)  # adapters off: the frozen teacher
-    assert has_adapters(student.model)  # and back on after the block
-    with student.teacher_mode():
-        pass
+        with student.teacher_mode():  # nested: still the teacher after the inner block
+            pass
+        assert not adapters_enabled(student.model)
+        torch.testing.assert_close(student(ids).logits, reference)
+    assert adapters_enabled(student.model)  # back on after the outer block
+    assert {n: p.requires_grad for n, p in student.named_parameters()} == trainable  # untouched by the switch
     adapted = student(ids).logits
     set_adapters_enabled(student.model, False)
     plain = student(ids).logits
@@ -46,19 +50,18 @@ def test_adapters_change_the_student_but_not_its_teacher():
 
 
 @torch.no_grad()
-def test_merge_is_exact_and_the_saved_student_needs_no_peft(tmp_path):
+def test_merged_weights_are_exact_and_the_saved_student_needs_no_peft(tmp_path):
     student, _ = _student_with_trained_lora(seed=1)
     ids = torch.randint(3, 97, (1, 13))
     before = student(ids).logits
-    assert merge_lora(student.model) == 3 * 4  # 3 layers × q/k/v/o
-    assert not has_adapters(student.model)
-    assert all(type(m) is nn.Linear for n, m in student.named_modules() if n.endswith(("q_proj", "o_proj")))
-    torch.testing.assert_close(student(ids).logits, before, rtol=1e-5, atol=1e-5)
-    student.save_pretrained(tmp_path / "s")
+    merged = merged_state_dict(student)
+    assert not any("lora_" in k or "base_layer" in k for k in merged)
+    assert adapters_enabled(student.model)  # the live model keeps its adapters
+    student.save_pretrained(tmp_path / "s", state_dict=merged)
     loaded = load_student(tmp_path / "s")
-    assert not any("lora" in k for k in loaded.state_dict())
+    assert all(type(m) is nn.Linear for n, m in loaded.named_modules() if n.endswith(("q_proj", "o_proj")))
     torch.testing.assert_close(loaded(ids).logits, before, rtol=1e-5, atol=1e-5)
-    assert merge_lora(loaded.model) == 0
+    torch.testing.assert_close(student(ids).logits, before)
 
 
 def test_bad_settings_are_refused():
@@ -66,3 +69,18 @@ def test_bad_settings_are_refused():
         LoRA(rank=0)
     with pytest.raises(ValueError, match="dropout"):
         LoRA(dropout=1.0)
+
+
+def test_lora_under_ddp_needs_unused_parameters_allowed():
+    from types import SimpleNamespace
+
+    from lightning.pytorch.strategies import DDPStrategy
+
+    from lit_dof.pipeline.layerwise import LayerwiseDistillation
+
+    module = LayerwiseDistillation(lora=LoRA())
+    module._trainer = SimpleNamespace(strategy=DDPStrategy(find_unused_parameters=False))
+    with pytest.raises(ValueError, match="find_unused_parameters"):
+        module._check_lora_strategy()
+    module._trainer = SimpleNamespace(strategy=DDPStrategy(find_unused_parameters=True))
+    module._check_lora_strategy()
