@@ -293,8 +293,9 @@ class Comparison:
         result = corpus_perplexity(model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window,
                                    stride=self.ppl_stride)  # fmt: skip
         tokens = text_tokens(heldout_documents(corpus), tokenizer, self.ppl_tokens)
-        edges = [e for e in (0, 64, 256) if e < self.ppl_window] + [self.ppl_window]
-        result["by_position"] = position_perplexity(model, tokens, block=self.ppl_window, edges=edges)
+        block = min(self.ppl_window, tokens.numel())  # a stream shorter than the window is one block
+        edges = [e for e in (0, 64, 256) if e < block] + [block]
+        result["by_position"] = position_perplexity(model, tokens, block=block, edges=edges)
         return result
 
     def long_context(self, row: Row, budget: int) -> dict:
