@@ -182,7 +182,10 @@ class Comparison:
         return [f"--seed_everything={self.seed}", f"--dof.seed={self.seed}"] if self.seed else []
 
     # -- fit ------------------------------------------------------------------------------------------------
-    def fit_command(self, row: Row, budget: int, resume: bool) -> list[str]:
+    def fit_command(self, row: Row, budget: int, resume: bool, dof_report: Path | None = None) -> list[str]:
+        """The ``lit-dof fit`` command of a cell; a resumed cell passes ``--ckpt_path=last`` and, when its first
+        attempt wrote one, that attempt's ``dof.json`` (``dof_report``), so the checkpoint's feature dims are
+        rebuilt even if the DoF estimate's code or data changed in between."""
         command = [sys.executable, "-m", "lit_dof.pipeline.cli", "fit", "--config", str(self.base_config)]
         for config in row.configs:
             command += ["--config", str(REPO_CONFIGS / config)]
@@ -190,6 +193,8 @@ class Comparison:
         command += [*self.accelerator_args(), *self.seed_args(), *self.fit_args, *row.args]
         if self.corpus:
             command.append(f"--data.init_args.path={self.corpus}")
+        if resume and dof_report is not None:
+            command.append(f"--dof.report_path={dof_report}")
         return command + (["--ckpt_path=last"] if resume else [])
 
     def fit(self, row: Row, budget: int) -> dict:
@@ -202,7 +207,8 @@ class Comparison:
         timing_path = cell / "fit_attempts.json"
         attempts = json.loads(timing_path.read_text()) if timing_path.is_file() else []
         resume = bool(glob.glob(str(cell / "**" / "last.ckpt"), recursive=True))
-        command = self.fit_command(row, budget, resume)
+        reports = sorted(cell.glob("**/dof.json"), key=lambda p: p.stat().st_mtime)  # the first attempt's comes first
+        command = self.fit_command(row, budget, resume, reports[0] if reports else None)
         start, returncode = time.time(), None
         try:
             with open(cell / "fit.log", "a") as log:

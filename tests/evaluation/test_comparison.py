@@ -157,6 +157,27 @@ def test_an_interrupted_fit_attempt_still_counts_towards_the_wall_time(tmp_path,
     assert report["pending"] == ["fix (fit unfinished: it resumes from its last checkpoint)"]
 
 
+def test_a_resumed_fit_rebuilds_its_first_attempts_dof_dims(tmp_path, monkeypatch):
+    """A resumed cell reads the first attempt's dof.json, so a DoF estimate that changed in between (code, data)
+    cannot rebuild other feature dims than the checkpoint's."""
+    runner = comparison.Comparison(out=tmp_path, corpus=str(tmp_path / "corpus.txt"))
+    cell = tmp_path / "C16" / "dof"
+    commands = []
+    monkeypatch.setattr(subprocess, "run", lambda command, **k: commands.append(command) or subprocess.CompletedProcess(command, 3))
+    with pytest.raises(RuntimeError, match="failed with code 3"):
+        runner.fit(comparison.ROWS["dof"], 16)
+    assert not any(arg.startswith(("--dof.report_path", "--ckpt_path")) for arg in commands[-1])  # a fresh start
+    for version, stamp in (("version_1", 2_000_000_000), ("version_0", 1_000_000_000)):
+        (cell / "runs" / version).mkdir(parents=True)
+        (cell / "runs" / version / "dof.json").write_text("{}")
+        os.utime(cell / "runs" / version / "dof.json", (stamp, stamp))
+    (cell / "runs" / "checkpoints").mkdir()
+    (cell / "runs" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    with pytest.raises(RuntimeError, match="failed with code 3"):
+        runner.fit(comparison.ROWS["dof"], 16)
+    assert commands[-1][-2:] == [f"--dof.report_path={cell / 'runs' / 'version_0' / 'dof.json'}", "--ckpt_path=last"]
+
+
 def test_sigterm_to_the_runner_stops_it_like_ctrl_c_and_records_the_attempt(tmp_path, monkeypatch):
     def killed(*args, **kwargs):  # the runner itself gets SIGTERM while the fit runs
         os.kill(os.getpid(), signal.SIGTERM)
