@@ -208,7 +208,7 @@ class Comparison:
         attempts = json.loads(timing_path.read_text()) if timing_path.is_file() else []
         resume = bool(glob.glob(str(cell / "**" / "last.ckpt"), recursive=True))
         reports = sorted(cell.glob("**/dof.json"), key=lambda p: p.stat().st_mtime)  # the first attempt's comes first
-        command = self.fit_command(row, budget, resume, reports[0] if reports else None)
+        command = self.fit_command(row, budget, resume, reports[0].resolve() if reports else None)  # cwd: the cell
         start, returncode = time.time(), None
         try:
             with open(cell / "fit.log", "a") as log:
