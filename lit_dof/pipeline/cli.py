@@ -50,9 +50,15 @@ def main() -> None:
     """Entry point of the ``lit-dof`` console script: ``lit-dof eval ...`` runs the lm-eval evaluation
     (:mod:`lit_dof.evaluation.cli`), ``lit-dof compare ...`` the comparison runner
     (:mod:`lit_dof.evaluation.comparison`), ``lit-dof hybrid ...`` the hybrid search (:mod:`lit_dof.hybrid.cli`),
-    every other subcommand is LightningCLI's."""
+    every other subcommand is LightningCLI's. The process keeps freed tensor memory instead of unmapping it
+    (:func:`~lit_dof.runtime.tune_cpu_allocator`) unless ``LIT_DOF_TUNE_ALLOCATOR=0``."""
+    import os
     import sys
 
+    from lit_dof.runtime import tune_cpu_allocator
+
+    if os.environ.get("LIT_DOF_TUNE_ALLOCATOR", "1") != "0":
+        tune_cpu_allocator()
     if len(sys.argv) > 1 and sys.argv[1] == "eval":
         from lit_dof.evaluation.cli import main as eval_main
 

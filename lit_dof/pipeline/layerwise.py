@@ -57,6 +57,9 @@ class LayerwiseDistillation(StudentModule):
             feature-map updates per CPU-minute at the price of fewer distinct tokens (1 / k of them); 1 (the
             paper's recipe) captures every batch and keeps nothing between steps. A resumed run captures afresh
             at its first batch.
+        layer_backward: differentiate each layer's loss as soon as it is computed and free its graph (and, with
+            ``teacher_reuse`` 1, its captured q/k/v): the layer-wise peak holds one layer's loss graph, not L of
+            them; the same gradients as one backward of the summed loss. ``False``: that one backward.
 
     Raises:
         ValueError: an unknown ``loss``, ``finetune_fraction`` outside [0, 1], a non-positive ``finetune_lr_ratio`` or ``kd_temperature``.
@@ -79,6 +82,7 @@ class LayerwiseDistillation(StudentModule):
         finetune_lr_ratio: float = 0.1,
         kd_temperature: float = 1.0,
         teacher_reuse: int = 1,
+        layer_backward: bool = True,
         **kwargs,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -96,7 +100,7 @@ class LayerwiseDistillation(StudentModule):
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
         self.query_rows, self.betas, self.weight_decay = query_rows, betas, weight_decay
         self.finetune_fraction, self.finetune_lr_ratio, self.kd_temperature = finetune_fraction, finetune_lr_ratio, kd_temperature
-        self.teacher_reuse = teacher_reuse
+        self.teacher_reuse, self.layer_backward = teacher_reuse, layer_backward
         self._reused: dict | None = None  # the capture being reused (teacher_reuse > 1)
         self._batches = 0  # layer-wise training batches of this run (not restored on resume)
         self._rows_generator = torch.Generator()
@@ -163,21 +167,50 @@ class LayerwiseDistillation(StudentModule):
 
     def _layer_losses(self, captured: dict[int, tuple], batch_idx: int) -> dict[int, torch.Tensor]:
         """Each linear layer's attention loss on the teacher's q/k, logged as ``train/loss_layer_XX``."""
+        return {index: loss for index, _, loss in self._each_layer_loss(captured, batch_idx)}
+
+    def _each_layer_loss(self, captured: dict[int, tuple], batch_idx: int):
+        """Yields ``(index, twin, loss)`` layer by layer, so a caller can backward and free each graph in turn."""
         self._rows_generator.manual_seed(self.global_step * 7919 + batch_idx)
-        losses = {}
         for index, twin in self.student.linear_modules().items():
             if not getattr(twin, "far_term", True):
                 continue  # a window without a far term (a control): nothing to distil
             q, k, pad = captured[index][:3]
             if self.loss_kind == "output":
                 v, out = captured[index][3:]
-                losses[index] = attention_output_loss(twin, q, k, v, out, pad)
+                loss = attention_output_loss(twin, q, k, v, out, pad)
             else:
-                losses[index] = attention_distillation_loss(
+                loss = attention_distillation_loss(
                     twin, q, k, pad, kind=self.loss_kind, query_rows=self.query_rows, generator=self._rows_generator
                 )
-            self.log(f"train/loss_layer_{index:02d}", losses[index].detach())
-        return losses
+            self.log(f"train/loss_layer_{index:02d}", loss.detach())
+            yield index, twin, loss
+            del loss
+
+    def _layerwise_backward(self, captured: dict[int, tuple], batch_idx: int, release: bool) -> tuple[torch.Tensor | None, torch.Tensor | None, int]:
+        """Per-layer backward: each layer's loss is differentiated (``torch.autograd.grad``) as soon as it is
+        computed and its graph freed — and, when ``release``, the layer's captured q/k/v too — so the peak holds
+        one layer's loss graph instead of all of them. The gradients come back as the surrogate Σ_p ⟨p, g_p⟩
+        (g detached), whose backward — Lightning's, with its precision scaling, gradient accumulation and DDP
+        hooks — accumulates exactly g_p into ``p.grad``.
+
+        Returns:
+            ``(surrogate, summed layer loss (detached), number of layers)``; ``None`` s when no layer has a loss.
+        """
+        gradients: dict[torch.nn.Parameter, torch.Tensor] = {}
+        total, count = None, 0
+        for index, twin, loss in self._each_layer_loss(captured, batch_idx):
+            total, count = (loss.detach() if total is None else total + loss.detach()), count + 1
+            params = [p for p in twin.parameters() if p.requires_grad]
+            if params and loss.requires_grad:
+                for p, g in zip(params, torch.autograd.grad(loss, params, allow_unused=True)):
+                    if g is not None:
+                        gradients[p] = gradients[p] + g if p in gradients else g
+            del loss
+            if release:
+                captured.pop(index, None)
+        surrogate = sum((p * g).sum() for p, g in gradients.items()) if gradients else None
+        return surrogate, total, count
 
     def finetune_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
         """End-to-end step: KL(teacher ‖ student) of next-token distributions, per token.
@@ -208,13 +241,16 @@ class LayerwiseDistillation(StudentModule):
         if self.in_finetune():
             return self.finetune_step(batch, batch_idx)
         captured, fresh = self._layerwise_capture(batch)
-        losses = self._layer_losses(captured, batch_idx)
-        if not losses:
-            return None
-        total = sum(losses.values())
-        self.log("train/loss", total.detach() / len(losses), prog_bar=True)
         self.log("train/tokens", float(batch["input_ids"].numel()) if fresh else 0.0, reduce_fx="sum")
-        return total if total.requires_grad else None  # nothing trainable (e.g. Performer): just log
+        if self.layer_backward and torch.is_grad_enabled():
+            result, total, count = self._layerwise_backward(captured, batch_idx, release=self.teacher_reuse == 1)
+        else:
+            losses = self._layer_losses(captured, batch_idx)
+            total, count = (sum(losses.values()), len(losses)) if losses else (None, 0)
+            result = total if total is not None and total.requires_grad else None
+        if count:
+            self.log("train/loss", total.detach() / count, prog_bar=True)
+        return result  # None: nothing trainable (e.g. Performer): just log
 
     def configure_optimizers(self):
         groups: dict[str, list] = {"z": [], "log_alpha": [], "other": [], "lora": []}

@@ -286,6 +286,38 @@ def test_layerwise_teacher_pass_stops_early_and_can_serve_several_steps(tmp_path
     assert [step for step, logits in calls if not logits] == [0, 0, 1, 1]
 
 
+@pytest.mark.parametrize("config", ["methods/dof.yaml", "methods/swa_sink_linear.yaml"])
+def test_per_layer_backward_gives_the_summed_losss_gradients(tmp_path, monkeypatch, config):
+    """``layer_backward`` (the default) differentiates each layer's loss on its own and frees its capture; the
+    gradients Lightning's backward leaves in ``p.grad`` equal one backward of the summed loss, on a twin with
+    a learned far-term weight too, and the capture is emptied as it goes."""
+    from lit_dof.pipeline.layerwise import LayerwiseDistillation
+
+    grads, left = {}, []
+    original = LayerwiseDistillation._layerwise_backward
+
+    def spy(self, captured, batch_idx, release):
+        result = original(self, captured, batch_idx, release)
+        left.append(len(captured))
+        return result
+
+    def record(self, optimizer):
+        grads[self.layer_backward] = {n: p.grad.clone() for n, p in self.trainable_parameters() if p.grad is not None}
+
+    monkeypatch.setattr(LayerwiseDistillation, "_layerwise_backward", spy)
+    monkeypatch.setattr(LayerwiseDistillation, "on_before_optimizer_step", record)
+    for each in (True, False):
+        extra = [f"--model.init_args.layer_backward={str(each).lower()}", "--model.init_args.finetune_fraction=0",
+                 "--model.init_args.window=8", "--trainer.limit_val_batches=0"]  # fmt: skip
+        cli = build_cli(fit_args(tmp_path / str(each), config, steps=1, extra=extra)[1:], run=False)
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert left == [0]  # one per-layer step, its capture released layer by layer
+    assert grads[True].keys() == grads[False].keys() and len(grads[True]) >= 2
+    for name, grad in grads[False].items():
+        assert grad.abs().sum() > 0
+        torch.testing.assert_close(grads[True][name], grad, rtol=1e-5, atol=1e-8)
+
+
 def test_far_pair_dof_for_a_sliding_window_student(tmp_path):
     """``dof.far_pairs`` pools only vectors of pairs beyond the window: another DoF than the plain pool on the
     same batches; refused without a window."""
