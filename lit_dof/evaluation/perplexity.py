@@ -141,8 +141,9 @@ def position_perplexity(
         batch_size: blocks per forward.
 
     Returns:
-        ``{"block", "blocks", "tokens", "ppl", "buckets": {"a-b": {"ppl", "tokens"}}}`` (``"a-b"`` names
-        positions a..b inclusive; ``ppl`` over every scored position).
+        ``{"block", "blocks", "tokens", "ppl", "block_nll", "buckets": {"a-b": {"ppl", "tokens", "block_nll"}}}``
+        (``"a-b"`` names positions a..b inclusive; ``ppl`` over every scored position; ``block_nll``: the mean
+        NLL of each block, for paired comparisons — :func:`paired_perplexity_ratio`).
 
     Raises:
         ValueError: fewer than ``block`` tokens, or edges not increasing from 0 within the block.
@@ -155,19 +156,52 @@ def position_perplexity(
     if blocks < 1:
         raise ValueError(f"need at least block={block} tokens for position perplexity, got {tokens.numel()}")
     device = next(model.parameters()).device
-    nll = torch.zeros(block - 1, dtype=torch.float64)  # by predicted position 1..block-1
+    rows = []  # (blocks, block - 1) NLL by block and predicted position 1..block-1
     model.eval()
     with torch.no_grad():
         for start in range(0, blocks, batch_size):
             ids = tokens[start * block : min(blocks, start + batch_size) * block].view(-1, block).to(device)
             logits = model(ids, use_cache=False).logits[:, :-1].float()
             loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # (B, T-1)
-            nll += loss.double().sum(0).cpu()
+            rows.append(loss.double().cpu())
+    nll = torch.cat(rows)
     buckets = {}
     for a, b in zip(edges, edges[1:]):
         lo, hi = max(a, 1), b  # predicted positions lo..hi-1
-        count = (hi - lo) * blocks
-        buckets[f"{a}-{b - 1}"] = {"ppl": math.exp(float(nll[lo - 1 : hi - 1].sum()) / count), "tokens": count}
-    total = (block - 1) * blocks
-    return {"block": block, "blocks": blocks, "tokens": total, "ppl": math.exp(float(nll.sum()) / total), "buckets": buckets}
+        per_block = nll[:, lo - 1 : hi - 1].mean(1)
+        buckets[f"{a}-{b - 1}"] = {"ppl": math.exp(float(per_block.mean())), "tokens": (hi - lo) * blocks,
+                                   "block_nll": per_block.tolist()}  # fmt: skip
+    per_block = nll.mean(1)
+    return {"block": block, "blocks": blocks, "tokens": (block - 1) * blocks, "ppl": math.exp(float(per_block.mean())),
+            "block_nll": per_block.tolist(), "buckets": buckets}  # fmt: skip
+
+
+def paired_perplexity_ratio(result: dict, reference: dict, bucket: str | None = None) -> dict:
+    """Perplexity ratio of two :func:`position_perplexity` results on the same blocks, with its paired
+    standard error over blocks.
+
+    Every block holds the same number of scored tokens, so exp(mean over blocks of the NLL difference) is
+    exactly the ratio of the two perplexities; the standard error of its log is the blocks' sample standard
+    deviation of that difference / √blocks (blocks are disjoint stretches of text, treated as independent).
+
+    Args:
+        result, reference: outputs of :func:`position_perplexity` on the same tokens and ``block``.
+        bucket: a key of ``"buckets"`` (e.g. ``"256-511"``), or ``None`` for every scored position.
+
+    Returns:
+        ``{"ratio", "log_ratio", "stderr_log", "blocks"}``; ``ratio`` ≈ exp(log_ratio ± stderr_log).
+
+    Raises:
+        ValueError: different blocks, fewer than 2 blocks, or results without ``block_nll`` (older records).
+    """
+    a, b = (r if bucket is None else r["buckets"][bucket] for r in (result, reference))
+    if "block_nll" not in a or "block_nll" not in b:
+        raise ValueError("both results need per-block NLL ('block_nll'): measure them again with this version")
+    if result["block"] != reference["block"] or len(a["block_nll"]) != len(b["block_nll"]) or len(a["block_nll"]) < 2:
+        raise ValueError(f"the results must score the same ≥ 2 blocks, got {len(a['block_nll'])} blocks of "
+                         f"{result['block']} and {len(b['block_nll'])} of {reference['block']}")  # fmt: skip
+    diff = torch.tensor(a["block_nll"], dtype=torch.float64) - torch.tensor(b["block_nll"], dtype=torch.float64)
+    log_ratio = float(diff.mean())
+    return {"ratio": math.exp(log_ratio), "log_ratio": log_ratio, "stderr_log": float(diff.std() / math.sqrt(diff.numel())),
+            "blocks": diff.numel()}  # fmt: skip
 

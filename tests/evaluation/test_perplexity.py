@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 import torch
@@ -63,19 +64,46 @@ def test_position_perplexity_matches_per_token_reference():
     tokens = torch.randint(0, model.config.vocab_size, (3 * 10 + 4,))  # 3 blocks of 10 and a dropped remainder
     result = position_perplexity(model, tokens, block=10, edges=(0, 3, 7, 10), batch_size=2)
     nll = {(0, 3): [], (3, 7): [], (7, 10): []}
+    by_block = [[] for _ in range(3)]
     with torch.no_grad():
         for b in range(3):
             ids = tokens[b * 10 : (b + 1) * 10]
             for t in range(1, 10):
                 logp = model(ids[None, :t]).logits[0, -1].log_softmax(-1)[ids[t]]
                 nll[next(k for k in nll if k[0] <= t < k[1])].append(-float(logp))
+                by_block[b].append(-float(logp))
     for (a, b), values in nll.items():
         bucket = result["buckets"][f"{a}-{b - 1}"]
         assert bucket["tokens"] == len(values)
         assert bucket["ppl"] == pytest.approx(math.exp(sum(values) / len(values)), rel=1e-5)
+        width = b - max(a, 1)  # this bucket's predictions per block, block after block
+        assert bucket["block_nll"] == pytest.approx([sum(values[i * width : (i + 1) * width]) / width for i in range(3)], rel=1e-5)
+    assert result["block_nll"] == pytest.approx([sum(v) / 9 for v in by_block], rel=1e-5)
     everything = [x for v in nll.values() for x in v]
     assert result["tokens"] == 27 and result["ppl"] == pytest.approx(math.exp(sum(everything) / 27), rel=1e-5)
     with pytest.raises(ValueError, match="edges"):
         position_perplexity(model, tokens, block=10, edges=(0, 5, 11))
     with pytest.raises(ValueError, match="at least block"):
         position_perplexity(model, tokens[:5], block=10, edges=(0, 10))
+
+
+def test_paired_perplexity_ratio_is_the_ratio_with_the_blocks_standard_error():
+    """exp(mean NLL difference over blocks) is the ratio of the two perplexities (equal tokens per block); its
+    log's standard error is the differences' sample SD / √blocks."""
+    from lit_dof.evaluation.perplexity import paired_perplexity_ratio
+
+    def result(nll, bucket):
+        return {"block": 8, "ppl": math.exp(sum(nll) / len(nll)), "block_nll": nll,
+                "buckets": {"4-7": {"block_nll": bucket}}}  # fmt: skip
+
+    a, b = result([2.0, 3.0, 2.5, 4.0], [1.0, 1.0, 1.0, 1.0]), result([1.5, 2.0, 2.5, 2.0], [0.5, 1.5, 0.5, 1.5])
+    paired = paired_perplexity_ratio(a, b)
+    diffs = [0.5, 1.0, 0.0, 2.0]
+    assert paired["ratio"] == pytest.approx(a["ppl"] / b["ppl"]) and paired["blocks"] == 4
+    assert paired["stderr_log"] == pytest.approx(statistics.stdev(diffs) / 2)
+    bucket = paired_perplexity_ratio(a, b, bucket="4-7")
+    assert bucket["log_ratio"] == pytest.approx(0.0) and bucket["stderr_log"] == pytest.approx(statistics.stdev([0.5, -0.5] * 2) / 2)
+    with pytest.raises(ValueError, match="same"):
+        paired_perplexity_ratio(a, {**b, "block_nll": b["block_nll"][:3]})
+    with pytest.raises(ValueError, match="block_nll"):
+        paired_perplexity_ratio(a, {"block": 8, "ppl": 3.0})
