@@ -461,6 +461,7 @@ def _read_cell(cell: Path, tasks: Sequence[str]) -> dict:
     primary metric, its SE, n), ``items`` (task → per-example scores) and the ``devices`` they name."""
     fit = json.loads((cell / "fit.json").read_text()) if (cell / "fit.json").is_file() else None
     ppl = json.loads((cell / "ppl.json").read_text()) if (cell / "ppl.json").is_file() else None
+    long = json.loads((cell / "long.json").read_text()) if (cell / "long.json").is_file() else None
     scores, items = {}, {}
     devices = {record.get("device") for record in (fit, ppl) if record}
     for task in tasks:
@@ -474,7 +475,7 @@ def _read_cell(cell: Path, tasks: Sequence[str]) -> dict:
                         "n": entry.get("n")}  # fmt: skip
         if (entry.get("items") or {}).get(metric):
             items[task] = entry["items"][metric]
-    return {"fit": fit, "ppl": ppl, "scores": scores, "items": items, "devices": devices}
+    return {"fit": fit, "ppl": ppl, "long": long, "scores": scores, "items": items, "devices": devices}
 
 
 def _pair_with_reference(c: dict, items: dict, reference: dict, tasks: Sequence[str]) -> None:
@@ -557,6 +558,7 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                       "scores": scores, "average": _mean(s["value"] for s in scores.values())
                       if len(scores) == len(tasks) else None, "ppl": ppl["ppl"] if ppl else None,
                       "ppl_setting": _ppl_setting(ppl), "finetuned": finetuned,
+                      "by_position": (ppl or {}).get("by_position"), "long": (found["long"] or {}).get("contexts"),
                       "devices": sorted(d for d in found["devices"] if d),
                       "items": {t: encode_items(v) for t, v in found["items"].items()}})  # fmt: skip
     teacher = next((c for c in cells if c["kind"] == "teacher"), None)
@@ -677,11 +679,25 @@ def markdown(report: dict, header: str = "") -> str:
     lines += paired_table(report)
     lines += seed_table(report)
     lines += curve_table(report)
+    lines += _position_sections(report)
     lines += ["", _device_note(report), ""]
     lines.append("Metrics: " + ", ".join(f"{t} {m}" for t, m in report["primary_metric"].items() if t in tasks) +
                  ". gap closed = (avg − Performer avg) / (teacher avg − Performer avg). ppl: sliding-window "
                  "perplexity on held-out Wikipedia documents" + _ppl_note(report) + ".")  # fmt: skip
     return "\n".join(lines)
+
+
+def _position_sections(report: dict) -> list[str]:
+    """Perplexity by position and at long contexts (:mod:`~lit_dof.evaluation.position_report`), each cell paired
+    with the teacher and with its reference row of the same budget and seed."""
+    from lit_dof.evaluation.position_report import long_context_lines, position_lines
+
+    labels = {(c["row"], c["budget"], c["seed"]): _label(c) for c in report["cells"]}
+    teacher = next((_label(c) for c in report["cells"] if c["kind"] == "teacher"), None)
+    models = [{"label": _label(c), "by_position": c.get("by_position"), "long": c.get("long"),
+               "reference": labels.get((c["reference"], c["budget"], c["seed"])) if c.get("reference") else None}
+              for c in report["cells"]]  # fmt: skip
+    return position_lines(models, teacher) + long_context_lines(models, teacher)
 
 
 def _device_note(report: dict) -> str:

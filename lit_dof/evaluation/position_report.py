@@ -1,0 +1,73 @@
+"""Markdown tables of perplexity by token position (the comparison's ``ppl`` stage, ``by_position``) and at
+long contexts (its ``long`` stage), with ratios paired over blocks (:func:`paired_perplexity_ratio`).
+
+Each model is a mapping with ``label``, ``reference`` (the label of the row it is paired with, or ``None``)
+and the ``position_perplexity`` results: ``by_position`` (one result) and ``long`` (context → result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from lit_dof.evaluation.perplexity import paired_perplexity_ratio
+
+
+def _ratio_text(result: Mapping, reference: Mapping | None, bucket: str | None) -> str:
+    """``r ± SE`` (SE of the ratio by the delta method: r · SE(log r)); ``–`` without a usable pair."""
+    if reference is None:
+        return "–"
+    try:
+        paired = paired_perplexity_ratio(result, reference, bucket)
+    except (ValueError, KeyError):
+        return "–"  # older records without per-block NLL, or other blocks
+    return f"{paired['ratio']:.3f} ± {paired['ratio'] * paired['stderr_log']:.3f}"
+
+
+def _table(models: Sequence[Mapping], results: Mapping[str, Mapping], teacher: str | None) -> list[str]:
+    """One row per model with a result: ppl per bucket, then ratios to the teacher and to the row's reference."""
+    shown = [m for m in models if m["label"] in results]
+    if not shown:
+        return []
+    buckets = list(results[shown[0]["label"]]["buckets"])
+    columns = ["model", "ppl", *buckets, "/ teacher", *(f"/ teacher {b}" for b in buckets[-1:]), "/ reference",
+               *(f"/ reference {b}" for b in buckets[-1:])]  # fmt: skip
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    by_label = {m["label"]: m for m in shown}
+    for m in shown:
+        result = results[m["label"]]
+        base = results.get(teacher) if teacher and m["label"] != teacher else None
+        reference = results.get(m.get("reference")) if m.get("reference") in by_label else None
+        last = buckets[-1]
+        cells = [m["label"], f"{result['ppl']:.2f}", *(f"{result['buckets'][b]['ppl']:.2f}" for b in buckets),
+                 _ratio_text(result, base, None), _ratio_text(result, base, last),
+                 f"{_ratio_text(result, reference, None)} ({m['reference']})" if reference else "–",
+                 _ratio_text(result, reference, last)]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def position_lines(models: Sequence[Mapping], teacher: str | None) -> list[str]:
+    """The "Perplexity by position" section of a comparison report (empty when no model has ``by_position``)."""
+    results = {m["label"]: m["by_position"] for m in models if m.get("by_position")}
+    table = _table(models, results, teacher)
+    if not table:
+        return []
+    first = next(iter(results.values()))
+    return ["", f"Perplexity by token position ({first['blocks']} disjoint block{'s' * (first['blocks'] != 1)} of "
+            f"{first['block']} held-out tokens, "
+            "each scored from its own first token; ratios: exp of the mean per-block NLL difference ± its standard "
+            "error over blocks, paired on the same blocks):", "", *table]  # fmt: skip
+
+
+def long_context_lines(models: Sequence[Mapping], teacher: str | None) -> list[str]:
+    """The "Long context" section: one position table per context length of the ``long`` stage."""
+    contexts = sorted({int(c) for m in models for c in (m.get("long") or {})})
+    lines: list[str] = []
+    for context in contexts:
+        results = {m["label"]: m["long"][str(context)] for m in models if str(context) in (m.get("long") or {})}
+        table = _table(models, results, teacher)
+        if table:
+            blocks = next(iter(results.values()))["blocks"]
+            lines += ["", f"Context {context} tokens ({blocks} block{'s' if blocks != 1 else ''}):", "", *table]
+    return (["", "Long context (the `long` stage: perplexity by position in blocks of concatenated held-out "
+             "documents):", *lines] if lines else [])  # fmt: skip
