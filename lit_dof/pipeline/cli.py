@@ -62,9 +62,25 @@ class _ConfigOnlyCLI(LitDofCLI):
         pass
 
 
+def parse_fit_config(args: list[str]):
+    """Parse ``args`` as ``lit-dof fit`` would (the same ``--config`` files and overrides, no subcommand) and
+    return the namespace, instantiating nothing.
+
+    Raises:
+        SystemExit: a parse error (jsonargparse prints it).
+    """
+    import warnings
+
+    with warnings.catch_warnings():  # "args and sys.argv both given": plan_main passes sys.argv's tail on purpose
+        warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
+        cli = _ConfigOnlyCLI(L.LightningModule, L.LightningDataModule, subclass_mode_model=True,
+                             subclass_mode_data=True, save_config_callback=None, args=args, run=False)  # fmt: skip
+    return cli.config
+
+
 def plan_main(args: list[str]) -> str:
-    """``lit-dof plan``: parse ``args`` as ``lit-dof fit`` would (the same ``--config`` files and overrides),
-    build the teacher on the meta device and print the memory plan (:mod:`lit_dof.pipeline.plan`).
+    """``lit-dof plan``: parse ``args`` as ``lit-dof fit`` would, build the teacher on the meta device and print
+    the memory plan (:mod:`lit_dof.pipeline.plan`).
 
     Returns:
         the printed plan; its last line is ``plan peak_gpu_gib=<x> host_gib=<y>``.
@@ -74,17 +90,15 @@ def plan_main(args: list[str]) -> str:
     """
     import sys
 
-    from lit_dof.pipeline.plan import PlanError, architecture, format_plan, plan_phases, resolve_teacher_config, settings_from_config
+    from lit_dof.pipeline.plan import PlanError
+    from lit_dof.pipeline.plan_report import format_plan, plan_config
 
-    cli = _ConfigOnlyCLI(L.LightningModule, L.LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                         save_config_callback=None, args=args, run=False)  # fmt: skip
     try:
-        run = settings_from_config(cli.config)
-        arch = architecture(resolve_teacher_config(run.teacher))
+        arch, run, phases = plan_config(parse_fit_config(args))
     except PlanError as exc:
         print(f"lit-dof plan: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
-    text = format_plan(arch, run, plan_phases(arch, run))
+    text = format_plan(arch, run, phases)
     print(text)
     return text
 
