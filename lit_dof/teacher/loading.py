@@ -73,6 +73,19 @@ def _require_gguf() -> None:
         )
 
 
+def gguf_cache_target(gguf_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where :func:`gguf_to_safetensors` keeps (or will keep) the conversion of ``gguf_file``: a directory named
+    after the file and a fingerprint of its size and modification time. Nothing is read but the file's stat.
+
+    Raises:
+        FileNotFoundError: no such file.
+    """
+    gguf_file = Path(gguf_file)
+    stat = gguf_file.stat()
+    fingerprint = hashlib.sha256(f"{gguf_file.name}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
+    return Path(cache_dir or cache_root()) / "gguf" / f"{gguf_file.stem}-{fingerprint}"
+
+
 def gguf_to_safetensors(gguf_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
     """Dequantise a GGUF causal LM once into a float32 safetensors directory in the cache; return it.
 
@@ -88,8 +101,7 @@ def gguf_to_safetensors(gguf_file: str | os.PathLike, cache_dir: str | os.PathLi
     if not gguf_file.is_file():
         raise FileNotFoundError(f"GGUF file {gguf_file} does not exist")
     stat = gguf_file.stat()
-    fingerprint = hashlib.sha256(f"{gguf_file.name}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
-    target = Path(cache_dir or cache_root()) / "gguf" / f"{gguf_file.stem}-{fingerprint}"
+    target = gguf_cache_target(gguf_file, cache_dir)
     if (target / "lit_dof_source.json").is_file():
         return target
     _require_gguf()
