@@ -29,6 +29,7 @@ from lit_dof.dof.estimator import (
     layer_dof,
     select_lambda,
 )
+from lit_dof.dof.sharded import sharded_head_dof
 from lit_dof.io import atomic_write_json
 from lit_dof.teacher.capture import Pooling, QKReservoir, _as_inputs, capture_attention, pooled_vectors
 from lit_dof.teacher.families import attention_layers
@@ -210,10 +211,15 @@ def dof_report(
     seed: int = 0,
     name: str | None = None,
     progress: bool = True,
+    split_across_ranks: bool = False,
+    device: torch.device | str | None = None,
 ) -> DoFReport:
     """DoF and allocations from already collected samples (several λ rules on one capture).
 
     Arguments as in :func:`estimate_model_dof`; ``reservoir`` and ``tokens`` come from :func:`collect_samples`.
+    With ``split_across_ranks`` every rank of the initialised default process group must call this with the same
+    samples: each computes the per-head DoF of 1 / world of the layers (on ``device``) and all end with the same
+    report (:func:`~lit_dof.dof.sharded.sharded_head_dof`).
     """
     start = time.perf_counter()
     layers = attention_layers(model)
@@ -226,8 +232,12 @@ def dof_report(
         lam_value, rule = select_lambda(x, target_fraction, generator=torch.Generator().manual_seed(seed)), "auto"
     else:
         lam_value, rule = float(lam), ("relative" if relative_to else "absolute")
-    heads = torch.stack([degrees_of_freedom(layer_x, lam_value, relative_to=relative_to)
-                         for layer_x in tqdm(x, desc="degrees of freedom", unit="layer", disable=not progress)])  # (L', H)
+    if split_across_ranks:
+        heads = sharded_head_dof(x, lam_value, relative_to=relative_to, device=device)  # (L', H)
+    else:
+        heads = torch.stack([degrees_of_freedom(layer_x if device is None else layer_x.to(device), lam_value,
+                                                relative_to=relative_to).cpu()
+                             for layer_x in tqdm(x, desc="degrees of freedom", unit="layer", disable=not progress)])  # fmt: skip
     layer_max = layer_dof(heads)
     head_size = layers[0].head_dim
     allocations, caught = {}, []

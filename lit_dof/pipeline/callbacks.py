@@ -37,6 +37,10 @@ class DoFEstimator(L.Callback):
             farther apart than its window (the pairs its linear part serves; sinks excluded) instead of the
             plain pooled DoF.
 
+    Under DDP/FSDP every rank captures its share of the batches (merged exactly) and computes the DoF of 1 / world
+    of the layers on its own device (:func:`~lit_dof.dof.sharded.sharded_head_dof`); every rank then holds
+    rank 0's report.
+
     Raises:
         ValueError: ``far_pairs`` for a student without a sliding window.
     """
@@ -69,9 +73,9 @@ class DoFEstimator(L.Callback):
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
         samples = None if self.report_path else self._capture(trainer, pl_module, teacher)  # every rank: its share
         report = None
-        if not distributed or torch.distributed.get_rank() == 0:
-            report = self._estimate(pl_module, teacher, samples)
-        if distributed:  # every rank must build identical twins (DDP/FSDP check shapes): rank 0 decides
+        if self.report_path is None or not distributed or torch.distributed.get_rank() == 0:
+            report = self._estimate(trainer, pl_module, teacher, samples, distributed)  # the layers split over ranks
+        if distributed:  # every rank must build identical twins (DDP/FSDP check shapes): rank 0's report holds
             box = [report]
             torch.distributed.broadcast_object_list(box, src=0)
             report = box[0]
@@ -105,12 +109,14 @@ class DoFEstimator(L.Callback):
             tokens = int(total.item())
         return reservoir, tokens, time.perf_counter() - start
 
-    def _estimate(self, pl_module, teacher, samples) -> DoFReport:
+    def _estimate(self, trainer: L.Trainer, pl_module, teacher, samples, distributed: bool) -> DoFReport:
         if self.report_path:
             return DoFReport.load(self.report_path)
         reservoir, tokens, seconds = samples
         report = dof_report(teacher, reservoir, tokens, self.lam, relative_to=self.relative_to, pooling=self.pooling,
-                            target_fraction=self.target_fraction, seed=self.seed, name=pl_module.teacher_name)  # fmt: skip
+                            target_fraction=self.target_fraction, seed=self.seed, name=pl_module.teacher_name,
+                            progress=trainer.is_global_zero, split_across_ranks=distributed,
+                            device=trainer.strategy.root_device)  # fmt: skip
         report.seconds["capture"] = seconds
         return report
 

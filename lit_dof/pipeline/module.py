@@ -52,7 +52,7 @@ class StudentModule(L.LightningModule):
         export_dir: where ``fit`` writes the student (default ``<log_dir>/student``); ``""`` disables.
         seed: seed of the twins' initial values, one derived seed per layer
             (:func:`~lit_dof.students.surgery.layer_seed`), so every rank builds the same twins whatever random
-            numbers it drew before (rank 0 alone samples the DoF batches); default: the run's seed
+            numbers it drew before (ranks capture different DoF batches); default: the run's seed
             (``seed_everything``, read as ``torch.initial_seed()``).
         teacher_dtype: dtype the teacher's weights are loaded in: ``"auto"`` (default) follows the trainer's
             precision (``bf16-true`` → ``"bfloat16"``, ``16-true`` → ``"float16"``, anything else, the mixed
