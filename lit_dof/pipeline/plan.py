@@ -158,6 +158,8 @@ class RunSettings:
         finetune_fraction: share of steps in the end-to-end tail. dof_enabled, dof_samples, dof_batches,
             dof_pooling: the DoF estimate. validate, export: whether those phases run.
         accumulate: gradient-accumulation micro-batches per optimizer step.
+        layer_backward: the layer-wise phase differentiates each layer's loss as soon as it is computed
+            (``LayerwiseDistillation.layer_backward``): one layer's loss graph alive at a time, not all of them.
     """
 
     teacher: str
@@ -182,6 +184,7 @@ class RunSettings:
     validate: bool = True
     export: bool = True
     accumulate: int = 1
+    layer_backward: bool = True
 
     @property
     def world_size(self) -> int:
@@ -215,8 +218,8 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     """The memory of each stage of the run, from ``arch`` and ``run`` alone (closed form, bytes per rank).
 
     Phases: ``dof`` (capture + estimate, before sharding: the whole teacher on the host under FSDP, on the
-    device otherwise), ``layerwise`` (teacher forward stopped after the last twin, all layers' q/k kept, every
-    layer's loss graph alive until one backward), ``tail`` (end-to-end logit distillation: backward through
+    device otherwise), ``layerwise`` (teacher forward stopped after the last twin, all layers' q/k kept, one
+    layer's loss graph alive at a time — every layer's with ``layer_backward`` off), ``tail`` (end-to-end logit distillation: backward through
     the whole student), ``validate`` (teacher and student logits), ``export`` (full weights on rank 0).
     On a CPU run the device terms are host RAM: ``host`` then holds them too.
 
@@ -265,14 +268,20 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     elems = B * Hq * R * T  # one layer's (B, Hq, R, T) loss matrices
     feature_graph = B * Hq * (R + T) * 8  # exp(log φ) of rows and keys in float64, per feature
     graphs = L * elems * _LOSS_SAVED[run.loss] + feature_graph * sum_m
+    one_graph = elems * _LOSS_SAVED[run.loss] + feature_graph * max_m
     loss_now = elems * _LOSS_TRANSIENT[run.loss] + B * Hq * (R + T) * max_m * 4 * 3
     if run.loss == "output":  # the twin's chunked forward on full T, saved for backward, per layer
         graphs = L * _twin_activations(B, T, Hq, Hk, d, max_m) + captured // 2
+        one_graph = _twin_activations(B, T, Hq, Hk, d, max_m) + captured // (2 * max(1, L))
         loss_now = _twin_activations(B, T, Hq, Hk, d, max_m)
     layerwise = Phase("layerwise", tokens=tokens * W * run.accumulate, runs=run.finetune_fraction < 1)
     layerwise.device.update(static)
-    layerwise.device.update({"captured q/k": captured, "loss graphs (all layers)": graphs,
-                             "activations (max of forward, one loss)": max(layer_act, loss_now)})  # fmt: skip
+    if run.layer_backward:  # one layer's graph at a time, and its gradients gathered until the surrogate backward
+        layerwise.device.update({"captured q/k": captured, "loss graph (one layer)": one_graph,
+                                 "per-layer gradients": twins})  # fmt: skip
+    else:
+        layerwise.device.update({"captured q/k": captured, "loss graphs (all layers)": graphs})
+    layerwise.device["activations (max of forward, one loss)"] = max(layer_act, loss_now)
     phases.append(layerwise)
 
     # -- end-to-end tail: backward through every layer (frozen weights, twins' gradients flow through all)

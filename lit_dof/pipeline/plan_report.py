@@ -69,6 +69,7 @@ def settings_from_config(config) -> RunSettings:
         query_rows=margs.get("query_rows"), loss=margs.get("loss", "softmax"), feature_dims=feature_dims,
         budget=budget, max_dim=None if budget is None else cap * budget,
         maps_per_layer="kv" if margs.get("share_kv_maps", True) else "query",
+        layer_backward=bool(margs.get("layer_backward", True)),
         finetune_fraction=1.0 if direct else float(margs.get("finetune_fraction", 0.0)),
         dof_enabled=bool(dof.enabled) and not dof.report_path, dof_samples=int(dof.num_samples),
         dof_batches=int(dof.num_batches), dof_pooling=dof.pooling,

@@ -25,7 +25,11 @@ CASES = {
     # TinyStories with every query row scored: the loss graphs dominate (2 layers of 4 x 8 x 512 x 512)
     "tinystories": [f"--model.init_args.teacher={TINYSTORIES}", "--data.init_args.seq_len=512",
                     "--data.init_args.batch_size=4", "--model.init_args.query_rows=null"],
-    # the quickstart's layer-wise step on the embedded SmolLM2 (B 2 x T 512, 128 rows): weights + 30 graphs
+    # the same with one backward of the summed loss: both layers' loss graphs alive at once
+    "tinystories-summed": [f"--model.init_args.teacher={TINYSTORIES}", "--data.init_args.seq_len=512",
+                           "--data.init_args.batch_size=4", "--model.init_args.query_rows=null",
+                           "--model.init_args.layer_backward=false"],
+    # the quickstart's layer-wise step on the embedded SmolLM2 (B 2 x T 512, 128 rows): weights + one graph
     "smollm2": [],
 }  # fmt: skip
 
@@ -42,7 +46,7 @@ def _estimated_step_bytes(args: list[str]) -> int:
     return sum(size for term, size in layerwise.host.items() if not term.startswith("runtime"))
 
 
-@pytest.mark.parametrize("case", [pytest.param("tinystories"), pytest.param("smollm2", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("case", ["tinystories", "tinystories-summed", pytest.param("smollm2", marks=pytest.mark.slow)])
 def test_layerwise_estimate_matches_measured_peak(case, tmp_path, request):
     """Peak resident memory of real layer-wise steps (a subprocess: its imports subtracted, high-water mark
     reset after the first step) is within 25% of the independent estimate. glibc's dynamic mmap threshold is
