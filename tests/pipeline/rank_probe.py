@@ -12,8 +12,11 @@ import torch
 class RankProbe(L.Callback):
     """Write ``<out_dir>/<event>_rank<r>.pt`` at train start, at train end and, with ``kill_at``, after that
     optimizer step, which then raises (a killed run): ``twins`` (parameters and buffers of the linear twins,
-    by name), ``feature_dims``, ``dof`` (the report as a dict), ``step``, and ``replicated_teacher`` /
-    ``sharded_twins`` (names of teacher parameters that are not DTensors and twins that are).
+    by name), ``feature_dims``, ``dof`` (the report as a dict), ``step``, ``replicated_teacher`` /
+    ``sharded_twins`` (names of teacher parameters that are not DTensors and twins that are), and what the rank
+    has seen so far: ``input_ids`` (each training batch's), ``phases`` (``"tail"`` or ``"layerwise"`` per
+    training batch, for phases with an end-to-end tail), ``validated_at`` (global step of each validation run,
+    sanity checks excluded) and ``metrics`` (``trainer.callback_metrics`` as floats).
 
     Args:
         out_dir: the folder to write to (created).
@@ -22,9 +25,21 @@ class RankProbe(L.Callback):
 
     def __init__(self, out_dir: str, kill_at: int = 0) -> None:
         self.out_dir, self.kill_at = Path(out_dir), kill_at
+        self.input_ids: list[torch.Tensor] = []
+        self.phases: list[str] = []
+        self.validated_at: list[int] = []
 
     def on_train_start(self, trainer: L.Trainer, pl_module) -> None:
         self._write(trainer, pl_module, "start")
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module, batch, batch_idx: int) -> None:
+        self.input_ids.append(batch["input_ids"].detach().cpu().clone())
+        in_finetune = getattr(pl_module, "in_finetune", None)
+        self.phases.append("layerwise" if in_finetune is None or not in_finetune() else "tail")
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self.validated_at.append(trainer.global_step)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, *args) -> None:
         if self.kill_at and trainer.global_step == self.kill_at:
@@ -48,4 +63,6 @@ class RankProbe(L.Callback):
             "dof": None if report is None else dataclasses.asdict(report),
             "replicated_teacher": [n for n, dt in sharded.items() if ".lit_dof." not in n and not dt],
             "sharded_twins": [n for n, dt in sharded.items() if ".lit_dof." in n and dt],
+            "input_ids": list(self.input_ids), "phases": list(self.phases), "validated_at": list(self.validated_at),
+            "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
         }, self.out_dir / f"{event}_rank{trainer.global_rank}.pt")  # fmt: skip
