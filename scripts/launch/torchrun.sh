@@ -3,7 +3,8 @@
 # MASTER_PORT and NNODES and NODE_RANK = 0 … NNODES-1. torchrun starts GPUS_PER_NODE ranks per node and Lightning
 # reads them (TorchElasticEnvironment); --trainer.num_nodes / --trainer.devices are passed so that the trainer's
 # world size is the launch's. Arguments after the script's name are appended to `lit-dof fit` and override the
-# configs; relative paths in them are relative to the directory it is launched from. Read docs/scale.md ("Launching on a cluster") before spending a node-hour.
+# configs; relative paths in them are relative to the directory it is launched from. Read docs/scale.md
+# ("Launching on a cluster") before spending a node-hour.
 #
 #   MASTER_ADDR=node0 MASTER_PORT=29500 NNODES=2 NODE_RANK=0 GPUS_PER_NODE=8 scripts/launch/torchrun.sh \
 #       --model.init_args.teacher /shared/models/Meta-Llama-3-8B --data.init_args.path /shared/data/corpus.txt.gz

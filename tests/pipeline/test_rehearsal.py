@@ -1,9 +1,10 @@
 """A rehearsal of the Llama-3-8B recipe on CPU: the shipped tiny config of the same family (32 layers, 32 query
 heads, 8 KV heads; random weights built here) through the shipped ``configs/models/llama-3-8b.yaml`` with
 ``configs/trainer/fsdp.yaml`` (bf16-true) and ``configs/trainer/ddp.yaml`` (bf16-mixed; also bf16-true), only the
-CPU flags and tiny budgets added, on 2 processes (gloo) and as 2 "nodes" on localhost (the launch script under
-torchrun, and ``MASTER_ADDR``/``NODE_RANK``). Every fit estimates the DoF, trains layer-wise, validates, runs an
-end-to-end tail and exports; every rank writes what it saw (:class:`~tests.pipeline.rank_probe.RankProbe`)."""
+CPU flags and tiny budgets added, on 2 processes (gloo) and as 2 "nodes" on localhost (the launch scripts, under
+torchrun and under a stand-in ``srun``, and ``MASTER_ADDR``/``NODE_RANK``). Every fit estimates the DoF, trains
+layer-wise, validates, runs an end-to-end tail and exports; every rank writes what it saw
+(:class:`~tests.pipeline.rank_probe.RankProbe`)."""
 
 from __future__ import annotations
 
@@ -205,6 +206,41 @@ def test_rehearsal_two_nodes_with_node_rank(teacher, tmp_path):
     outputs = _run_all(nodes, tmp_path)
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in outputs[0] and "GLOBAL_RANK: 1, MEMBER: 2/2" in outputs[1]
     _assert_rehearsal(tmp_path, torch.float32)
+
+
+FAKE_SRUN = """#!/usr/bin/env bash
+# srun on one machine: SLURM_NTASKS tasks, task i on "node" i, with the variables srun gives each task
+while [[ "$1" == --* ]]; do shift; done
+pids=()
+for ((i = 0; i < SLURM_NTASKS; i++)); do
+    SLURM_PROCID=$i SLURM_LOCALID=0 SLURM_NODEID=$i "$@" > "task$i.log" 2>&1 &
+    pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+exit $status
+"""
+
+
+@pytest.mark.slow
+def test_rehearsal_two_nodes_with_the_slurm_script(teacher, tmp_path):
+    """scripts/launch/slurm.sbatch as a 2-node job with one task per node, ``srun`` replaced by a local stand-in
+    that starts the tasks with SLURM's variables: Lightning's SLURMEnvironment assigns the ranks and accepts the
+    script's ``--trainer.num_nodes`` / ``--trainer.devices``."""
+    srun = tmp_path / "srun"
+    srun.write_text(FAKE_SRUN)
+    srun.chmod(0o755)
+    env = _env(SRUN=str(srun), LIT_DOF_REPO=str(REPO), SLURM_SUBMIT_DIR=str(tmp_path), SLURM_JOB_ID="4242",
+               SLURM_JOB_NAME="lit-dof-8b", SLURM_JOB_NUM_NODES="2", SLURM_NNODES="2", SLURM_NTASKS="2",
+               SLURM_NTASKS_PER_NODE="1", SLURM_NODELIST="127.0.0.1", MASTER_PORT=str(_free_port()))  # fmt: skip
+    env.pop("MASTER_ADDR", None)
+    done = subprocess.run(["bash", str(LAUNCH / "slurm.sbatch"), "--trainer.accelerator=cpu",
+                           "--trainer.precision=bf16-true", *_recipe(teacher, tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500)  # fmt: skip
+    logs = [(tmp_path / f"task{rank}.log").read_text() for rank in (0, 1)]
+    assert done.returncode == 0, done.stderr[-2000:] + logs[0][-4000:] + logs[1][-4000:]
+    assert "GLOBAL_RANK: 0, MEMBER: 1/2" in logs[0] and "GLOBAL_RANK: 1, MEMBER: 2/2" in logs[1]
+    _assert_rehearsal(tmp_path, torch.bfloat16)
 
 
 @pytest.mark.parametrize("script", ["torchrun.sh", "slurm.sbatch"])
