@@ -8,7 +8,7 @@ import socket
 import torch
 import torch.multiprocessing as mp
 
-from lit_dof.dof import estimator
+from lit_dof.dof import estimator, sharded
 from lit_dof.dof.sharded import sharded_head_dof
 
 
@@ -26,8 +26,6 @@ def _rank(rank: int, world: int, port: int, x: torch.Tensor, out: str) -> None:
     def counting(layer, lam, **kwargs):
         seen.append(next(i for i in range(len(x)) if torch.equal(x[i], layer)))
         return original(layer, lam, **kwargs)
-
-    import lit_dof.dof.sharded as sharded
 
     sharded.degrees_of_freedom = counting
     try:

@@ -53,10 +53,10 @@ def position_lines(models: Sequence[Mapping], teacher: str | None) -> list[str]:
     if not table:
         return []
     first = next(iter(results.values()))
-    return ["", f"Perplexity by token position ({first['blocks']} disjoint block{'s' * (first['blocks'] != 1)} of "
-            f"{first['block']} held-out tokens, "
-            "each scored from its own first token; ratios: exp of the mean per-block NLL difference ± its standard "
-            "error over blocks, paired on the same blocks):", "", *table]  # fmt: skip
+    blocks = f"{first['blocks']} disjoint block{'s' * (first['blocks'] != 1)} of {first['block']} held-out tokens"
+    title = (f"Perplexity by token position ({blocks}, each scored from its own first token; ratios: exp of the mean "
+             "per-block NLL difference ± its standard error over blocks, paired on the same blocks):")  # fmt: skip
+    return ["", title, "", *table]
 
 
 def long_context_lines(models: Sequence[Mapping], teacher: str | None) -> list[str]:
@@ -69,5 +69,5 @@ def long_context_lines(models: Sequence[Mapping], teacher: str | None) -> list[s
         if table:
             blocks = next(iter(results.values()))["blocks"]
             lines += ["", f"Context {context} tokens ({blocks} block{'s' if blocks != 1 else ''}):", "", *table]
-    return (["", "Long context (the `long` stage: perplexity by position in blocks of concatenated held-out "
-             "documents):", *lines] if lines else [])  # fmt: skip
+    title = "Long context (the `long` stage: perplexity by position in blocks of concatenated held-out documents):"
+    return ["", title, *lines] if lines else []
