@@ -37,10 +37,12 @@ def _hub_documents(dataset: str, config: str | None) -> Iterator[str]:
         from datasets import load_dataset
 
         stream = load_dataset(dataset, config, split="train", streaming=True)
-        for row in stream:
-            text = row.get("text", "").strip()
-            if text:
-                yield text
+        # ``stream.iter`` and not ``for row in stream``: iterated inside a DataLoader worker, the latter hands each
+        # worker only its share of the files, so the global held-out rule and PackedBlocks' own split would break.
+        for batch in stream.iter(batch_size=64):
+            for text in batch.get("text", []):
+                if text and text.strip():
+                    yield text.strip()
     except Exception as exc:  # offline, unknown dataset, …: say how to use a local corpus instead
         raise RuntimeError(
             f"cannot stream {dataset} ({config}) from the Hugging Face hub: {exc}. Offline, point at a local "
