@@ -1,4 +1,4 @@
-"""Process-level CPU runtime settings (explicit opt-in; nothing here runs at import).
+"""Process-level CPU runtime settings (nothing here runs at import; the ``lit-dof`` entry point applies them).
 
 On Linux/glibc, tensors above the malloc mmap threshold are returned to the OS on free and page-faulted
 (zero-filled) again on the next allocation, and the heap top is trimmed aggressively. Measured on the
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
 
 _M_TRIM_THRESHOLD = -1
@@ -31,10 +32,13 @@ def tune_cpu_allocator(mmap_threshold: int = 1 << 30, trim_threshold: int = 1 <<
         trim_threshold: free heap memory above this many bytes is returned to the OS.
 
     Returns:
-        True if both settings were applied, False off glibc (macOS, Windows, musl) — nothing changes there.
+        True if both settings were applied; False off glibc (macOS, Windows, musl) or when the user set
+        ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` — nothing changes then.
     """
     if not sys.platform.startswith("linux"):
         return False
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
+        return False  # the user's own glibc settings win
     name = ctypes.util.find_library("c")
     if name is None:
         return False

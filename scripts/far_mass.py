@@ -20,6 +20,7 @@ Usage: python scripts/far_mass.py STUDENT_DIR --corpus FILE [--context 8192] [--
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import torch
 
@@ -28,9 +29,10 @@ from lit_dof.students import load_student
 from lit_dof.teacher.capture import capture_attention
 
 
-def _buckets(context: int, window: int) -> list[tuple[int, int]]:
-    edges = [e for e in (window, 256, 512, 2048, 4096, 8192, 16384, 32768) if e < context] + [context]
-    return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
+def _buckets(context: int, first: int) -> list[tuple[int, int]]:
+    """Query-position buckets from ``first`` (= window + sinks: the first position with a far key) to ``context``."""
+    edges = [first] + [e for e in (256, 512, 2048, 4096, 8192, 16384, 32768) if first < e < context] + [context]
+    return list(itertools.pairwise(edges))
 
 
 def _layer_masses(twin, q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor) -> dict[str, torch.Tensor]:

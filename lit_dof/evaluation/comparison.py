@@ -207,8 +207,7 @@ class Comparison:
         timing_path = cell / "fit_attempts.json"
         attempts = json.loads(timing_path.read_text()) if timing_path.is_file() else []
         resume = bool(glob.glob(str(cell / "**" / "last.ckpt"), recursive=True))
-        reports = sorted(cell.glob("**/dof.json"), key=lambda p: p.stat().st_mtime)  # the first attempt's comes first
-        command = self.fit_command(row, budget, resume, reports[0].resolve() if reports else None)  # cwd: the cell
+        command = self.fit_command(row, budget, resume, _checkpoint_dof_report(cell, attempts) if resume else None)
         start, returncode = time.time(), None
         try:
             with open(cell / "fit.log", "a") as log:
@@ -217,6 +216,9 @@ class Comparison:
                 returncode = subprocess.run(command, cwd=cell, stdout=log, stderr=subprocess.STDOUT).returncode
         finally:  # an interrupted attempt (Ctrl-C) still counts towards the cell's wall time; it resumes from last.ckpt
             attempts.append({"seconds": time.time() - start, "returncode": returncode, "resumed": resume})
+            written = [p for p in cell.glob("**/dof.json") if p.stat().st_mtime >= start]
+            if not resume and written:  # a fresh start: the DoF report its checkpoints' feature dims come from
+                attempts[-1]["dof_report"] = str(written[0].resolve())
             atomic_write_json(timing_path, attempts)
         if returncode != 0:
             raise RuntimeError(f"fit of {row.name} (C={budget}) failed with code {returncode}; see {cell / 'fit.log'}")
@@ -454,6 +456,16 @@ def grid(rows: Sequence[Row], budgets: Sequence[int], seeds: Sequence[int]):
             for row in rows:
                 if row.kind != "teacher" or (budget == budgets[0] and seed == seeds[0]):
                     yield budget, seed, row
+
+
+def _checkpoint_dof_report(cell: Path, attempts: Sequence[dict]) -> Path | None:
+    """The ``dof.json`` of the fresh start whose checkpoint a resumed cell continues: recorded by the last fresh
+    attempt (``fit_attempts.json``), else — an attempt killed before it could record — the oldest one on disk."""
+    recorded = [a["dof_report"] for a in attempts if not a.get("resumed") and a.get("dof_report")]
+    if recorded and Path(recorded[-1]).is_file():
+        return Path(recorded[-1])
+    reports = sorted(cell.glob("**/dof.json"), key=lambda p: p.stat().st_mtime)
+    return reports[0].resolve() if reports else None  # absolute: the fit runs in the cell
 
 
 def _read_cell(cell: Path, tasks: Sequence[str]) -> dict:

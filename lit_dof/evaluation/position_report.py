@@ -23,6 +23,10 @@ def _ratio_text(result: Mapping, reference: Mapping | None, bucket: str | None) 
     return f"{paired['ratio']:.3f} ± {paired['ratio'] * paired['stderr_log']:.3f}"
 
 
+def _ppl_text(bucket: Mapping | None) -> str:
+    return "–" if bucket is None else f"{bucket['ppl']:.2f}"  # another setting's buckets: not this column
+
+
 def _table(models: Sequence[Mapping], results: Mapping[str, Mapping], teacher: str | None) -> list[str]:
     """One row per model with a result: ppl per bucket, then ratios to the teacher and to the row's reference."""
     shown = [m for m in models if m["label"] in results]
@@ -38,7 +42,7 @@ def _table(models: Sequence[Mapping], results: Mapping[str, Mapping], teacher: s
         base = results.get(teacher) if teacher and m["label"] != teacher else None
         reference = results.get(m.get("reference")) if m.get("reference") in by_label else None
         last = buckets[-1]
-        cells = [m["label"], f"{result['ppl']:.2f}", *(f"{result['buckets'][b]['ppl']:.2f}" for b in buckets),
+        cells = [m["label"], f"{result['ppl']:.2f}", *(_ppl_text(result["buckets"].get(b)) for b in buckets),
                  _ratio_text(result, base, None), _ratio_text(result, base, last),
                  f"{_ratio_text(result, reference, None)} ({m['reference']})" if reference else "–",
                  _ratio_text(result, reference, last)]  # fmt: skip

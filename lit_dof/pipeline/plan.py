@@ -153,7 +153,8 @@ class RunSettings:
         teacher_dtype: the teacher's parameter dtype. batch_size, seq_len: per-rank batch B and block T.
         query_rows: R scored rows per sequence (``None``: all T). loss: ``softmax``/``l2``/``output``.
         feature_dims: M per linear layer (``None``: ``budget`` on average, up to ``max_dim`` in one layer).
-        budget: mean M (the allocator's C). max_dim: the largest M one layer may get.
+        budget: mean M (the allocator's C). max_dim: the largest M one layer may get (``None``: ``max_ratio`` ×
+            the budget, the head size when ``budget`` is ``None``).
         maps_per_layer: ``"kv"`` (one map per KV head) or ``"query"``.
         finetune_fraction: share of steps in the end-to-end tail. dof_enabled, dof_samples, dof_batches,
             dof_pooling: the DoF estimate. validate, export: whether those phases run.
@@ -175,6 +176,7 @@ class RunSettings:
     feature_dims: list[int] | None = None
     budget: int | None = None
     max_dim: int | None = None
+    max_ratio: int = 1
     maps_per_layer: str = "kv"
     finetune_fraction: float = 0.0
     dof_enabled: bool = True
@@ -235,7 +237,7 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     Hq, Hk, d, h, I, V = a.heads, a.kv_heads, a.head_dim, a.hidden, a.intermediate, a.vocab
     budget = run.budget or d
     sum_m = sum(run.feature_dims) if run.feature_dims else L * budget
-    max_m = max(run.feature_dims) if run.feature_dims else (run.max_dim or budget)
+    max_m = max(run.feature_dims) if run.feature_dims else (run.max_dim or run.max_ratio * budget)
     maps = Hk if run.maps_per_layer == "kv" else Hq
     tokens = B * T
 

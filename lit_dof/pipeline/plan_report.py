@@ -67,7 +67,7 @@ def settings_from_config(config) -> RunSettings:
         teacher_dtype=resolve_dtype(margs.get("teacher_dtype", "auto"), trainer.precision),
         batch_size=int(dargs.get("batch_size", 1)), seq_len=int(dargs.get("seq_len", 512)),
         query_rows=margs.get("query_rows"), loss=margs.get("loss", "softmax"), feature_dims=feature_dims,
-        budget=budget, max_dim=None if budget is None else cap * budget,
+        budget=budget, max_dim=None if budget is None else cap * budget, max_ratio=cap,
         maps_per_layer="kv" if margs.get("share_kv_maps", True) else "query",
         layer_backward=bool(margs.get("layer_backward", True)),
         finetune_fraction=1.0 if direct else float(margs.get("finetune_fraction", 0.0)),

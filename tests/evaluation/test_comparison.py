@@ -158,25 +158,37 @@ def test_an_interrupted_fit_attempt_still_counts_towards_the_wall_time(tmp_path,
     assert report["pending"] == ["fix (fit unfinished: it resumes from its last checkpoint)"]
 
 
-def test_a_resumed_fit_rebuilds_its_first_attempts_dof_dims(tmp_path, monkeypatch):
-    """A resumed cell reads the first attempt's dof.json, so a DoF estimate that changed in between (code, data)
-    cannot rebuild other feature dims than the checkpoint's."""
+def test_a_resumed_fit_rebuilds_its_checkpoints_dof_dims(tmp_path, monkeypatch):
+    """A resumed cell reads the dof.json of the fresh start its checkpoint continues (recorded in fit_attempts.json),
+    so a DoF estimate that changed in between (code, data) cannot rebuild other feature dims than the checkpoint's —
+    not a stale report of an earlier attempt that died before checkpointing."""
     runner = comparison.Comparison(out=tmp_path, corpus=str(tmp_path / "corpus.txt"))
     cell = tmp_path / "C16" / "dof"
+    stale = cell / "runs" / "version_0" / "dof.json"  # an attempt killed before it could record anything
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+    os.utime(stale, (1_000_000_000, 1_000_000_000))
+    fresh = cell / "runs" / "version_1" / "dof.json"
     commands = []
-    monkeypatch.setattr(subprocess, "run", lambda command, **k: commands.append(command) or subprocess.CompletedProcess(command, 3))
-    with pytest.raises(RuntimeError, match="failed with code 3"):
-        runner.fit(comparison.ROWS["dof"], 16)
-    assert not any(arg.startswith(("--dof.report_path", "--ckpt_path")) for arg in commands[-1])  # a fresh start
-    for version, stamp in (("version_1", 2_000_000_000), ("version_0", 1_000_000_000)):
-        (cell / "runs" / version).mkdir(parents=True)
-        (cell / "runs" / version / "dof.json").write_text("{}")
-        os.utime(cell / "runs" / version / "dof.json", (stamp, stamp))
-    (cell / "runs" / "checkpoints").mkdir()
-    (cell / "runs" / "checkpoints" / "last.ckpt").write_bytes(b"")
-    with pytest.raises(RuntimeError, match="failed with code 3"):
-        runner.fit(comparison.ROWS["dof"], 16)
-    assert commands[-1][-2:] == [f"--dof.report_path={cell / 'runs' / 'version_0' / 'dof.json'}", "--ckpt_path=last"]
+
+    def fit(command, **kwargs):  # a fresh start writes its report, then dies after its first checkpoint
+        commands.append(command)
+        if not any(arg.startswith("--ckpt_path") for arg in command):
+            fresh.parent.mkdir(parents=True)
+            fresh.write_text("{}")
+            (cell / "runs" / "checkpoints").mkdir()
+            (cell / "runs" / "checkpoints" / "last.ckpt").write_bytes(b"")
+        return subprocess.CompletedProcess(command, 3)
+
+    monkeypatch.setattr(subprocess, "run", fit)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="failed with code 3"):
+            runner.fit(comparison.ROWS["dof"], 16)
+    assert not any(arg.startswith(("--dof.report_path", "--ckpt_path")) for arg in commands[0])  # a fresh start
+    assert commands[1][-2:] == [f"--dof.report_path={fresh.resolve()}", "--ckpt_path=last"]
+    # without a recorded fresh start (killed before the record was written), the oldest report on disk
+    (cell / "fit_attempts.json").write_text("[]")
+    assert comparison._checkpoint_dof_report(cell, []) == stale.resolve()
 
 
 def test_sigterm_to_the_runner_stops_it_like_ctrl_c_and_records_the_attempt(tmp_path, monkeypatch):

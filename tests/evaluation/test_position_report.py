@@ -34,6 +34,10 @@ def test_position_table_pairs_each_row_with_the_teacher_and_its_reference():
     teacher_row = next(line for line in lines if line.startswith("| teacher |"))
     assert teacher_row.count("–") == 4  # no ratio with itself, no reference
     assert position_lines([{"label": "a", "reference": None}], "a") == []
+    other = {**student, "buckets": {"0-299": {"ppl": 5.0, "block_nll": [1.0] * 3}}}  # another ppl_window's record
+    row = next(line for line in position_lines([*models[:2], {**models[2], "by_position": other}], "teacher")
+               if line.startswith("| student |"))  # fmt: skip
+    assert row.split(" | ")[2:4] == ["–", "–"]  # its buckets are not the columns: shown as missing, no crash
 
 
 def test_long_context_sections_one_table_per_context():

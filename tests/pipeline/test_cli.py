@@ -287,7 +287,7 @@ def test_layerwise_teacher_pass_stops_early_and_can_serve_several_steps(tmp_path
 
 
 @pytest.mark.parametrize("config", ["methods/dof.yaml", "methods/swa_sink_linear.yaml"])
-def test_per_layer_backward_gives_the_summed_losss_gradients(tmp_path, monkeypatch, config):
+def test_per_layer_backward_gives_the_summed_loss_gradients(tmp_path, monkeypatch, config):
     """``layer_backward`` (the default) differentiates each layer's loss on its own and frees its capture; the
     gradients Lightning's backward leaves in ``p.grad`` equal one backward of the summed loss, on a twin with
     a learned far-term weight too, and the capture is emptied as it goes."""
