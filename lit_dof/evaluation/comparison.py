@@ -704,10 +704,10 @@ def _position_sections(report: dict) -> list[str]:
     with the teacher and with its reference row of the same budget and seed."""
     from lit_dof.evaluation.position_report import long_context_lines, position_lines
 
-    labels = {(c["row"], c["budget"], c["seed"]): _label(c) for c in report["cells"]}
+    labels = {(c["row"], c["budget"], c.get("seed")): _label(c) for c in report["cells"]}  # hand-made: no seed
     teacher = next((_label(c) for c in report["cells"] if c["kind"] == "teacher"), None)
     models = [{"label": _label(c), "by_position": c.get("by_position"), "long": c.get("long"),
-               "reference": labels.get((c["reference"], c["budget"], c["seed"])) if c.get("reference") else None}
+               "reference": labels.get((c["reference"], c["budget"], c.get("seed"))) if c.get("reference") else None}
               for c in report["cells"]]  # fmt: skip
     return position_lines(models, teacher) + long_context_lines(models, teacher)
 
