@@ -288,6 +288,8 @@ class Comparison:
         start = time.time()
         result = measure(model, tokenizer, corpus)
         result.update(seconds=time.time() - start, device=self.device_label())
+        if "source" in result:  # recorded without this machine's paths, as the commands are
+            result["source"] = portable([str(result["source"])])
         atomic_write_json(path, result)
         return result
 

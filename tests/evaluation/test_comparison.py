@@ -32,7 +32,9 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     report = comparison.compare(**kwargs)
     cells = {c["row"]: c for c in report["cells"]}
     assert set(cells) == {"teacher", "performer", "fix", "dof"}
-    by_position = json.loads((tmp_path / "cells" / "C16" / "teacher" / "ppl.json").read_text())["by_position"]
+    record = json.loads((tmp_path / "cells" / "C16" / "teacher" / "ppl.json").read_text())
+    assert str(REPO.parent) not in record["source"] and record["source"].endswith(WIKIPEDIA.name)  # portable
+    by_position = record["by_position"]
     assert by_position["block"] == 300 and set(by_position["buckets"]) == {"0-63", "64-255", "256-299"}  # one short block
     assert "Perplexity by token position (1 disjoint block of 300" in (tmp_path / "cells" / "comparison.md").read_text()
     assert cells["teacher"]["gap_closed"] == pytest.approx(1.0) and cells["performer"]["gap_closed"] == pytest.approx(0.0)
