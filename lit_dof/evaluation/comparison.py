@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
+from lit_dof.evaluation.stats import paired_difference
 from lit_dof.evaluation.task_data import TASKS, TRAIN_SPLITS
 from lit_dof.io import atomic_write_json, atomic_write_text
 from lit_dof.students.surgery import layer_mean_dims
@@ -606,27 +607,6 @@ def _eval_device(provenance: dict) -> str | None:
     return provenance.get("device") or ("cpu" if provenance.get("cuda") is False else None)
 
 
-def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, int]:
-    """Mean per-example difference of two models scored on the *same* examples, with its standard error.
-
-    Pairing removes the between-example variance that the two unpaired standard errors both carry, so a
-    difference of 2 points that is ~1.6 unpaired SEs can be several paired SEs (the paired t / McNemar view).
-
-    Args:
-        a, b: per-example scores (e.g. 0/1 correctness) in the same example order, length n.
-
-    Returns:
-        ``(mean(a − b), sd(a − b) / √n, n)`` (sample standard deviation, n − 1).
-
-    Raises:
-        ValueError: different lengths, or fewer than two examples.
-    """
-    if len(a) != len(b) or len(a) < 2:
-        raise ValueError(f"paired scores need the same examples (≥ 2): got {len(a)} and {len(b)}")
-    diffs = [x - y for x, y in zip(a, b)]
-    mean = sum(diffs) / len(diffs)
-    variance = sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)
-    return mean, math.sqrt(variance / len(diffs)), len(diffs)
 
 
 def _ppl_setting(ppl: dict | None) -> str | None:

@@ -200,8 +200,8 @@ def paired_perplexity_ratio(result: dict, reference: dict, bucket: str | None = 
     if result["block"] != reference["block"] or len(a["block_nll"]) != len(b["block_nll"]) or len(a["block_nll"]) < 2:
         raise ValueError(f"the results must score the same ≥ 2 blocks, got {len(a['block_nll'])} blocks of "
                          f"{result['block']} and {len(b['block_nll'])} of {reference['block']}")  # fmt: skip
-    diff = torch.tensor(a["block_nll"], dtype=torch.float64) - torch.tensor(b["block_nll"], dtype=torch.float64)
-    log_ratio = float(diff.mean())
-    return {"ratio": math.exp(log_ratio), "log_ratio": log_ratio, "stderr_log": float(diff.std() / math.sqrt(diff.numel())),
-            "blocks": diff.numel()}  # fmt: skip
+    from lit_dof.evaluation.stats import paired_difference
+
+    log_ratio, stderr, blocks = paired_difference(a["block_nll"], b["block_nll"])
+    return {"ratio": math.exp(log_ratio), "log_ratio": log_ratio, "stderr_log": stderr, "blocks": blocks}
 
