@@ -25,7 +25,6 @@ from lit_dof.dof.estimator import (
     RelativeTo,
     allocate_feature_dims,
     allocate_head_feature_dims,
-    degrees_of_freedom,
     layer_dof,
     select_lambda,
 )
@@ -232,12 +231,8 @@ def dof_report(
         lam_value, rule = select_lambda(x, target_fraction, generator=torch.Generator().manual_seed(seed)), "auto"
     else:
         lam_value, rule = float(lam), ("relative" if relative_to else "absolute")
-    if split_across_ranks:
-        heads = sharded_head_dof(x, lam_value, relative_to=relative_to, device=device)  # (L', H)
-    else:
-        heads = torch.stack([degrees_of_freedom(layer_x if device is None else layer_x.to(device), lam_value,
-                                                relative_to=relative_to).cpu()
-                             for layer_x in tqdm(x, desc="degrees of freedom", unit="layer", disable=not progress)])  # fmt: skip
+    heads = sharded_head_dof(x, lam_value, relative_to=relative_to, device=device, split=split_across_ranks,
+                             progress=progress)  # (L', H)  # fmt: skip
     layer_max = layer_dof(heads)
     head_size = layers[0].head_dim
     allocations, caught = {}, []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from lit_dof.dof.estimator import RelativeTo, degrees_of_freedom
 
@@ -21,6 +22,8 @@ def sharded_head_dof(
     relative_to: RelativeTo | None = None,
     group=None,
     device: torch.device | str | None = None,
+    split: bool = True,
+    progress: bool = False,
 ) -> Tensor:
     """Per-head DoF of every layer, each layer computed by one rank of ``group``.
 
@@ -31,6 +34,8 @@ def sharded_head_dof(
         group: the process group (``None``: the default group; one process when torch.distributed is not
             initialised — then every layer is computed here).
         device: where this rank runs its layers' eigen work (e.g. its GPU); results come back to the CPU.
+        split: ``False`` computes every layer here even in an initialised process group (a caller on one rank).
+        progress: a progress bar over this rank's layers.
 
     Returns:
         ``(L, H)`` float64 DoF, equal on every rank.
@@ -38,10 +43,10 @@ def sharded_head_dof(
     Raises:
         ValueError: as :func:`~lit_dof.dof.estimator.degrees_of_freedom`.
     """
-    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    distributed = split and torch.distributed.is_available() and torch.distributed.is_initialized()
     rank, world = (torch.distributed.get_rank(group), torch.distributed.get_world_size(group)) if distributed else (0, 1)
     mine = {}
-    for index in range(rank, x.shape[0], world):
+    for index in tqdm(range(rank, x.shape[0], world), desc="degrees of freedom", unit="layer", disable=not progress):
         layer = x[index] if device is None else x[index].to(device)
         mine[index] = degrees_of_freedom(layer, lam, relative_to=relative_to).cpu()
     if world == 1:
