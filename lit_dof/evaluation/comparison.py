@@ -96,6 +96,8 @@ ROWS: dict[str, Row] = {r.name: r for r in [
         reference="swa_sink"),
     Row("swa_sink_linear", ("methods/swa_sink_linear.yaml",), note="window 64 + 4 sinks + learned PRF far term, "
         "DoF dims", reference="swa_sink"),
+    Row("swa_sink_linear_shift", ("methods/swa_sink_linear.yaml",), ("--model.init_args.position_shift=7680",),
+        note="swa_sink_linear trained at random absolute positions (offsets up to 7680)", reference="swa_sink"),
     # The λ study (METHOD.md §2): DoF at fixed absolute λ and with the relative rule, next to "dof" (auto).
     Row("dof_lam2^48", ("methods/dof.yaml",), ("--dof.lam=281474976710656",), note="λ = 2^48"),
     Row("dof_lam2^56", ("methods/dof.yaml",), ("--dof.lam=72057594037927936",), note="λ = 2^56"),

@@ -57,12 +57,20 @@ class LayerwiseDistillation(StudentModule):
             feature-map updates per CPU-minute at the price of fewer distinct tokens (1 / k of them); 1 (the
             paper's recipe) captures every batch and keeps nothing between steps. A resumed run captures afresh
             at its first batch.
+        position_shift: S ≥ 0 — every training sequence's position ids start at an offset drawn uniformly from
+            [0, S] (one per row, for teacher and student alike) instead of 0. Rotary position encodings make
+            the teacher's attention depend on relative positions only, so its outputs do not change, while the
+            feature maps — which see post-RoPE q/k, whose absolute rotation they are not invariant to — learn
+            the rotations of positions up to S + ``seq_len`` rather than only of the first ``seq_len``: long
+            contexts stop being out of distribution for the far term. 0: positions from 0 (the paper's recipe).
         layer_backward: differentiate each layer's loss as soon as it is computed and free its graph (and, with
             ``teacher_reuse`` 1, its captured q/k/v): the layer-wise peak holds one layer's loss graph, not L of
             them; the same gradients as one backward of the summed loss. ``False``: that one backward.
 
     Raises:
-        ValueError: an unknown ``loss``, ``finetune_fraction`` outside [0, 1], a non-positive ``finetune_lr_ratio`` or ``kd_temperature``.
+        ValueError: an unknown ``loss``, ``finetune_fraction`` outside [0, 1], a non-positive ``finetune_lr_ratio`` or
+            ``kd_temperature``, a negative ``position_shift``; at ``configure_model``, a ``position_shift`` on a
+            teacher without rotary positions or past its ``max_position_embeddings``.
     """
 
     def __init__(
@@ -82,6 +90,7 @@ class LayerwiseDistillation(StudentModule):
         finetune_lr_ratio: float = 0.1,
         kd_temperature: float = 1.0,
         teacher_reuse: int = 1,
+        position_shift: int = 0,
         layer_backward: bool = True,
         **kwargs,
     ) -> None:
@@ -92,6 +101,8 @@ class LayerwiseDistillation(StudentModule):
             raise ValueError(f"finetune_fraction must be in [0, 1], got {finetune_fraction}")
         if isinstance(teacher_reuse, bool) or not isinstance(teacher_reuse, int) or teacher_reuse < 1:
             raise ValueError(f"teacher_reuse must be an integer >= 1, got {teacher_reuse!r}")
+        if isinstance(position_shift, bool) or not isinstance(position_shift, int) or position_shift < 0:
+            raise ValueError(f"position_shift must be an integer >= 0, got {position_shift!r}")
         if finetune_lr_ratio <= 0 or kd_temperature <= 0:
             raise ValueError(f"finetune_lr_ratio and kd_temperature must be > 0, got {finetune_lr_ratio}, {kd_temperature}")
         self.save_hyperparameters(ignore=["feature_map"])
@@ -101,10 +112,43 @@ class LayerwiseDistillation(StudentModule):
         self.query_rows, self.betas, self.weight_decay = query_rows, betas, weight_decay
         self.finetune_fraction, self.finetune_lr_ratio, self.kd_temperature = finetune_fraction, finetune_lr_ratio, kd_temperature
         self.teacher_reuse, self.layer_backward = teacher_reuse, layer_backward
+        self.position_shift = position_shift
+        self._shift_generator = torch.Generator()
         self._reused: dict | None = None  # the capture being reused (teacher_reuse > 1)
         self._batches = 0  # layer-wise training batches of this run (not restored on resume)
         self._rows_generator = torch.Generator()
         self._finetune_reset_at: int | None = None
+
+    def check_teacher(self, teacher: torch.nn.Module) -> None:
+        super().check_teacher(teacher)
+        if not self.position_shift:
+            return
+        config = teacher.config
+        if getattr(config, "rope_parameters", None) is None and getattr(config, "rope_theta", None) is None:
+            raise ValueError(
+                f"position_shift={self.position_shift} needs a teacher with rotary (relative) positions; "
+                f"{config.model_type!r} has absolute position embeddings, whose outputs a shift would change: "
+                "set position_shift: 0"
+            )
+        limit = getattr(config, "max_position_embeddings", None)
+        if limit is not None and self.position_shift + self.seq_len > limit:
+            raise ValueError(
+                f"position_shift + seq_len = {self.position_shift} + {self.seq_len} exceeds the teacher's "
+                f"max_position_embeddings ({limit}): set position_shift <= {max(0, limit - self.seq_len)}"
+            )
+
+    def _position_ids(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        """``(B, T)`` position ids of a training batch: ``None`` (the model's own, from 0) without
+        ``position_shift``, else each row's positions (counted over its attended tokens when the batch has an
+        ``attention_mask``) plus a random offset in [0, position_shift], seeded by the step so that a resumed
+        run draws the same offsets."""
+        if not self.position_shift:
+            return None
+        ids, mask = batch["input_ids"], batch.get("attention_mask")
+        self._shift_generator.manual_seed(self.global_step * 104729 + batch_idx)
+        offsets = torch.randint(0, self.position_shift + 1, (ids.shape[0], 1), generator=self._shift_generator)
+        base = (mask.long().cumsum(-1) - 1).clamp(min=0) if mask is not None else torch.arange(ids.shape[1]).expand_as(ids)
+        return base.to(ids.device) + offsets.to(ids.device)
 
     # -- the two phases ----------------------------------------------------------------------------------
     def _total_steps(self) -> int:
@@ -127,13 +171,16 @@ class LayerwiseDistillation(StudentModule):
                 optimizer.state.clear()
             self._finetune_reset_at = start
 
-    def _teacher_forward(self, batch: dict, *, capture: bool, logits: bool = True) -> tuple[torch.Tensor | None, dict[int, tuple]]:
+    def _teacher_forward(
+        self, batch: dict, *, capture: bool, logits: bool = True, positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor | None, dict[int, tuple]]:
         """One frozen-teacher forward: its logits and, if ``capture``, every layer's (q, k, key padding), plus
         (v, attention output) for the ``output`` loss.
 
         ``logits=False`` (the layer-wise steps, which discard them): the forward stops as soon as the last twin's
         layer has been captured — the layers above it, the final norm and the LM head never run — unless the
-        teacher is sharded (FSDP2 must see every forward finish). Returns ``None`` logits then."""
+        teacher is sharded (FSDP2 must see every forward finish). Returns ``None`` logits then. ``positions``:
+        ``(B, T)`` position ids (``None``: the model's own)."""
         captured: dict[int, tuple] = {}
         keep_values = self.loss_kind == "output"
         last = max(self.student.linear_modules(), default=None)
@@ -148,21 +195,23 @@ class LayerwiseDistillation(StudentModule):
         out = None
         with torch.no_grad(), self.student.teacher_mode(), recording:  # root forward (FSDP)
             try:
-                out = self.student(batch["input_ids"], attention_mask=batch.get("attention_mask"), use_cache=False).logits
+                out = self.student(batch["input_ids"], attention_mask=batch.get("attention_mask"),
+                                   position_ids=positions, use_cache=False).logits  # fmt: skip
             except _CapturedAll:
                 pass
         return out, captured
 
-    def _layerwise_capture(self, batch: dict) -> tuple[dict[int, tuple], bool]:
+    def _layerwise_capture(self, batch: dict, batch_idx: int = 0) -> tuple[dict[int, tuple], bool]:
         """``(captured teacher attention, fresh)`` of this layer-wise batch: a new teacher pass every
         ``teacher_reuse`` batches (and at a resumed run's first batch), else the kept one."""
         fresh = self._batches % self.teacher_reuse == 0 or self._reused is None
         self._batches += 1
+        positions = self._position_ids(batch, batch_idx) if fresh else None
         if self.teacher_reuse == 1:
-            return self._teacher_forward(batch, capture=True, logits=False)[1], True
+            return self._teacher_forward(batch, capture=True, logits=False, positions=positions)[1], True
         if fresh:
             self._reused = None  # free the old capture before the new one is made
-            self._reused = self._teacher_forward(batch, capture=True, logits=False)[1]
+            self._reused = self._teacher_forward(batch, capture=True, logits=False, positions=positions)[1]
         return self._reused, fresh
 
     def _layer_losses(self, captured: dict[int, tuple], batch_idx: int) -> dict[int, torch.Tensor]:
@@ -222,13 +271,14 @@ class LayerwiseDistillation(StudentModule):
         ids, mask = batch["input_ids"], batch.get("attention_mask")
         every = self.trainer.log_every_n_steps if self._trainer is not None else 1
         measure = bool(every) and (self.global_step + 1) % every == 0
-        teacher_logits, captured = self._teacher_forward(batch, capture=measure)
+        positions = self._position_ids(batch, batch_idx)
+        teacher_logits, captured = self._teacher_forward(batch, capture=measure, positions=positions)
         if measure:
             with torch.no_grad():
                 measured = self._layer_losses(captured, batch_idx)
             if measured:
                 self.log("train/loss", sum(measured.values()) / len(measured), prog_bar=True)
-        logits = self.student(ids, attention_mask=mask, use_cache=False).logits
+        logits = self.student(ids, attention_mask=mask, position_ids=positions, use_cache=False).logits
         loss = logit_distillation_loss(logits, teacher_logits, mask, temperature=self.kd_temperature)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite logit distillation loss at step {self.global_step}; "
@@ -240,7 +290,7 @@ class LayerwiseDistillation(StudentModule):
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
         if self.in_finetune():
             return self.finetune_step(batch, batch_idx)
-        captured, fresh = self._layerwise_capture(batch)
+        captured, fresh = self._layerwise_capture(batch, batch_idx)
         self.log("train/tokens", float(batch["input_ids"].numel()) if fresh else 0.0, reduce_fx="sum")
         if self.layer_backward and torch.is_grad_enabled():
             result, total, count = self._layerwise_backward(captured, batch_idx, release=self.teacher_reuse == 1)

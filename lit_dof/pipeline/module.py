@@ -114,6 +114,7 @@ class StudentModule(L.LightningModule):
 
         trainer = self._trainer
         teacher, self.tokenizer = load_teacher(self.teacher_name, dtype=self.resolved_teacher_dtype())
+        self.check_teacher(teacher)
         callbacks = list(trainer.callbacks) if trainer is not None else []
         for stage in ("estimate", "allocate"):  # DoF first, then the allocation that reads it
             for callback in callbacks:
@@ -134,6 +135,10 @@ class StudentModule(L.LightningModule):
         mesh = self._lightning_device_mesh()
         if mesh is not None:
             self._shard(mesh)
+
+    def check_teacher(self, teacher: torch.nn.Module) -> None:
+        """Validate this module's settings against the loaded teacher before any expensive work (the DoF
+        estimate, the twins). Subclasses extend it; the base accepts every teacher."""
 
     def resolved_teacher_dtype(self) -> torch.dtype:
         """The teacher's parameter dtype: ``teacher_dtype``, with ``"auto"`` read from ``trainer.precision``
