@@ -1,0 +1,49 @@
+"""scripts/position_probe.py: under rotary positions the teacher and the window-plus-sink control score a block
+the same at every position shift; the learned far term's maps see the absolute rotation and do not."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from lit_dof.attention import LearnedPRF
+from lit_dof.students import linearize
+from tests.conftest import REPO, TINYSTORIES
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("position_probe", REPO / "scripts" / "position_probe.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _student():
+    teacher = AutoModelForCausalLM.from_pretrained(TINYSTORIES, dtype=torch.float32).eval()
+    return linearize(teacher, LearnedPRF, 8, window=4, sink_tokens=1, seed=0).eval()
+
+
+def test_teacher_and_control_are_shift_invariant_and_the_far_term_is_not(tmp_path):
+    probe, student = _script(), _student()
+    blocks = torch.randint(3, 2048, (2, 40), generator=torch.Generator().manual_seed(0))
+    nll = {(mode, shift): probe.block_nll(student, blocks, shift, mode, first=8)
+           for mode in ("teacher", "control", "student") for shift in (0, 300)}  # fmt: skip
+    torch.testing.assert_close(nll["teacher", 300], nll["teacher", 0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(nll["control", 300], nll["control", 0], rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(nll["control", 0], nll["teacher", 0], atol=1e-3)  # 40 tokens reach past window + sink
+    assert not torch.allclose(nll["student", 300], nll["student", 0], atol=1e-4)  # φ sees absolute rotations
+    assert all(t.far_term for t in student.linear_modules().values())  # the control restored the far terms
+
+    # The whole script on a saved student and a small corpus: one line per shift, the same numbers.
+    student.save_pretrained(tmp_path / "student")
+    tokenizer = AutoTokenizer.from_pretrained(TINYSTORIES)
+    tokenizer.save_pretrained(tmp_path / "student")
+    text = " ".join(["Once upon a time there was a little dog who liked to run in the park with his friends."] * 12)
+    (tmp_path / "corpus.txt").write_text(text + "\n\nA second document.\n")
+    result = probe.main([str(tmp_path / "student"), "--corpus", str(tmp_path / "corpus.txt"), "--shifts", "0", "300",
+                         "--blocks", "2", "--block", "40", "--from", "8"])  # fmt: skip
+    assert set(result) == {0, 300}
+    assert abs(result[300]["teacher"] - result[0]["teacher"]) < 1e-4
+    assert abs(result[0]["student_minus_control"] - (result[0]["student"] - result[0]["control"])) < 1e-5
