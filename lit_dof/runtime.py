@@ -1,10 +1,9 @@
 """Process-level CPU runtime settings (nothing here runs at import; the ``lit-dof`` entry point applies them).
 
 On Linux/glibc, tensors above the malloc mmap threshold are returned to the OS on free and page-faulted
-(zero-filled) again on the next allocation, and the heap top is trimmed aggressively. Measured on the
-2-core CI machine with ``scripts/bench_attention.py --lengths 8192`` (with and without
-``--no-tune-allocator``): chunked linear attention at T = 8192 took 64.8 → 57.0 ms forward and
-393 → 291 ms forward+backward once the thresholds were raised. PyTorch's own
+(zero-filled) again on the next allocation, and the heap top is trimmed aggressively; raising the thresholds
+keeps large buffers mapped between steps (the effect is measured in docs/benchmarks.md with
+``scripts/bench_attention.py`` with and without ``--no-tune-allocator``). PyTorch's own
 CPU tuning guide recommends jemalloc/tcmalloc for the same reason; raising glibc's thresholds is the
 dependency-free equivalent.
 """

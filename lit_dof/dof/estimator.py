@@ -17,7 +17,7 @@ R = [exp(−‖x_i − x_j‖²/2s)] ∈ (0, 1] a bounded Gaussian-kernel Gram, 
 
 E is formed from logarithms (never overflows), R/J + E is symmetric positive definite with unit-scale
 off-diagonal entries, and each term e_i [(R/J + E)⁻¹]_ii lies in (0, 1] (clamped so), so N_λ ∈ [0, J].
-One Cholesky factorisation and one triangular inverse per head: O(J³/3 + J³/3)… ≈ 10 ms at J = 1024.
+One Cholesky factorisation and one triangular inverse per head: O(J³/3 + J³/3) operations.
 
 Exact duplicates (e.g. the key of a BOS token sampled from several sequences) make R singular; they are
 merged into one point of multiplicity w, which is exact: E becomes E/w.
