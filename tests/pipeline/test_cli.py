@@ -260,12 +260,12 @@ def test_layerwise_teacher_pass_stops_early_and_can_serve_several_steps(tmp_path
     calls = []
     original = LayerwiseDistillation._teacher_forward
 
-    def spy(self, batch, *, capture, logits=True):
+    def spy(self, batch, *, capture, logits=True, positions=None):
         calls.append((self.global_step, logits))
-        logits_out, captured = original(self, batch, capture=capture, logits=logits)
+        logits_out, captured = original(self, batch, capture=capture, logits=logits, positions=positions)
         if capture and not logits:  # the early-stopped capture equals the full forward's
             assert logits_out is None
-            _, full = original(self, batch, capture=True, logits=True)
+            _, full = original(self, batch, capture=True, logits=True, positions=positions)
             assert full.keys() == captured.keys()
             for index in full:
                 for a, b in zip(full[index], captured[index]):
