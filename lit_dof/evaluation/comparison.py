@@ -43,18 +43,11 @@ from typing import Sequence
 
 from lit_dof.evaluation.stats import paired_difference
 from lit_dof.evaluation.task_data import TASKS, TRAIN_SPLITS
-from lit_dof.io import atomic_write_json, atomic_write_text
+from lit_dof.io import REPO_ROOT, atomic_write_json, atomic_write_text, portable
 from lit_dof.students.surgery import layer_mean_dims
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 REPO_CONFIGS = REPO_ROOT / "configs"
 
-
-def portable(command: Sequence[str]) -> str:
-    """A recorded command without this machine's paths: the interpreter as ``python``, repository paths
-    relative to its root, and paths beside the repository as ``../``."""
-    text = " ".join(command).replace(sys.executable, "python")
-    return text.replace(f"{REPO_ROOT}/", "").replace(f"{REPO_ROOT.parent}/", "../")
 PRIMARY_METRIC = {"piqa": "acc_norm", "logiqa": "acc_norm", "arc_easy": "acc_norm", "arc_challenge": "acc_norm",
                   "winogrande": "acc", "wsc273": "acc", "mmlu": "acc"}  # fmt: skip
 """The metric shown per task (lm-eval's usual headline: acc_norm where defined for multi-word choices)."""
@@ -263,8 +256,8 @@ class Comparison:
 
     def evaluate(self, row: Row, budget: int, tasks: Sequence[str] = TASKS) -> dict:
         """Zero-shot results of the cell's model, one ``eval/<task>.json`` per task (finished tasks skipped)."""
-        from lit_dof.evaluation.cli import load_model
         from lit_dof.evaluation.harness import evaluate_model
+        from lit_dof.evaluation.loading import load_model
 
         folder = self.cell_dir(row, budget) / "eval"
         todo = [t for t in tasks if not (folder / f"{t}.json").is_file()]
@@ -279,7 +272,7 @@ class Comparison:
     def _measured(self, row: Row, budget: int, name: str, measure) -> dict:
         """The cell's ``name`` record: read back if written, else ``measure(model, tokenizer, corpus)`` with the
         cell's model on the comparison's device, timed, written atomically."""
-        from lit_dof.evaluation.cli import load_model
+        from lit_dof.evaluation.loading import load_model
 
         path = self.cell_dir(row, budget) / name
         if path.is_file():
