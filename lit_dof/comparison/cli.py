@@ -110,7 +110,7 @@ def main(args: list[str] | None = None) -> None:
     """Entry of ``lit-dof compare``.
 
     Args:
-        args: the command line after ``compare`` (default: ``sys.argv``'s).
+        args: the command line after ``compare`` (``None``: jsonargparse reads ``sys.argv[1:]``).
     """
     import signal
 
