@@ -1,4 +1,5 @@
-"""Atomic writes: a killed process never leaves a half-written file or directory behind (the brief's rule)."""
+"""Atomic writes: a killed process never leaves a half-written file or directory behind (the brief's rule); and
+recorded commands without this machine's paths (:func:`portable`)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,13 @@ import json
 import os
 import shutil
 import stat
+import sys
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+"""The repository's root (the folder holding ``lit_dof/`` and ``configs/``)."""
 
 
 def _umask() -> int:
@@ -78,3 +83,17 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 def atomic_write_json(path: str | os.PathLike, payload) -> None:
     """:func:`atomic_write_text` of ``json.dumps(payload, indent=2)``."""
     atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
+
+
+def portable(command: Sequence[str]) -> str:
+    """A recorded command without this machine's paths.
+
+    Args:
+        command: the command's words.
+
+    Returns:
+        The words joined by spaces, the interpreter written as ``python``, repository paths relative to its root
+        and paths beside the repository as ``../``.
+    """
+    text = " ".join(command).replace(sys.executable, "python")
+    return text.replace(f"{REPO_ROOT}/", "").replace(f"{REPO_ROOT.parent}/", "../")

@@ -3,10 +3,11 @@
 import json
 import os
 import stat
+import sys
 
 import pytest
 
-from lit_dof.io import atomic_directory, atomic_write_json, atomic_write_text
+from lit_dof.io import REPO_ROOT, atomic_directory, atomic_write_json, atomic_write_text, portable
 
 
 def test_atomic_directory_replaces_or_keeps(tmp_path):
@@ -59,3 +60,10 @@ def test_atomic_writes_get_plain_permissions(tmp_path, umask_027):
     with atomic_directory(target):
         pass
     assert stat.S_IMODE(target.stat().st_mode) == 0o755
+
+
+def test_portable_drops_this_machines_paths():
+    command = [sys.executable, "-m", "lit_dof.pipeline.cli", "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"),
+               f"--data.init_args.path={REPO_ROOT.parent}/shared/corpus.txt"]  # fmt: skip
+    assert portable(command) == ("python -m lit_dof.pipeline.cli --config configs/quickstart.yaml "
+                                 "--data.init_args.path=../shared/corpus.txt")  # fmt: skip

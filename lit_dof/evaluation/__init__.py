@@ -1,12 +1,13 @@
-"""Evaluation: the paper's seven zero-shot tasks through lm-eval, sliding-window perplexity, the per-task
-fine-tuning protocol, and the comparison runner.
+"""Evaluation: the paper's seven zero-shot tasks through lm-eval, sliding-window perplexity and the per-task
+fine-tuning protocol (the comparison runner that uses them is :mod:`lit_dof.comparison`).
 
 * :mod:`~lit_dof.evaluation.task_data` — readers for the original task files (counts as SOURCES.md);
 * :mod:`~lit_dof.evaluation.harness` — ``evaluate_model`` (lm-eval ``HFLM`` around a loaded model);
 * :mod:`~lit_dof.evaluation.cli` — ``lit-dof eval``;
 * :mod:`~lit_dof.evaluation.perplexity` — sliding-window perplexity (torchmetrics);
 * :mod:`~lit_dof.evaluation.finetune` — ``TaskFinetuning`` / ``MultipleChoiceDataModule`` (METHOD.md §4);
-* :mod:`~lit_dof.evaluation.comparison` — ``lit-dof compare`` (resumable Table-3 grid and report).
+* :mod:`~lit_dof.evaluation.stats` — the paired-difference statistic;
+* :mod:`~lit_dof.evaluation.loading` — ``load_model`` (an exported student or any teacher source).
 
 Submodules import lm-eval and Lightning lazily; importing this package is cheap.
 """

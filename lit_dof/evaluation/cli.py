@@ -9,26 +9,10 @@ the numbers and their provenance (versions, settings, wall time) as JSON, atomic
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 
+from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.task_data import TASKS
-
-
-def load_model(source: str, device: str | None = None):
-    """(model, tokenizer) from a student directory (``model_type: lit_dof``) or any teacher source
-    accepted by :func:`lit_dof.load_teacher` (alias, directory, ``.gguf`` file, hub id), on ``device``
-    (default: CPU)."""
-    from lit_dof.teacher.loading import load_teacher, load_tokenizer
-
-    config = Path(source) / "config.json"
-    if config.is_file() and json.loads(config.read_text()).get("model_type") == "lit_dof":
-        from lit_dof.students import load_student
-
-        student = load_student(source)
-        return (student.to(device) if device else student), load_tokenizer(source)
-    return load_teacher(source, device=device)
 
 
 def format_table(results: dict) -> str:

@@ -172,7 +172,7 @@ class TaskFinetuning(L.LightningModule):
     def configure_model(self) -> None:
         if self.model is not None:
             return
-        from lit_dof.evaluation.cli import load_model
+        from lit_dof.evaluation.loading import load_model
 
         self.model, _ = load_model(self.teacher_name)
         self.model.requires_grad_(False)

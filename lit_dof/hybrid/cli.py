@@ -454,7 +454,7 @@ def main(args: list[str] | None = None) -> None:
 
     from jsonargparse import auto_cli
 
-    from lit_dof.evaluation.comparison import portable
+    from lit_dof.io import portable
 
     args = sys.argv[2:] if args is None else list(args)
     auto_cli(search, args=[*args, "--command", portable(["lit-dof", "hybrid", *args])])

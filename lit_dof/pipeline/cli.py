@@ -5,7 +5,7 @@
         --config configs/trainer/cpu.yaml
     lit-dof fit --config configs/quickstart.yaml --print_config
     lit-dof eval --model runs/quickstart/version_0/student --data_dir ../shared/data   (lit_dof.evaluation.cli)
-    lit-dof compare --rows '[teacher, performer, fix, dof]'   (lit_dof.evaluation.comparison)
+    lit-dof compare --rows '[teacher, performer, fix, dof]'   (lit_dof.comparison.cli)
     lit-dof hybrid --bank runs/hybrid/twins/version_0/student --task arc_easy   (lit_dof.hybrid.cli)
     lit-dof plan --config configs/models/llama-3-8b.yaml --config configs/trainer/fsdp.yaml --trainer.devices 8
         (memory per GPU and host RAM per rank, per phase, from the meta-device model: lit_dof.pipeline.plan)
@@ -106,7 +106,7 @@ def plan_main(args: list[str]) -> str:
 def main() -> None:
     """Entry point of the ``lit-dof`` console script: ``lit-dof eval ...`` runs the lm-eval evaluation
     (:mod:`lit_dof.evaluation.cli`), ``lit-dof compare ...`` the comparison runner
-    (:mod:`lit_dof.evaluation.comparison`), ``lit-dof hybrid ...`` the hybrid search (:mod:`lit_dof.hybrid.cli`),
+    (:mod:`lit_dof.comparison.cli`), ``lit-dof hybrid ...`` the hybrid search (:mod:`lit_dof.hybrid.cli`),
     ``lit-dof plan ...`` the memory plan (:func:`plan_main`), every other subcommand is LightningCLI's. The process
     keeps freed tensor memory instead of unmapping it (:func:`~lit_dof.runtime.tune_cpu_allocator`) unless
     ``LIT_DOF_TUNE_ALLOCATOR=0``."""
@@ -123,7 +123,7 @@ def main() -> None:
         eval_main(sys.argv[2:])
         return
     if len(sys.argv) > 1 and sys.argv[1] == "compare":
-        from lit_dof.evaluation.comparison import main as compare_main
+        from lit_dof.comparison.cli import main as compare_main
 
         compare_main(sys.argv[2:])
         return

@@ -12,8 +12,16 @@ import time
 import pytest
 import torch
 
-from lit_dof.evaluation import comparison
+from lit_dof.comparison.artefacts import checkpoint_dof_report
+from lit_dof.comparison.cells import Comparison
+from lit_dof.comparison.cli import compare, main
+from lit_dof.comparison.collect import collect
+from lit_dof.comparison.plots import figure, plot
+from lit_dof.comparison.render import _fmt_tokens, curve_table, markdown, paired_table, seed_table
+from lit_dof.comparison.report import write_report
+from lit_dof.comparison.rows import ROWS
 from lit_dof.evaluation.harness import device_label
+from lit_dof.evaluation.stats import paired_difference
 from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
 
 DATA = REPO.parent / "shared" / "data"
@@ -29,7 +37,7 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     kwargs = dict(rows=["teacher", "performer", "fix", "dof"], budgets=[16], out=str(tmp_path / "cells"),
                   teacher=str(TINYSTORIES), corpus=str(WIKIPEDIA), data_dir=str(DATA), eval_limit=6,
                   mmlu_per_subject=1, ppl_tokens=300, fit_args=TINY_FIT)  # fmt: skip
-    report = comparison.compare(**kwargs)
+    report = compare(**kwargs)
     cells = {c["row"]: c for c in report["cells"]}
     assert set(cells) == {"teacher", "performer", "fix", "dof"}
     record = json.loads((tmp_path / "cells" / "C16" / "teacher" / "ppl.json").read_text())
@@ -61,20 +69,20 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
         raise AssertionError("a finished cell was re-fitted")
 
     monkeypatch.setattr(subprocess, "run", refuse)
-    again = comparison.compare(**kwargs)
+    again = compare(**kwargs)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert json.dumps(again, sort_keys=True) == json.dumps(report, sort_keys=True)
     with pytest.raises(ValueError, match="unknown row"):
-        comparison.compare(**{**kwargs, "rows": ["softmax"]})
+        compare(**{**kwargs, "rows": ["softmax"]})
     with pytest.raises(ValueError, match="unknown task"):
-        comparison.compare(**{**kwargs, "tasks": ["hellaswag"]})
+        compare(**{**kwargs, "tasks": ["hellaswag"]})
     # `tasks` limits what the eval stage runs now: a new budget's cells get only those task files
     monkeypatch.undo()  # lm-eval itself runs git in a subprocess
-    comparison.compare(**{**kwargs, "rows": ["teacher"], "out": str(tmp_path / "few"), "tasks": ["wsc273"]})
+    compare(**{**kwargs, "rows": ["teacher"], "out": str(tmp_path / "few"), "tasks": ["wsc273"]})
     assert [p.name for p in (tmp_path / "few").rglob("eval/*.json")] == ["wsc273.json"]
 
     # A second seed: only its new cell is fitted, in seed1/, with the seed passed to the fit; the draw differs
-    seeded = comparison.compare(**{**kwargs, "rows": ["fix"], "seeds": [0, 1], "stages": ["fit"]})
+    seeded = compare(**{**kwargs, "rows": ["fix"], "seeds": [0, 1], "stages": ["fit"]})
     first, second = (tmp_path / "cells" / "C16" / "fix", tmp_path / "cells" / "C16" / "seed1" / "fix")
     record = json.loads((second / "fit.json").read_text())
     assert "--seed_everything=1 --dof.seed=1" in record["command"] and "--seed_everything" not in fix["command"]
@@ -83,7 +91,7 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     labels = [(c["row"], c["seed"], c["label"]) for c in seeded["cells"]]
     assert labels == [("fix", 0, "fix"), ("fix", 1, "fix (seed 1)")]
     with pytest.raises(ValueError, match="distinct integers"):
-        comparison.compare(**{**kwargs, "seeds": [1, 1]})
+        compare(**{**kwargs, "seeds": [1, 1]})
 
 
 def first_z(student) -> torch.Tensor:
@@ -101,7 +109,7 @@ def test_finetune_stage_selects_the_lr_on_the_teacher_and_reuses_it(tmp_path):
                   finetune_tasks=["arc_easy"], finetune_lrs=[1e-6, 3e-3],
                   finetune_args=["--data.init_args.train_limit=8", "--data.init_args.eval_limit=8",
                                  "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false"])  # fmt: skip
-    report = comparison.compare(**kwargs)
+    report = compare(**kwargs)
     selected = json.loads((tmp_path / "cells" / "finetune_lr" / "arc_easy" / "selected.json").read_text())
     assert selected["lr"] == max((float(k) for k in selected["scores"]), key=lambda lr: selected["scores"][f"{lr:g}"])
     cells = {c["row"]: c for c in report["cells"]}
@@ -118,45 +126,45 @@ def test_relative_paths_are_resolved_before_the_fits_run_in_the_cell_directory(t
     (tmp_path / "corpus.txt").write_text("text")
     (tmp_path / "data").mkdir()
     (tmp_path / "teacher").mkdir()
-    runner = comparison.Comparison(out=tmp_path / "cells", corpus="corpus.txt", data_dir="data", teacher="teacher",
+    runner = Comparison(out=tmp_path / "cells", corpus="corpus.txt", data_dir="data", teacher="teacher",
                                    base_config="base.yaml")  # fmt: skip
-    command = runner.fit_command(comparison.ROWS["fix"], 16, resume=False)
+    command = runner.fit_command(ROWS["fix"], 16, resume=False)
     assert f"--data.init_args.path={tmp_path / 'corpus.txt'}" in command
     assert f"--model.init_args.teacher={tmp_path / 'teacher'}" in command
     assert command[command.index("--config") + 1] == str(tmp_path / "base.yaml")
     assert runner.data_dir == str(tmp_path / "data")
-    hub = comparison.Comparison(out=tmp_path / "cells", teacher="HuggingFaceTB/SmolLM2-135M")  # a hub id stays one
+    hub = Comparison(out=tmp_path / "cells", teacher="HuggingFaceTB/SmolLM2-135M")  # a hub id stays one
     assert hub.teacher == "HuggingFaceTB/SmolLM2-135M"
 
 
 def test_an_interrupted_fit_attempt_still_counts_towards_the_wall_time(tmp_path, monkeypatch):
-    runner = comparison.Comparison(out=tmp_path, corpus=str(tmp_path / "corpus.txt"))
+    runner = Comparison(out=tmp_path, corpus=str(tmp_path / "corpus.txt"))
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(subprocess, "run", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        runner.fit(comparison.ROWS["fix"], 16)
+        runner.fit(ROWS["fix"], 16)
     attempts = json.loads((tmp_path / "C16" / "fix" / "fit_attempts.json").read_text())
     assert len(attempts) == 1 and attempts[0]["returncode"] is None and attempts[0]["seconds"] >= 0
     assert not (tmp_path / "C16" / "fix" / "fit.json").exists()  # not finished: the next run resumes it
 
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 3))
     with pytest.raises(RuntimeError, match="failed with code 3"):
-        runner.fit(comparison.ROWS["fix"], 16)
+        runner.fit(ROWS["fix"], 16)
     assert [a["returncode"] for a in json.loads((tmp_path / "C16" / "fix" / "fit_attempts.json").read_text())] == [None, 3]
-    report = comparison.collect(runner, [comparison.ROWS["fix"]], [16])
+    report = collect(runner, [ROWS["fix"]], [16])
     assert report["pending"] == ["fix (fit failed with code 3: see fix/fit.log)"]
 
     # Lightning ends a fit sent SIGTERM with code 0 before its export: stopped, not finished, and not failed
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
     with pytest.raises(RuntimeError, match="stopped before its last step .* resume it from its last checkpoint"):
-        runner.fit(comparison.ROWS["fix"], 16)
+        runner.fit(ROWS["fix"], 16)
     last = json.loads((tmp_path / "C16" / "fix" / "fit_attempts.json").read_text())[-1]
     assert last["returncode"] == 0 and last["exported"] is False
     assert not (tmp_path / "C16" / "fix" / "fit.json").exists()
-    report = comparison.collect(runner, [comparison.ROWS["fix"]], [16])
+    report = collect(runner, [ROWS["fix"]], [16])
     assert report["pending"] == ["fix (fit unfinished: it resumes from its last checkpoint)"]
 
 
@@ -164,7 +172,7 @@ def test_a_resumed_fit_rebuilds_its_checkpoints_dof_dims(tmp_path, monkeypatch):
     """A resumed cell reads the dof.json of the fresh start its checkpoint continues (recorded in fit_attempts.json),
     so a DoF estimate that changed in between (code, data) cannot rebuild other feature dims than the checkpoint's —
     not a stale report of an earlier attempt that died before checkpointing."""
-    runner = comparison.Comparison(out=tmp_path, corpus=str(tmp_path / "corpus.txt"))
+    runner = Comparison(out=tmp_path, corpus=str(tmp_path / "corpus.txt"))
     cell = tmp_path / "C16" / "dof"
     stale = cell / "runs" / "version_0" / "dof.json"  # an attempt killed before it could record anything
     stale.parent.mkdir(parents=True)
@@ -185,12 +193,12 @@ def test_a_resumed_fit_rebuilds_its_checkpoints_dof_dims(tmp_path, monkeypatch):
     monkeypatch.setattr(subprocess, "run", fit)
     for _ in range(2):
         with pytest.raises(RuntimeError, match="failed with code 3"):
-            runner.fit(comparison.ROWS["dof"], 16)
+            runner.fit(ROWS["dof"], 16)
     assert not any(arg.startswith(("--dof.report_path", "--ckpt_path")) for arg in commands[0])  # a fresh start
     assert commands[1][-2:] == [f"--dof.report_path={fresh.resolve()}", "--ckpt_path=last"]
     # without a recorded fresh start (killed before the record was written), the oldest report on disk
     (cell / "fit_attempts.json").write_text("[]")
-    assert comparison._checkpoint_dof_report(cell, []) == stale.resolve()
+    assert checkpoint_dof_report(cell, []) == stale.resolve()
 
 
 def test_sigterm_to_the_runner_stops_it_like_ctrl_c_and_records_the_attempt(tmp_path, monkeypatch):
@@ -202,7 +210,7 @@ def test_sigterm_to_the_runner_stops_it_like_ctrl_c_and_records_the_attempt(tmp_
     monkeypatch.setattr(subprocess, "run", killed)
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt, match="signal 15"):
-        comparison.main(["--rows=[fix]", "--budgets=[16]", f"--out={tmp_path}", "--stages=[fit]", "--device=cpu"])
+        main(["--rows=[fix]", "--budgets=[16]", f"--out={tmp_path}", "--stages=[fit]", "--device=cpu"])
     attempts = json.loads((tmp_path / "C16" / "fix" / "fit_attempts.json").read_text())
     assert len(attempts) == 1 and attempts[0]["returncode"] is None
     assert signal.getsignal(signal.SIGTERM) is before  # the handler is the runner's only while it runs
@@ -219,69 +227,69 @@ def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_
         cell("dof", [(49, 440.0), (99, 190.0)], [8, 120]),
         cell("dof_clip", [(49, 500.0)], [8, 64]),  # shorter curve: compared at its last shared step
     ]}  # fmt: skip
-    table = comparison.curve_table(report, tail=2)
+    table = curve_table(report, tail=2)
     rows = {line.split(" | ")[0].strip("| "): line for line in table if line.startswith("| ")}
     assert rows["fix"].endswith("| 400.0 | 200.0 | 1.000 | 1.000 |")
     assert rows["dof"].endswith("| 128 | 8…120 | 440.0 | 190.0 | 0.950 | 1.025 |")  # 190 / 200; (1.1 + 0.95) / 2
     assert rows["dof_clip"].endswith("| 500.0 | – | 1.250 | – |")  # 500 / 400 at step 49; one shared step < 2
     assert "| 49 | 99 | / vs (last) | / vs (mean of last 2) |" in rows["method"]
     # fewer shared validations than the tail (the full recipe's two, one per stage): no mean across stages
-    five = {line.split(" | ")[0].strip("| "): line for line in comparison.curve_table(report) if line.startswith("| ")}
+    five = {line.split(" | ")[0].strip("| "): line for line in curve_table(report) if line.startswith("| ")}
     assert five["dof"].endswith("| 0.950 | – |") and "(mean of last 5)" in five["method"]
     assert rows["dof"].startswith("| dof | fix | 64 |") and rows["fix"].startswith("| fix | – | 64 |")
     with_l2 = {**report, "cells": [*report["cells"], cell("fix_l2", [(49, 800.0), (99, 400.0)], [64, 64]),
                                    cell("dof_l2", [(49, 600.0), (99, 380.0)], [8, 120])]}  # fmt: skip
-    l2 = [line for line in comparison.curve_table(with_l2) if line.startswith("| dof_l2 |")]
+    l2 = [line for line in curve_table(with_l2) if line.startswith("| dof_l2 |")]
     assert l2[0].endswith("| 0.950 | – |")  # against Fix-L2's curve: 380 / 400
-    l2 = [line for line in comparison.curve_table(with_l2, tail=2) if line.startswith("| dof_l2 |")]
+    l2 = [line for line in curve_table(with_l2, tail=2) if line.startswith("| dof_l2 |")]
     assert l2[0].endswith("| 0.950 | 0.850 |")  # (0.75 + 0.95) / 2
-    ratio_panel = {line.get_label(): list(zip(*line.get_data())) for line in comparison.figure(with_l2).axes[2].lines}
+    ratio_panel = {line.get_label(): list(zip(*line.get_data())) for line in figure(with_l2).axes[2].lines}
     assert ratio_panel["dof_l2 / fix_l2 (C=64)"] == [(49, 0.75), (99, 0.95)]
     assert ratio_panel["dof / fix (C=64)"] == [(49, 1.1), (99, 0.95)]
 
     # a perplexity-only study (no task scores): the budget panel plots each cell's held-out perplexity
     for c, ppl in zip(report["cells"], (300.0, 280.0, 310.0)):
         c["ppl"] = ppl
-    fig = comparison.figure(report)
+    fig = figure(report)
     budget_panel = {line.get_label(): list(zip(*line.get_data())) for line in fig.axes[0].lines}
     assert budget_panel == {"fix": [(128, 300.0)], "dof": [(128, 280.0)], "dof_clip": [(72, 310.0)]}
     assert fig.axes[0].get_ylabel() == "held-out perplexity (sliding window)"
-    one = [line for line in comparison.curve_table(report, tail=1) if line.startswith("| dof |")]
+    one = [line for line in curve_table(report, tail=1) if line.startswith("| dof |")]
     assert one[0].endswith("| 0.950 | 0.950 |")
-    assert comparison.curve_table({**report, "cells": [cell("fix", [], [64])]}) == []
+    assert curve_table({**report, "cells": [cell("fix", [], [64])]}) == []
     # the perplexity footnote gives the setting, and flags cells measured differently
     for c, setting in zip(report["cells"], ["100 tokens, window 8, stride 4"] * 2 + ["200 tokens, window 8, stride 4"]):
         c["ppl_setting"] = setting
-    assert "not comparable" in comparison.markdown(report) and "dof_clip: 200 tokens" in comparison.markdown(report)
+    assert "not comparable" in markdown(report) and "dof_clip: 200 tokens" in markdown(report)
     report["cells"][2]["ppl_setting"] = None
-    assert "(100 tokens, window 8, stride 4)." in comparison.markdown(report)
-    assert "not comparable" not in comparison.markdown(report)
+    assert "(100 tokens, window 8, stride 4)." in markdown(report)
+    assert "not comparable" not in markdown(report)
     # no cell has task scores (a perplexity-only study): no task, average or gap columns
-    header = comparison.markdown(report).splitlines()[0]
+    header = markdown(report).splitlines()[0]
     assert header.startswith("| method | ppl | C |") and "piqa" not in header and "gap closed" not in header
     report["cells"][1]["fit"].update(strategy="dof", lam=2.0**-8, relative_to="trace")
-    assert "| 2^-8.0 · tr(G)/J |" in comparison.markdown(report)
-    comparison.plot(report, tmp_path / "comparison.png")
+    assert "| 2^-8.0 · tr(G)/J |" in markdown(report)
+    plot(report, tmp_path / "comparison.png")
     assert (tmp_path / "comparison.png").stat().st_size > 0
 
 
 def test_paired_difference_closed_form_and_errors():
     # differences 1, 0, 0, −1: mean 0, sample variance 2/3, SE √(2/3 / 4)
-    assert comparison.paired_difference([1, 1, 0, 0], [0, 1, 0, 1]) == pytest.approx((0.0, (2 / 3 / 4) ** 0.5, 4))
+    assert paired_difference([1, 1, 0, 0], [0, 1, 0, 1]) == pytest.approx((0.0, (2 / 3 / 4) ** 0.5, 4))
     # the same model twice: no difference, no uncertainty — unlike the unpaired SEs of the two accuracies
-    assert comparison.paired_difference([1, 0, 1], [1, 0, 1]) == (0.0, 0.0, 3)
+    assert paired_difference([1, 0, 1], [1, 0, 1]) == (0.0, 0.0, 3)
     with pytest.raises(ValueError, match="same examples"):
-        comparison.paired_difference([1, 0], [1, 0, 1])
+        paired_difference([1, 0], [1, 0, 1])
 
 
 def test_token_counts_keep_their_unit():
     # the untrained Performer sees 1024 tokens; the full recipe 800 × 2 × 512 = 819 200, 1.6M for 1600 steps
-    assert [comparison._fmt_tokens(n) for n in (None, 0, 512, 1024, 819_200, 1_638_400)] == [
+    assert [_fmt_tokens(n) for n in (None, 0, 512, 1024, 819_200, 1_638_400)] == [
         "–", "–", "512", "1.0k", "819.2k", "1.64M"]
 
 
 def test_collect_pairs_every_method_with_fix_on_the_same_examples(tmp_path):
-    runner = comparison.Comparison(out=tmp_path)
+    runner = Comparison(out=tmp_path)
     fix_hits, dof_hits = [1, 0, 0, 1, 0, 1], [1, 1, 0, 1, 1, 1]
     for row, hits in (("fix", fix_hits), ("dof", dof_hits), ("performer", [0] * 6)):
         folder = tmp_path / "C64" / row / "eval"
@@ -290,18 +298,18 @@ def test_collect_pairs_every_method_with_fix_on_the_same_examples(tmp_path):
         (folder / "arc_easy.json").write_text(json.dumps(entry))
         (folder / "piqa.json").write_text(json.dumps({"acc": 0.5, "acc_norm": 0.5, "n": 6}))  # no per-example scores
     (tmp_path / "C64" / "dof_clip" / "runs").mkdir(parents=True)  # a fit under way: no fit.json, no scores yet
-    rows = [comparison.ROWS[name] for name in ("fix", "dof", "performer", "dof_clip", "dijiang")]
-    report = comparison.collect(runner, rows, [64])
+    rows = [ROWS[name] for name in ("fix", "dof", "performer", "dof_clip", "dijiang")]
+    report = collect(runner, rows, [64])
     cells = {c["row"]: c for c in report["cells"]}
     assert set(cells) == {"fix", "dof", "performer"}  # pending cells are listed under the table, not as empty rows
     assert report["pending"] == ["dof_clip (fit unfinished: it resumes from its last checkpoint)", "dijiang"]
-    assert "Not measured yet (re-running the command resumes here): dof_clip (fit unfinished" in comparison.markdown(report)
+    assert "Not measured yet (re-running the command resumes here): dof_clip (fit unfinished" in markdown(report)
     assert "vs_reference" not in cells["fix"] and cells["fix"]["reference"] is None
-    difference, stderr, n = comparison.paired_difference(dof_hits, fix_hits)
+    difference, stderr, n = paired_difference(dof_hits, fix_hits)
     assert cells["dof"]["reference"] == "fix"
     assert cells["dof"]["vs_reference"] == {"arc_easy": {"difference": difference, "stderr": stderr, "n": 6}}
     assert difference == pytest.approx(2 / 6)
-    table = comparison.paired_table({"tasks": ["piqa", "arc_easy"], "cells": list(cells.values())})
+    table = paired_table({"tasks": ["piqa", "arc_easy"], "cells": list(cells.values())})
     assert "| dof | fix | 64 | +33.3 ± 21.1 | – |" in table  # SE of diffs (0,1,0,0,1,0): √(4/15 / 6) = 0.211
     assert "| performer | fix | 64 | -50.0 ± 22.4 | – |" in table
     assert "vs_reference_average" not in cells["dof"]  # piqa is not paired: no average difference
@@ -311,47 +319,47 @@ def test_collect_pairs_every_method_with_fix_on_the_same_examples(tmp_path):
     for row, hits in (("fix", fix_wsc), ("dof", dof_wsc), ("performer", [0] * 4)):
         entry = {"acc": sum(hits) / 4, "n": 4, "items": {"acc": hits}}
         (tmp_path / "C64" / row / "eval" / "wsc273.json").write_text(json.dumps(entry))
-    report = comparison.collect(runner, rows, [64], tasks=["arc_easy", "wsc273"])
+    report = collect(runner, rows, [64], tasks=["arc_easy", "wsc273"])
     dof = next(c for c in report["cells"] if c["row"] == "dof")
-    wsc = comparison.paired_difference(dof_wsc, fix_wsc)
+    wsc = paired_difference(dof_wsc, fix_wsc)
     assert dof["vs_reference_average"]["difference"] == pytest.approx((difference + wsc[0]) / 2)  # (1/3 − 1/4) / 2
     assert dof["vs_reference_average"]["stderr"] == pytest.approx((stderr**2 + wsc[1] ** 2) ** 0.5 / 2)
-    assert f"| {100 * dof['vs_reference_average']['difference']:+.1f} ± " in comparison.paired_table(report)[-2]
+    assert f"| {100 * dof['vs_reference_average']['difference']:+.1f} ± " in paired_table(report)[-2]
 
 
 def test_l2_rows_are_paired_with_fix_trained_with_the_same_loss(tmp_path):
     """DoF − Fix isolates the allocation only at the same loss: DoF-L2 and DoF+clip-L2 are measured against
     Fix-L2, and Fix-L2 against Fix (the loss's effect); no pairing where the reference is not measured."""
-    runner = comparison.Comparison(out=tmp_path)
+    runner = Comparison(out=tmp_path)
     hits = {"fix": [1, 0, 0, 1], "fix_l2": [0, 0, 1, 1], "dof_l2": [1, 0, 1, 1], "dof_clip_l2": [0, 0, 0, 1]}
     for row, values in hits.items():
         folder = tmp_path / "C64" / row / "eval"
         folder.mkdir(parents=True)
         (folder / "wsc273.json").write_text(json.dumps({"acc": sum(values) / 4, "n": 4, "items": {"acc": values}}))
-    rows = [comparison.ROWS[name] for name in hits]
-    cells = {c["row"]: c for c in comparison.collect(runner, rows, [64], tasks=["wsc273"])["cells"]}
+    rows = [ROWS[name] for name in hits]
+    cells = {c["row"]: c for c in collect(runner, rows, [64], tasks=["wsc273"])["cells"]}
     for row, reference in (("fix_l2", "fix"), ("dof_l2", "fix_l2"), ("dof_clip_l2", "fix_l2")):
-        expected = comparison.paired_difference(hits[row], hits[reference])
+        expected = paired_difference(hits[row], hits[reference])
         assert cells[row]["reference"] == reference
         assert cells[row]["vs_reference_average"]["difference"] == pytest.approx(expected[0]), row
-    table = comparison.paired_table({"tasks": ["wsc273"], "cells": list(cells.values())})
+    table = paired_table({"tasks": ["wsc273"], "cells": list(cells.values())})
     assert "| dof_l2 | fix_l2 | 64 | +25.0 ± 25.0 | +25.0 ± 25.0 |" in table  # diffs (1,0,0,0): SE √(1/4 / 4)
-    without = comparison.collect(runner, [comparison.ROWS["fix"], comparison.ROWS["dof_l2"]], [64], tasks=["wsc273"])
+    without = collect(runner, [ROWS["fix"], ROWS["dof_l2"]], [64], tasks=["wsc273"])
     assert "vs_reference" not in next(c for c in without["cells"] if c["row"] == "dof_l2")  # not against softmax Fix
 
 
 def test_the_device_reaches_every_stage_and_every_record_names_it(tmp_path):
     with pytest.raises(ValueError, match="use auto, cpu or cuda"):
-        comparison.Comparison(out=tmp_path, device="tpu")
+        Comparison(out=tmp_path, device="tpu")
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="no CUDA device: use --device cpu"):
-            comparison.Comparison(out=tmp_path, device="cuda")
-    runner = comparison.Comparison(out=tmp_path, device="auto", fit_args=("--trainer.max_steps=5",))
+            Comparison(out=tmp_path, device="cuda")
+    runner = Comparison(out=tmp_path, device="auto", fit_args=("--trainer.max_steps=5",))
     assert runner.device == ("cuda" if torch.cuda.is_available() else "cpu")
     runner.device = "cpu"
-    assert "--trainer.accelerator=gpu" not in runner.fit_command(comparison.ROWS["fix"], 64, resume=False)
+    assert "--trainer.accelerator=gpu" not in runner.fit_command(ROWS["fix"], 64, resume=False)
     runner.device = "cuda:1"  # a CUDA fit asks the Trainer for that GPU, before fit_args (which may override it)
-    command = runner.fit_command(comparison.ROWS["fix"], 64, resume=False)
+    command = runner.fit_command(ROWS["fix"], 64, resume=False)
     gpu = command.index("--trainer.accelerator=gpu")
     assert command[gpu + 1] == "--trainer.devices=[1]" and command.index("--trainer.max_steps=5") > gpu + 1
 
@@ -363,18 +371,18 @@ def test_the_device_reaches_every_stage_and_every_record_names_it(tmp_path):
         (tmp_path / "C64" / row / "eval" / "piqa.json").write_text(json.dumps(entry))
     (tmp_path / "C64" / "dof" / "ppl.json").write_text(json.dumps({"ppl": 9.0, "tokens": 9, "window": 4, "stride": 2,
                                                                     "device": "cpu"}))  # fmt: skip
-    rows = [comparison.ROWS["fix"], comparison.ROWS["dof"]]
-    report = comparison.collect(runner, rows, [64], tasks=["piqa"])
+    rows = [ROWS["fix"], ROWS["dof"]]
+    report = collect(runner, rows, [64], tasks=["piqa"])
     assert [c["devices"] for c in report["cells"]] == [["cpu"], ["cpu", "cuda (NVIDIA H100)"]]
-    assert "Devices: fix: cpu; dof: cpu and cuda (NVIDIA H100)." in comparison.markdown(report)
-    report = comparison.collect(runner, rows[:1], [64], tasks=["piqa"])
-    assert "Device: cpu (every cell)." in comparison.markdown(report)
+    assert "Devices: fix: cpu; dof: cpu and cuda (NVIDIA H100)." in markdown(report)
+    report = collect(runner, rows[:1], [64], tasks=["piqa"])
+    assert "Device: cpu (every cell)." in markdown(report)
 
 
 def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
     """Each seed's DoF is paired with the same seed's Fix; the summary's standard error over seeds is
     sd/√n of those per-seed differences (closed form below), not any single run's paired SE."""
-    runner = comparison.Comparison(out=tmp_path)
+    runner = Comparison(out=tmp_path)
     hits = {  # (row, seed): per-example wsc273 scores
         ("fix", 0): [1, 0, 0, 1], ("dof", 0): [1, 1, 0, 1],  # +1/4
         ("fix", 1): [1, 1, 0, 1], ("dof", 1): [1, 1, 0, 1],  # 0
@@ -386,12 +394,12 @@ def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
         (folder / "wsc273.json").write_text(json.dumps({"acc": sum(values) / 4, "n": 4, "items": {"acc": values}}))
         (folder.parent / "ppl.json").write_text(json.dumps({"ppl": 100.0 + 10 * seed + (row == "dof"), "tokens": 8,
                                                              "window": 4, "stride": 2}))  # fmt: skip
-    rows = [comparison.ROWS["fix"], comparison.ROWS["dof"]]
-    report = comparison.collect(runner, rows, [64], tasks=["wsc273"], seeds=[0, 1, 2, 3])
+    rows = [ROWS["fix"], ROWS["dof"]]
+    report = collect(runner, rows, [64], tasks=["wsc273"], seeds=[0, 1, 2, 3])
     assert report["pending"] == ["fix (seed 3)", "dof (seed 3)"]
     for c in report["cells"]:
         if c["row"] == "dof":
-            expected = comparison.paired_difference(hits[("dof", c["seed"])], hits[("fix", c["seed"])])
+            expected = paired_difference(hits[("dof", c["seed"])], hits[("fix", c["seed"])])
             assert c["vs_reference_average"]["difference"] == pytest.approx(expected[0])
     summary = {s["row"]: s for s in report["seed_summary"]}
     dof = summary["dof"]
@@ -402,7 +410,7 @@ def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
     assert dof["average"]["mean"] == pytest.approx((0.75 + 0.75 + 1.0) / 3)
     assert dof["ppl"]["mean"] == pytest.approx(111.0) and dof["ppl"]["sd"] == pytest.approx(10.0)
     assert summary["fix"]["vs_reference"] is None  # the reference row has no difference from itself
-    table = "\n".join(comparison.seed_table(report))
+    table = "\n".join(seed_table(report))
     ratios = {seed: (101.0 + 10 * seed) / (100.0 + 10 * seed) for seed in (0, 1, 2)}  # DoF's ppl / Fix's, per seed
     assert dof["ppl_ratio_per_seed"] == pytest.approx(ratios)
     ratio_sd = statistics.stdev(ratios.values())
@@ -413,21 +421,21 @@ def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
            f"+33.3 ± {100 * sd / 3**0.5:.1f} (n=3) |" in table  # fmt: skip
     ppl_only = {**report, "cells": [{**c, "scores": {}} for c in report["cells"]]}  # a perplexity-only study
     assert "| dof | fix | 64 | 0, 1, 2 | 111.0 ± 10.0 | 1.010 (s0), 1.009 (s1), 1.008 (s2) | 1.009 ± " \
-           in "\n".join(comparison.seed_table(ppl_only))  # fmt: skip
-    assert "| dof (seed 2) | 1.000 | 1.000 |" in comparison.markdown(report)  # one line per seed: wsc273, avg
-    panel = {line.get_label(): list(zip(*line.get_data())) for line in comparison.figure(report).axes[0].lines}
+           in "\n".join(seed_table(ppl_only))  # fmt: skip
+    assert "| dof (seed 2) | 1.000 | 1.000 |" in markdown(report)  # one line per seed: wsc273, avg
+    panel = {line.get_label(): list(zip(*line.get_data())) for line in figure(report).axes[0].lines}
     assert panel["dof"] == [(0, pytest.approx(0.8333333))]  # one point per budget: the mean over the seeds
     with pytest.raises(ValueError, match="seed -1: use an integer ≥ 0"):
-        comparison.Comparison(out=tmp_path, seed=-1)
-    single = comparison.collect(runner, rows, [64], tasks=["wsc273"])
-    assert single["seed_summary"] == [] and comparison.seed_table(single) == []
+        Comparison(out=tmp_path, seed=-1)
+    single = collect(runner, rows, [64], tasks=["wsc273"])
+    assert single["seed_summary"] == [] and seed_table(single) == []
 
 
 def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
     """The report is the durable record: after the run folder is lost, re-rendering keeps every cell (marked
     carried) and a newly measured row is still paired, on the same examples, with a carried reference."""
     runs, report_dir = tmp_path / "runs", tmp_path / "report"
-    runner = comparison.Comparison(out=runs)
+    runner = Comparison(out=runs)
     hits = {"performer": [0, 0, 1, 0], "fix": [1, 0, 0, 1], "dof": [1, 1, 0, 1], "dijiang": [0, 1, 1, 1]}
 
     def measure(row):
@@ -439,8 +447,8 @@ def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
 
     for row in ("performer", "fix", "dof"):
         measure(row)
-    rows = [comparison.ROWS[name] for name in ("performer", "fix", "dof", "dijiang")]
-    first = comparison.write_report(runner, rows, [64], report_dir)
+    rows = [ROWS[name] for name in ("performer", "fix", "dof", "dijiang")]
+    first = write_report(runner, rows, [64], report_dir)
     assert first["pending"] == ["dijiang"] and first["carried"] == []
     stored = json.loads((report_dir / "comparison.json").read_text())
     assert {c["row"]: c["items"] for c in stored["cells"]}["dof"] == {"wsc273": "1101"}  # one byte per example
@@ -449,36 +457,36 @@ def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
 
     shutil.rmtree(runs)  # the scratch folder is lost; DiJiang is measured afterwards
     measure("dijiang")
-    second = comparison.collect(runner, rows, [64], tasks=["wsc273"], previous=stored)
+    second = collect(runner, rows, [64], tasks=["wsc273"], previous=stored)
     cells = {c["row"]: c for c in second["cells"]}
     assert second["carried"] == ["performer", "fix", "dof"] and second["pending"] == []
     assert cells["dof"]["carried"] and "carried" not in cells["dijiang"]
     for row in ("dof", "dijiang"):  # recomputed from the stored items, not copied
-        expected = comparison.paired_difference(hits[row], hits["fix"])
+        expected = paired_difference(hits[row], hits["fix"])
         assert cells[row]["vs_reference"]["wsc273"]["difference"] == pytest.approx(expected[0]), row
         assert cells[row]["vs_reference"]["wsc273"]["stderr"] == pytest.approx(expected[1]), row
     assert cells["dijiang"]["gap_closed"] is None  # no teacher among the rows: no gap
     assert cells["dof"]["ppl"] == 13.0 and cells["dof"]["scores"]["wsc273"]["value"] == 0.75
-    text = comparison.markdown(second)
+    text = markdown(second)
     assert "Carried from this folder's earlier comparison.json" in text and ": performer, fix, dof." in text
 
     # a report from before items were kept: the earlier pairing stands while the reference is carried too,
     # and is dropped when the reference was measured again (different measurements)
     legacy = {**stored, "cells": [{k: v for k, v in c.items() if k != "items"} for c in stored["cells"]]}
-    kept = comparison.collect(comparison.Comparison(out=tmp_path / "none"), rows[:3], [64], tasks=["wsc273"],
+    kept = collect(Comparison(out=tmp_path / "none"), rows[:3], [64], tasks=["wsc273"],
                               previous=legacy)  # fmt: skip
     dof = next(c for c in kept["cells"] if c["row"] == "dof")
     assert dof["vs_reference"] == next(c for c in stored["cells"] if c["row"] == "dof")["vs_reference"]
     measure("fix")
-    remeasured = comparison.collect(runner, rows[:3], [64], tasks=["wsc273"], previous=legacy)
+    remeasured = collect(runner, rows[:3], [64], tasks=["wsc273"], previous=legacy)
     assert not next(c for c in remeasured["cells"] if c["row"] == "dof").get("vs_reference")
-    assert comparison.paired_table(remeasured)[-1].endswith(": performer vs fix (C = 64), dof vs fix (C = 64).")
-    assert comparison.collect(runner, rows[:3], [64], tasks=["wsc273"])["pending"] == ["performer", "dof"]
+    assert paired_table(remeasured)[-1].endswith(": performer vs fix (C = 64), dof vs fix (C = 64).")
+    assert collect(runner, rows[:3], [64], tasks=["wsc273"])["pending"] == ["performer", "dof"]
 
     (report_dir / "comparison.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match="not a comparison report .* pass --carry false"):
-        comparison.write_report(runner, rows, [64], report_dir)
-    assert comparison.write_report(runner, rows, [64], report_dir, carry=False)["carried"] == []
+        write_report(runner, rows, [64], report_dir)
+    assert write_report(runner, rows, [64], report_dir, carry=False)["carried"] == []
 
 
 def test_long_stage_measures_perplexity_by_position_at_every_context(tmp_path):
@@ -487,9 +495,9 @@ def test_long_stage_measures_perplexity_by_position_at_every_context(tmp_path):
     from lit_dof.evaluation.cli import load_model
     from lit_dof.evaluation.perplexity import heldout_documents, position_perplexity, text_tokens
 
-    runner = comparison.Comparison(out=tmp_path, teacher=str(TINYSTORIES), corpus=str(WIKIPEDIA), ppl_tokens=192,
+    runner = Comparison(out=tmp_path, teacher=str(TINYSTORIES), corpus=str(WIKIPEDIA), ppl_tokens=192,
                                    long_contexts=(32, 64), device="cpu")  # fmt: skip
-    result = runner.long_context(comparison.ROWS["teacher"], 16)
+    result = runner.long_context(ROWS["teacher"], 16)
     assert set(result["contexts"]) == {"32", "64"}
     assert list(result["contexts"]["64"]["buckets"]) == ["0-63"] and result["contexts"]["64"]["blocks"] == 3
     assert list(result["contexts"]["32"]["buckets"]) == ["0-31"] and result["contexts"]["32"]["blocks"] == 6
@@ -497,4 +505,4 @@ def test_long_stage_measures_perplexity_by_position_at_every_context(tmp_path):
     tokens = text_tokens(heldout_documents(WIKIPEDIA), tokenizer, 192)
     direct = position_perplexity(model, tokens, block=64, edges=(0, 64))
     assert result["contexts"]["64"]["ppl"] == pytest.approx(direct["ppl"], rel=1e-6)
-    assert runner.long_context(comparison.ROWS["teacher"], 16) == result  # resumable: read back, not recomputed
+    assert runner.long_context(ROWS["teacher"], 16) == result  # resumable: read back, not recomputed

@@ -1,0 +1,170 @@
+"""Reading a cell directory's artefacts: the fit's Lightning run folders (TensorBoard events, ``config.yaml``,
+the exported student, ``dof.json``), its attempts (``fit_attempts.json``) and the JSON records of each stage."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from lit_dof.comparison.rows import PRIMARY_METRIC
+from lit_dof.io import portable
+from lit_dof.students.surgery import layer_mean_dims
+
+
+def latest_run(cell: Path) -> Path:
+    """The run folder of a cell's last exported student.
+
+    Args:
+        cell: a cell directory.
+
+    Returns:
+        The newest ``runs/*/version_*`` folder holding an exported student.
+
+    Raises:
+        FileNotFoundError: no run of the cell exported a student.
+    """
+    runs = sorted(cell.glob("runs/*/version_*/student"), key=lambda p: int(p.parent.name.split("_")[1]))
+    if not runs:
+        raise FileNotFoundError(f"no exported student under {cell}/runs/*/version_*/student")
+    return runs[-1].parent
+
+
+def exported_since(cell: Path, start: float) -> bool:
+    """Whether a fit that began at ``start`` (``time.time()``) exported its student.
+
+    Args:
+        cell: a cell directory.
+        start: the fit's start.
+
+    Returns:
+        Whether the newest run's ``student/config.json`` was written at or after ``start``.
+    """
+    try:
+        return (latest_run(cell) / "student" / "config.json").stat().st_mtime >= start
+    except FileNotFoundError:
+        return False
+
+
+def fit_state(cell: Path) -> str:
+    """Why a cell without ``fit.json`` has nothing to show: its fit failed (last attempt's exit code) or is
+    unfinished (under way, or stopped: exit code 0 with nothing exported, or killed).
+
+    Args:
+        cell: a cell directory without ``fit.json``.
+
+    Returns:
+        The reason, as the report's "not measured yet" line shows it.
+    """
+    attempts = json.loads((cell / "fit_attempts.json").read_text()) if (cell / "fit_attempts.json").is_file() else []
+    code = attempts[-1]["returncode"] if attempts else None
+    if isinstance(code, int) and code != 0:
+        return f"fit failed with code {code}: see {cell.name}/fit.log"
+    return "fit unfinished: it resumes from its last checkpoint"
+
+
+def checkpoint_dof_report(cell: Path, attempts: Sequence[dict]) -> Path | None:
+    """The ``dof.json`` of the fresh start whose checkpoint a resumed cell continues: recorded by the last fresh
+    attempt (``fit_attempts.json``), else — an attempt killed before it could record — the oldest one on disk.
+
+    Args:
+        cell: a cell directory.
+        attempts: the cell's ``fit_attempts.json``.
+
+    Returns:
+        The absolute path of that ``dof.json``, or ``None`` when there is none.
+    """
+    recorded = [a["dof_report"] for a in attempts if not a.get("resumed") and a.get("dof_report")]
+    if recorded and Path(recorded[-1]).is_file():
+        return Path(recorded[-1])
+    reports = sorted(cell.glob("**/dof.json"), key=lambda p: p.stat().st_mtime)
+    return reports[0].resolve() if reports else None  # absolute: the fit runs in the cell
+
+
+def validation_curve(cell: Path) -> list[tuple[int, float]]:
+    """``(step, val/ppl_student)`` from every TensorBoard log of a cell (resumed runs included).
+
+    Args:
+        cell: a cell directory.
+
+    Returns:
+        The points sorted by step; a later run's value wins at a step logged twice.
+    """
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    points: dict[int, float] = {}
+    for version in sorted(cell.glob("runs/*/version_*")):
+        events = EventAccumulator(str(version)).Reload()
+        if "val/ppl_student" in events.Tags().get("scalars", []):
+            points.update({e.step: e.value for e in events.Scalars("val/ppl_student")})
+    return sorted(points.items())
+
+
+def summarise_fit(cell: Path, attempts: list[dict], command: list[str]) -> dict:
+    """``fit.json``: student path (relative to the cell), dims, budget, λ, J, steps, tokens seen, wall time,
+    validation curve.
+
+    Args:
+        cell: the cell directory of a finished fit.
+        attempts: its ``fit_attempts.json`` (wall time summed over them).
+        command: the fit's command (recorded with :func:`~lit_dof.io.portable`).
+
+    Returns:
+        The record.
+    """
+    import yaml
+
+    run = latest_run(cell)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    student_config = json.loads((run / "student" / "config.json").read_text())
+    dims = student_config.get("feature_dims")
+    steps = int(config["trainer"]["max_steps"])
+    data = config["data"]["init_args"]
+    total = sum(layer_mean_dims(dims)) if dims else None  # per-head dims count as their mean per layer
+    record = {"student": str((run / "student").relative_to(cell)), "feature_dims": dims, "total_features": total,
+              "steps": steps, "tokens": steps * int(data["batch_size"]) * int(data["seq_len"]),
+              "wall_seconds": sum(a["seconds"] for a in attempts), "attempts": len(attempts),
+              "command": portable(command), "val_curve": validation_curve(cell)}  # fmt: skip
+    record["strategy"] = (config.get("allocator") or {}).get("strategy")
+    dof_path = run / "dof.json"
+    if dof_path.is_file():
+        dof = json.loads(dof_path.read_text())
+        record.update(lam=dof.get("lam"), lam_rule=dof.get("lam_rule"), relative_to=dof.get("relative_to"),
+                      num_samples=dof.get("num_samples"))  # fmt: skip
+    return record
+
+
+def read_cell(cell: Path, tasks: Sequence[str]) -> dict:
+    """A cell directory's finished records: ``fit``, ``ppl`` (``None`` when missing), ``scores`` (task →
+    primary metric, its SE, n), ``items`` (task → per-example scores) and the ``devices`` they name.
+
+    Args:
+        cell: a cell directory.
+        tasks: the tasks to read.
+
+    Returns:
+        ``{"fit", "ppl", "long", "scores", "items", "devices"}``.
+    """
+    fit = json.loads((cell / "fit.json").read_text()) if (cell / "fit.json").is_file() else None
+    ppl = json.loads((cell / "ppl.json").read_text()) if (cell / "ppl.json").is_file() else None
+    long = json.loads((cell / "long.json").read_text()) if (cell / "long.json").is_file() else None
+    scores, items = {}, {}
+    devices = {record.get("device") for record in (fit, ppl) if record}
+    for task in tasks:
+        path = cell / "eval" / f"{task}.json"
+        if not path.is_file():
+            continue
+        entry = json.loads(path.read_text())
+        devices.add(_eval_device(entry.get("provenance") or {}))
+        metric = PRIMARY_METRIC[task]
+        scores[task] = {"value": entry.get(metric), "stderr": entry.get(f"{metric}_stderr"), "metric": metric,
+                        "n": entry.get("n")}  # fmt: skip
+        if (entry.get("items") or {}).get(metric):
+            items[task] = entry["items"][metric]
+    return {"fit": fit, "ppl": ppl, "long": long, "scores": scores, "items": items, "devices": devices}
+
+
+def _eval_device(provenance: dict) -> str | None:
+    """An evaluation's device; records from before ``device`` was kept say only whether CUDA was available,
+    and the comparison then ran on the CPU."""
+    return provenance.get("device") or ("cpu" if provenance.get("cuda") is False else None)

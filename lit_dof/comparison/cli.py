@@ -1,0 +1,126 @@
+"""``lit-dof compare``: run (or resume) the comparison grid and write its report; SIGTERM stops it as Ctrl-C does.
+
+    lit-dof compare --rows '[teacher, performer, fix, dof]' --budgets '[64]' --out runs/compare
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from lit_dof.comparison.cells import Comparison
+from lit_dof.comparison.report import write_report
+from lit_dof.comparison.rows import REPO_CONFIGS, ROWS, grid
+from lit_dof.evaluation.task_data import TASKS, TRAIN_SPLITS
+
+
+# The list defaults are read by jsonargparse (shown in --help) and never mutated.
+def compare(
+    rows: list[str] = list(ROWS),  # noqa: B006
+    budgets: list[int] = [64],  # noqa: B006
+    out: str = "runs/compare",
+    report_dir: str | None = None,
+    stages: list[str] = ["fit", "ppl", "eval"],  # noqa: B006
+    tasks: list[str] = list(TASKS),  # noqa: B006
+    base_config: str | None = None,
+    teacher: str | None = None,
+    corpus: str | None = None,
+    data_dir: str | None = None,
+    eval_limit: int | None = None,
+    mmlu_per_subject: int | None = 18,
+    ppl_tokens: int = 16384,
+    fit_args: list[str] = [],  # noqa: B006
+    finetune_tasks: list[str] = list(TRAIN_SPLITS),  # noqa: B006
+    finetune_lrs: list[float] = [1e-5, 3e-5, 1e-4],  # noqa: B006
+    finetune_args: list[str] = [],  # noqa: B006
+    device: str = "auto",
+    eval_batch_size: int = 16,
+    seeds: list[int] = [0],  # noqa: B006
+    carry: bool = True,
+) -> dict:
+    """Run (or resume) the comparison and write its report.
+
+    Args:
+        rows: method rows (default: all of :data:`ROWS`, teacher first).
+        budgets: per-layer mean feature dims C (the total budget is L · C).
+        out: cell directories. report_dir: where comparison.{json,md,png} go (default: ``out``).
+        stages: which of ``fit``, ``ppl``, ``long``, ``eval``, ``finetune`` to run now (the report is always
+            rewritten; ``long`` — perplexity by position up to 8192 tokens of context — and ``finetune`` — the
+            paper's protocol — are opt-in: they are the costliest stages on a CPU).
+        tasks: which tasks the ``eval`` stage runs now (the report always shows all seven; missing cells are –).
+        base_config: shared recipe (default configs/quickstart.yaml). teacher: override its teacher.
+        corpus: corpus file (default ``$LIT_DOF_CORPUS``). data_dir: task data (default ``$LIT_DOF_DATA``).
+        eval_limit: examples per task. mmlu_per_subject: MMLU subset (18 per subject → 1026 questions).
+        ppl_tokens: held-out tokens for the perplexity column.
+        fit_args: extra ``lit-dof fit`` arguments for every student.
+        finetune_tasks: tasks of the protocol (those with training data offline).
+        finetune_lrs: the learning-rate grid searched on the teacher, reused for the students.
+        finetune_args: extra arguments of every fine-tuning fit (e.g. ``--data.init_args.train_limit=200``).
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``, for every stage (see :class:`Comparison`).
+        eval_batch_size: loglikelihood requests per forward in the ``eval`` stage (results depend on it only
+            through float rounding).
+        seeds: training seeds of every student row (see :class:`Comparison`'s ``seed``; 0: the base config's
+            seeds). With two or more the report adds the spread over seeds (:func:`seed_summary`).
+        carry: keep the cells of ``report_dir``'s earlier ``comparison.json`` that have no run directory under
+            ``out`` (a lost or cleaned scratch folder; each is marked in the table); ``false``: only ``out``.
+
+    Raises:
+        ValueError: an unknown row, stage or device; seeds that are repeated or negative.
+    """
+    unknown = sorted(set(rows) - set(ROWS))
+    if unknown:
+        raise ValueError(f"unknown row(s) {unknown}; known: {', '.join(ROWS)}")
+    unknown_tasks = sorted(set(tasks) - set(TASKS))
+    if unknown_tasks:
+        raise ValueError(f"unknown task(s) {unknown_tasks}; known: {', '.join(TASKS)}")
+    bad = sorted(set(stages) - {"fit", "ppl", "long", "eval", "finetune"})
+    if bad:
+        raise ValueError(f"unknown stage(s) {bad}; use fit, ppl, long, eval, finetune")
+    if not seeds or len(set(seeds)) != len(seeds) or any(not isinstance(s, int) or s < 0 for s in seeds):
+        raise ValueError(f"seeds {seeds}: give distinct integers ≥ 0 (e.g. [0, 1, 2])")
+    comparison = Comparison(out=Path(out), base_config=Path(base_config) if base_config else REPO_CONFIGS / "quickstart.yaml",
+                            teacher=teacher, corpus=corpus or os.environ.get("LIT_DOF_CORPUS"),
+                            data_dir=data_dir or os.environ.get("LIT_DOF_DATA"),
+                            eval_limit=eval_limit, mmlu_per_subject=mmlu_per_subject, ppl_tokens=ppl_tokens,
+                            fit_args=tuple(fit_args), finetune_lrs=tuple(finetune_lrs),
+                            finetune_args=tuple(finetune_args), device=device,
+                            batch_size=eval_batch_size)  # fmt: skip
+    selected = [ROWS[name] for name in rows]
+    for budget, seed, row in grid(selected, budgets, seeds):
+        seeded = replace(comparison, seed=seed)
+        seed_note = f" seed {seed}" if seed and row.kind != "teacher" else ""
+        print(f"[compare] C={budget} {row.name}{seed_note}", flush=True)
+        if row.kind != "teacher" and "fit" in stages:
+            seeded.fit(row, budget)
+        ready = row.kind == "teacher" or (seeded.cell_dir(row, budget) / "fit.json").is_file()
+        if ready and "ppl" in stages:
+            seeded.perplexity(row, budget)
+        if ready and "long" in stages:
+            seeded.long_context(row, budget)
+        if ready and "eval" in stages:
+            seeded.evaluate(row, budget, tasks)
+        if ready and "finetune" in stages:
+            for task in finetune_tasks:
+                seeded.finetune(row, budget, task)
+    return write_report(comparison, selected, budgets, Path(report_dir or out), seeds=seeds, carry=carry)
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry of ``lit-dof compare``.
+
+    Args:
+        args: the command line after ``compare`` (``None``: jsonargparse reads ``sys.argv[1:]``).
+    """
+    import signal
+
+    from jsonargparse import auto_cli
+
+    def stop(signum, frame):  # SIGTERM (a batch scheduler, `kill`) ends the run as Ctrl-C does: the fit under way
+        raise KeyboardInterrupt(f"signal {signum}")  # is stopped, its attempt recorded, and it resumes from last.ckpt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        auto_cli(compare, args=args, as_positional=False)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

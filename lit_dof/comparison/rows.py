@@ -1,0 +1,80 @@
+"""The comparison's methods (:class:`Row`, the default :data:`ROWS`), the metric shown per task, and the grid
+of cells they make with the budgets and seeds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from lit_dof.io import REPO_ROOT
+
+REPO_CONFIGS = REPO_ROOT / "configs"
+"""The folder the rows' config files are relative to."""
+
+PRIMARY_METRIC = {"piqa": "acc_norm", "logiqa": "acc_norm", "arc_easy": "acc_norm", "arc_challenge": "acc_norm",
+                  "winogrande": "acc", "wsc273": "acc", "mmlu": "acc"}  # fmt: skip
+"""The metric shown per task (lm-eval's usual headline: acc_norm where defined for multi-word choices)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One method of the comparison: config files (relative to ``configs/``) and extra CLI arguments
+    composed on top of the base config. ``kind``: ``"teacher"`` (no fit) or ``"student"``. ``reference``: the
+    row it is measured against at the same budget (paired task differences, validation-perplexity ratios):
+    Fix trained with the same loss, so that DoF − Fix isolates the allocation."""
+
+    name: str
+    configs: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    kind: str = "student"
+    note: str = ""
+    reference: str = "fix"
+
+
+UNTRAINED = ("--trainer.max_steps=1", "--trainer.val_check_interval=1", "--model.init_args.finetune_fraction=0")
+ROWS: dict[str, Row] = {r.name: r for r in [
+    Row("teacher", kind="teacher", note="softmax attention"),
+    Row("performer", ("methods/performer.yaml",), UNTRAINED, note="FAVOR+, untrained"),
+    Row("fix", ("methods/fix.yaml",), note="learned PRF, uniform M, softmax loss"),
+    Row("dof", ("methods/dof.yaml",), note="learned PRF, DoF allocation (λ auto), softmax loss"),
+    Row("dof_clip", ("methods/dof_clip.yaml",), note="DoF capped at C, softmax loss"),
+    Row("fix_l2", ("methods/fix.yaml", "methods/l2.yaml"), note="L2 kernel loss"),
+    Row("dof_l2", ("methods/dof.yaml", "methods/l2.yaml"), note="L2 kernel loss", reference="fix_l2"),
+    Row("dof_clip_l2", ("methods/dof_clip.yaml", "methods/l2.yaml"), note="L2 kernel loss", reference="fix_l2"),
+    Row("direct", ("methods/dof.yaml", "methods/direct.yaml"), note="end-to-end next-token loss, DoF dims"),
+    Row("dijiang", ("methods/dijiang.yaml",), note="DCT features, uniform M"),
+    Row("hedgehog", ("methods/hedgehog.yaml",), note="softmax-of-linear features, uniform M"),
+    # Sliding-window rows: the untrained controls (the teacher behind a 64-token window, with and without 4
+    # attention sinks) and the window + linear recipes measured against the window-plus-sink control.
+    Row("swa_only", ("methods/swa_only.yaml",), note="window 64, nothing trained", reference="swa_sink"),
+    Row("swa_sink", ("methods/swa_sink.yaml",), note="window 64 + 4 sinks, nothing trained", reference="swa_sink"),
+    Row("swa_linear", ("methods/swa_linear.yaml",), note="window 64 + learned PRF far term, DoF dims",
+        reference="swa_sink"),
+    Row("swa_sink_linear", ("methods/swa_sink_linear.yaml",), note="window 64 + 4 sinks + learned PRF far term, "
+        "DoF dims", reference="swa_sink"),
+    Row("swa_sink_linear_shift", ("methods/swa_sink_linear.yaml",), ("--model.init_args.position_shift=7680",),
+        note="swa_sink_linear trained at random absolute positions (offsets up to 7680)", reference="swa_sink"),
+    # The λ study (METHOD.md §2): DoF at fixed absolute λ and with the relative rule, next to "dof" (auto).
+    Row("dof_lam2^48", ("methods/dof.yaml",), ("--dof.lam=281474976710656",), note="λ = 2^48"),
+    Row("dof_lam2^56", ("methods/dof.yaml",), ("--dof.lam=72057594037927936",), note="λ = 2^56"),
+    Row("dof_lam2^64", ("methods/dof.yaml",), ("--dof.lam=18446744073709551616",), note="λ = 2^64"),
+    Row("dof_rel_trace", ("methods/dof.yaml",), ("--dof.relative_to=trace", "--dof.lam=0.00390625"),
+        note="λ = 2^-8 · tr(G)/J"),
+]}  # fmt: skip
+"""The default rows (``--rows`` picks a subset, in any order)."""
+
+
+def grid(rows: Sequence[Row], budgets: Sequence[int], seeds: Sequence[int]) -> Iterator[tuple[int, int, Row]]:
+    """The cells to run or report, in table order; the teacher once (first budget and seed): it has neither.
+
+    Args:
+        rows: the selected rows. budgets: feature budgets C. seeds: training seeds.
+
+    Yields:
+        ``(budget, seed, row)`` per cell.
+    """
+    for budget in budgets:
+        for seed in seeds:
+            for row in rows:
+                if row.kind != "teacher" or (budget == budgets[0] and seed == seeds[0]):
+                    yield budget, seed, row

@@ -1,0 +1,103 @@
+"""Statistics of the report: means over what was measured, paired differences from the reference row, and
+the spread of each method over training seeds."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from lit_dof.comparison.lookup import cell_key
+from lit_dof.evaluation.stats import paired_difference
+
+
+def mean_of(values: Iterable[float | None]) -> float | None:
+    """The mean of the values that are not ``None``; ``None`` when there are none.
+
+    Args:
+        values: numbers or ``None``.
+
+    Returns:
+        Their mean, or ``None``.
+    """
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def pair_with_reference(c: dict, items: dict, reference: dict, tasks: Sequence[str]) -> None:
+    """Set ``c["vs_reference"]`` (per task, :func:`paired_difference` of the per-example scores) and, with every
+    task paired, ``c["vs_reference_average"]`` (tasks are disjoint example sets: SE √(Σ SE²) / n).
+
+    Args:
+        c: the report cell to update.
+        items: its per-example scores by task.
+        reference: the reference cell's per-example scores by task.
+        tasks: the report's tasks.
+    """
+    c["vs_reference"] = {task: dict(zip(("difference", "stderr", "n"), paired_difference(items[task], values)))
+                         for task, values in reference.items() if len(items.get(task, ())) == len(values)}  # fmt: skip
+    if len(c["vs_reference"]) == len(tasks):
+        per_task = list(c["vs_reference"].values())
+        c["vs_reference_average"] = {"difference": mean_of(d["difference"] for d in per_task),
+                                     "stderr": math.sqrt(sum(d["stderr"] ** 2 for d in per_task)) / len(per_task)}
+
+
+def spread_of(values: Sequence[float]) -> dict | None:
+    """Mean, sample standard deviation (``None`` for one value) and count of ``values``; ``None`` if empty.
+
+    Args:
+        values: numbers (``None`` values are skipped).
+
+    Returns:
+        ``{"mean", "sd", "n"}`` or ``None``.
+    """
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else None
+    return {"mean": mean, "sd": sd, "n": len(values)}
+
+
+def _over_seeds(per_seed: dict) -> dict | None:
+    """:func:`spread_of` of per-seed values, with the standard error over seeds ``stderr`` = sd/√n (2+ seeds)."""
+    spread = spread_of(list(per_seed.values()))
+    if spread and spread["sd"] is not None:
+        spread["stderr"] = spread["sd"] / math.sqrt(spread["n"])
+    return spread
+
+
+def seed_summary(report: dict) -> list[dict]:
+    """Per (row, budget) trained with two or more seeds: the seven-task average and the perplexity over the
+    seeds (mean, standard deviation); per seed, the average paired difference from the reference row (same
+    budget and seed) and the perplexity ratio to it, and both over the seeds: mean ± standard error sd/√n.
+    That standard error measures what one run's paired SE cannot — the spread of training itself (random
+    features, the DoF sample).
+
+    Args:
+        report: a report (:func:`~lit_dof.comparison.collect.collect`).
+
+    Returns:
+        One entry per (row, budget) with two or more seeds.
+    """
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for c in report["cells"]:
+        if c["kind"] != "teacher":
+            groups.setdefault((c["row"], c["budget"]), []).append(c)
+    by_cell = {cell_key(c["row"], c): c for c in report["cells"]}
+    summary = []
+    for (row, budget), group in groups.items():
+        if len({c["seed"] for c in group}) < 2:
+            continue
+        differences, ratios = {}, {}
+        for c in group:
+            reference = by_cell.get(cell_key(c["reference"], c)) if c["reference"] else None
+            if c.get("vs_reference_average"):
+                differences[c["seed"]] = c["vs_reference_average"]["difference"]
+            if reference and c["ppl"] is not None and reference["ppl"]:
+                ratios[c["seed"]] = c["ppl"] / reference["ppl"]
+        summary.append({"row": row, "budget": budget, "seeds": [c["seed"] for c in group],
+                        "reference": group[0]["reference"], "average": spread_of([c["average"] for c in group]),
+                        "ppl": spread_of([c["ppl"] for c in group]),
+                        "vs_reference_per_seed": differences, "vs_reference": _over_seeds(differences),
+                        "ppl_ratio_per_seed": ratios, "ppl_ratio": _over_seeds(ratios)})  # fmt: skip
+    return summary
