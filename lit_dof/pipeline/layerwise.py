@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from typing import Literal
 
 import torch
 
@@ -63,6 +64,8 @@ class LayerwiseDistillation(StudentModule):
             feature maps — which see post-RoPE q/k, whose absolute rotation they are not invariant to — learn
             the rotations of positions up to S + ``seq_len`` rather than only of the first ``seq_len``: long
             contexts stop being out of distribution for the far term. 0: positions from 0 (the paper's recipe).
+            ``"auto"``: the teacher's ``max_position_embeddings`` − ``seq_len`` for a rotary teacher, 0 for one
+            with absolute position embeddings (resolved at ``configure_model``).
         layer_backward: differentiate each layer's loss as soon as it is computed and free its graph (and, with
             ``teacher_reuse`` 1, its captured q/k/v): the layer-wise peak holds one layer's loss graph, not L of
             them; the same gradients as one backward of the summed loss. ``False``: that one backward.
@@ -90,7 +93,7 @@ class LayerwiseDistillation(StudentModule):
         finetune_lr_ratio: float = 0.1,
         kd_temperature: float = 1.0,
         teacher_reuse: int = 1,
-        position_shift: int = 0,
+        position_shift: int | Literal["auto"] = 0,
         layer_backward: bool = True,
         **kwargs,
     ) -> None:
@@ -101,8 +104,10 @@ class LayerwiseDistillation(StudentModule):
             raise ValueError(f"finetune_fraction must be in [0, 1], got {finetune_fraction}")
         if isinstance(teacher_reuse, bool) or not isinstance(teacher_reuse, int) or teacher_reuse < 1:
             raise ValueError(f"teacher_reuse must be an integer >= 1, got {teacher_reuse!r}")
-        if isinstance(position_shift, bool) or not isinstance(position_shift, int) or position_shift < 0:
-            raise ValueError(f"position_shift must be an integer >= 0, got {position_shift!r}")
+        if position_shift != "auto" and (
+            isinstance(position_shift, bool) or not isinstance(position_shift, int) or position_shift < 0
+        ):
+            raise ValueError(f"position_shift must be an integer >= 0 or 'auto', got {position_shift!r}")
         if finetune_lr_ratio <= 0 or kd_temperature <= 0:
             raise ValueError(f"finetune_lr_ratio and kd_temperature must be > 0, got {finetune_lr_ratio}, {kd_temperature}")
         self.save_hyperparameters(ignore=["feature_map"])
@@ -124,13 +129,17 @@ class LayerwiseDistillation(StudentModule):
         if not self.position_shift:
             return
         config = teacher.config
-        if getattr(config, "rope_parameters", None) is None and getattr(config, "rope_theta", None) is None:
+        rotary = getattr(config, "rope_parameters", None) is not None or getattr(config, "rope_theta", None) is not None
+        limit = getattr(config, "max_position_embeddings", None)
+        if self.position_shift == "auto":
+            self.position_shift = max(0, limit - self.seq_len) if rotary and limit is not None else 0
+            return
+        if not rotary:
             raise ValueError(
                 f"position_shift={self.position_shift} needs a teacher with rotary (relative) positions; "
                 f"{config.model_type!r} has absolute position embeddings, whose outputs a shift would change: "
                 "set position_shift: 0"
             )
-        limit = getattr(config, "max_position_embeddings", None)
         if limit is not None and self.position_shift + self.seq_len > limit:
             raise ValueError(
                 f"position_shift + seq_len = {self.position_shift} + {self.seq_len} exceeds the teacher's "
@@ -144,6 +153,8 @@ class LayerwiseDistillation(StudentModule):
         run draws the same offsets."""
         if not self.position_shift:
             return None
+        if self.position_shift == "auto":
+            raise RuntimeError("position_shift='auto' is resolved from the teacher at configure_model")
         ids, mask = batch["input_ids"], batch.get("attention_mask")
         self._shift_generator.manual_seed(self.global_step * 104729 + batch_idx)
         offsets = torch.randint(0, self.position_shift + 1, (ids.shape[0], 1), generator=self._shift_generator)

@@ -69,7 +69,7 @@ def test_no_shift_keeps_the_models_own_positions(tmp_path):
 
 
 def test_bad_position_shifts_are_refused_before_the_twins_are_built(tmp_path):
-    with pytest.raises(ValueError, match="position_shift must be an integer >= 0"):
+    with pytest.raises(ValueError, match="position_shift must be an integer >= 0 or 'auto'"):
         LayerwiseDistillation(position_shift=-1)
     with pytest.raises(ValueError, match="absolute position embeddings"):
         _module(tmp_path, family="gpt2").configure_model()
@@ -77,3 +77,12 @@ def test_bad_position_shifts_are_refused_before_the_twins_are_built(tmp_path):
     with pytest.raises(ValueError, match=r"max_position_embeddings \(256\): set position_shift <= 240"):
         module.configure_model()
     assert module.student is None
+
+
+def test_auto_covers_the_teachers_positions_or_turns_itself_off(tmp_path):
+    module = _module(tmp_path, shift="auto", seq_len=16)
+    module.configure_model()
+    assert module.position_shift == 256 - 16  # the tiny llama config: 256 positions
+    module = _module(tmp_path, family="gpt2", shift="auto")
+    module.configure_model()  # absolute positions: no shift, no error
+    assert module.position_shift == 0
