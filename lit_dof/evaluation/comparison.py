@@ -41,13 +41,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
+from lit_dof.config_files import config_root
 from lit_dof.evaluation.stats import paired_difference
 from lit_dof.evaluation.task_data import TASKS, TRAIN_SPLITS
 from lit_dof.io import atomic_write_json, atomic_write_text
 from lit_dof.students.surgery import layer_mean_dims
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-REPO_CONFIGS = REPO_ROOT / "configs"
+REPO_CONFIGS = config_root()
 
 
 def portable(command: Sequence[str]) -> str:
