@@ -79,9 +79,7 @@ def config_path(name: str | os.PathLike) -> Path:
             configs directory counts as missing.
     """
     root = config_root()
-    text = Path(name).as_posix()
-    if text.startswith("configs/"):
-        text = text[len("configs/") :]
+    text = Path(name).as_posix().removeprefix("configs/")
     candidates = [root / text] + ([] if text.endswith((".yaml", ".yml", ".json")) else [root / f"{text}.yaml"])
     for candidate in candidates:
         resolved = candidate.resolve()
