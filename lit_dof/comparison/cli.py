@@ -121,6 +121,6 @@ def main(args: list[str] | None = None) -> None:
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        auto_cli(compare, args=args, as_positional=False)
+        auto_cli(compare, args=args, as_positional=False, prog="lit-dof compare")
     finally:
         signal.signal(signal.SIGTERM, previous)

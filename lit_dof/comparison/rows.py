@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from lit_dof.io import REPO_ROOT
+from lit_dof.config_files import config_root
 
-REPO_CONFIGS = REPO_ROOT / "configs"
+REPO_CONFIGS = config_root()
 """The folder the rows' config files are relative to."""
 
 PRIMARY_METRIC = {"piqa": "acc_norm", "logiqa": "acc_norm", "arc_easy": "acc_norm", "arc_challenge": "acc_norm",

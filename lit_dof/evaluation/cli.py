@@ -71,4 +71,4 @@ def main(args: list[str] | None = None) -> None:
     """Entry of ``lit-dof eval`` (jsonargparse CLI over :func:`evaluate`)."""
     from jsonargparse import auto_cli
 
-    auto_cli(evaluate, args=args, as_positional=False)
+    auto_cli(evaluate, args=args, as_positional=False, prog="lit-dof eval")

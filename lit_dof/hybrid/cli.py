@@ -457,4 +457,4 @@ def main(args: list[str] | None = None) -> None:
     from lit_dof.io import portable
 
     args = sys.argv[2:] if args is None else list(args)
-    auto_cli(search, args=[*args, "--command", portable(["lit-dof", "hybrid", *args])])
+    auto_cli(search, args=[*args, "--command", portable(["lit-dof", "hybrid", *args])], prog="lit-dof hybrid")

@@ -1,27 +1,40 @@
-"""The ``lit-dof`` command: a LightningCLI with the DoF callbacks and linked data/model arguments.
+"""The LightningCLI of ``lit-dof fit|validate|test|predict`` with the DoF callbacks and linked data/model
+arguments, and ``lit-dof plan`` (the ``lit-dof`` command itself, which lists and dispatches every subcommand,
+is :mod:`lit_dof.cli`).
 
     lit-dof fit --config configs/quickstart.yaml
     lit-dof fit --config configs/models/smollm2-135m.yaml --config configs/methods/fix.yaml \\
         --config configs/trainer/cpu.yaml
     lit-dof fit --config configs/quickstart.yaml --print_config
-    lit-dof eval --model runs/quickstart/version_0/student --data_dir ../shared/data   (lit_dof.evaluation.cli)
-    lit-dof compare --rows '[teacher, performer, fix, dof]'   (lit_dof.comparison.cli)
-    lit-dof hybrid --bank runs/hybrid/twins/version_0/student --task arc_easy   (lit_dof.hybrid.cli)
     lit-dof plan --config configs/models/llama-3-8b.yaml --config configs/trainer/fsdp.yaml --trainer.devices 8
         (memory per GPU and host RAM per rank, per phase, from the meta-device model: lit_dof.pipeline.plan)
 
 Top-level groups besides LightningCLI's: ``dof:`` (:class:`~lit_dof.pipeline.callbacks.DoFEstimator`) and
 ``allocator:`` (:class:`~lit_dof.pipeline.callbacks.FeatureDimAllocator`) — always-present callbacks, so
 method files override a few keys instead of restating the trainer's callback list. ``model.teacher`` is
-linked to ``data.tokenizer`` and ``data.seq_len`` to ``model.seq_len``.
+linked to ``data.tokenizer`` and ``data.seq_len`` to ``model.seq_len``. ``--optimizer``/``--lr_scheduler`` are
+refused (:data:`OPTIMIZER_REFUSED`): every phase builds its own optimizers and schedule.
 """
 
 from __future__ import annotations
 
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+import sys
 
-from lit_dof.pipeline.callbacks import DoFEstimator, FeatureDimAllocator
 import lightning as L
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, LRSchedulerTypeTuple
+from torch.optim import Optimizer
+
+from lit_dof.cli import COMMANDS, LIGHTNING_COMMANDS, PROG
+from lit_dof.pipeline.callbacks import DoFEstimator, FeatureDimAllocator
+
+OPTIMIZER_REFUSED = (
+    "lit-dof phases build their own optimizers and schedule (LayerwiseDistillation: per-group learning rates, "
+    "warm-up + cosine, a fresh optimizer for the end-to-end tail); LightningCLI's --optimizer/--lr_scheduler "
+    "would replace them. Set the learning rates with --model.init_args.lr_z, --model.init_args.lr_alpha, "
+    "--model.init_args.lr (and lr_lora, warmup_steps, min_lr_ratio, finetune_lr_ratio; "
+    "TaskFinetuning: lr, weight_decay, warmup_steps)."
+)
+"""Why ``--optimizer``/``--lr_scheduler`` (or ``optimizer:``/``lr_scheduler:`` in a config) are refused, and the fix."""
 
 
 class LitDofCLI(LightningCLI):
@@ -33,6 +46,30 @@ class LitDofCLI(LightningCLI):
         parser.add_lightning_class_args(FeatureDimAllocator, "allocator")
         parser.link_arguments("model.init_args.teacher", "data.init_args.tokenizer")
         parser.link_arguments("data.init_args.seq_len", "model.init_args.seq_len")
+        # LightningCLI's own optimizer/scheduler groups, added here (it then adds none) so that their help says
+        # that they are refused; they stay so that saved configs (``optimizer: null``) still parse.
+        parser.add_optimizer_args((Optimizer,))
+        parser.add_lr_scheduler_args(LRSchedulerTypeTuple)
+        for action in parser._actions:
+            if action.dest in ("optimizer", "lr_scheduler"):
+                action.help = f"Refused when set. {OPTIMIZER_REFUSED}"
+
+    def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
+        """Parse as LightningCLI does, then refuse ``--optimizer``/``--lr_scheduler`` (:data:`OPTIMIZER_REFUSED`)
+        before anything is seeded or built.
+
+        Raises:
+            SystemExit: either is set, on the command line or in a config (message on stderr, code 2).
+        """
+        super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        config = self.config.get(subcommand, self.config) if subcommand else self.config
+        given = [key for key in ("optimizer", "lr_scheduler") if config.get(key) is not None]
+        if given:
+            command = f"{parser.prog} {subcommand}" if subcommand else parser.prog
+            print(f"{command}: error: {'/'.join('--' + key for key in given)} is not supported. {OPTIMIZER_REFUSED}",
+                  file=sys.stderr)  # fmt: skip
+            raise SystemExit(2)
 
 
 def build_cli(args=None, run: bool = True) -> LitDofCLI:
@@ -43,6 +80,7 @@ def build_cli(args=None, run: bool = True) -> LitDofCLI:
         subclass_mode_model=True,
         subclass_mode_data=True,
         save_config_kwargs={"overwrite": True},
+        parser_kwargs={"prog": PROG, **{name: {"description": COMMANDS[name]} for name in LIGHTNING_COMMANDS}},
         args=args,
         run=run,
     )
@@ -74,7 +112,8 @@ def parse_fit_config(args: list[str]):
     with warnings.catch_warnings():  # "args and sys.argv both given": plan_main passes sys.argv's tail on purpose
         warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
         cli = _ConfigOnlyCLI(L.LightningModule, L.LightningDataModule, subclass_mode_model=True,
-                             subclass_mode_data=True, save_config_callback=None, args=args, run=False)  # fmt: skip
+                             subclass_mode_data=True, save_config_callback=None, args=args, run=False,
+                             parser_kwargs={"prog": f"{PROG} plan", "description": COMMANDS["plan"]})  # fmt: skip
     return cli.config
 
 
@@ -104,38 +143,10 @@ def plan_main(args: list[str]) -> str:
 
 
 def main() -> None:
-    """Entry point of the ``lit-dof`` console script: ``lit-dof eval ...`` runs the lm-eval evaluation
-    (:mod:`lit_dof.evaluation.cli`), ``lit-dof compare ...`` the comparison runner
-    (:mod:`lit_dof.comparison.cli`), ``lit-dof hybrid ...`` the hybrid search (:mod:`lit_dof.hybrid.cli`),
-    ``lit-dof plan ...`` the memory plan (:func:`plan_main`), every other subcommand is LightningCLI's. The process
-    keeps freed tensor memory instead of unmapping it (:func:`~lit_dof.runtime.tune_cpu_allocator`) unless
-    ``LIT_DOF_TUNE_ALLOCATOR=0``."""
-    import os
-    import sys
+    """``python -m lit_dof.pipeline.cli …``: the ``lit-dof`` command (:func:`lit_dof.cli.main`)."""
+    from lit_dof.cli import main as lit_dof_main
 
-    from lit_dof.runtime import tune_cpu_allocator
-
-    if os.environ.get("LIT_DOF_TUNE_ALLOCATOR", "1") != "0":
-        tune_cpu_allocator()
-    if len(sys.argv) > 1 and sys.argv[1] == "eval":
-        from lit_dof.evaluation.cli import main as eval_main
-
-        eval_main(sys.argv[2:])
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "compare":
-        from lit_dof.comparison.cli import main as compare_main
-
-        compare_main(sys.argv[2:])
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "hybrid":
-        from lit_dof.hybrid.cli import main as hybrid_main
-
-        hybrid_main(sys.argv[2:])
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "plan":
-        plan_main(sys.argv[2:])
-        return
-    build_cli()
+    lit_dof_main()
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from lit_dof.config_files import config_root
+
 GIB = 1024**3
 ARCHITECTURES_ENV = "LIT_DOF_ARCHITECTURES"
 """Environment variable: extra directory searched for ``<name>/config.json`` architecture files."""
@@ -36,13 +38,14 @@ class PlanError(ValueError):
 
 def _shipped_dirs() -> list[Path]:
     dirs = [Path(os.environ[ARCHITECTURES_ENV])] if os.environ.get(ARCHITECTURES_ENV) else []
-    return dirs + [Path(__file__).resolve().parents[2] / "configs" / "models"]
+    return dirs + [config_root() / "models"]
 
 
 def shipped_architecture(hub_id: str) -> Path | None:
     """The shipped ``config.json`` of ``hub_id`` (``_name_or_path`` matches), or ``None``.
 
-    Searches ``$LIT_DOF_ARCHITECTURES`` and the repository's ``configs/models/*/config.json``.
+    Searches ``$LIT_DOF_ARCHITECTURES`` and the shipped ``configs/models/*/config.json``
+    (:func:`lit_dof.config_files.config_root`).
     """
     for root in _shipped_dirs():
         for path in sorted(root.glob("*/config.json")):

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import torch
 
-LLAMA_3_8B_TINY = Path(__file__).resolve().parents[2] / "configs" / "models" / "llama-3-8b-tiny"
+from lit_dof.config_files import config_path
+
+LLAMA_3_8B_TINY = config_path("models/llama-3-8b-tiny/config.json").parent
 """Folder of the shipped tiny Llama-3-8B-family architecture (``config.json`` only)."""
 
 

@@ -1,0 +1,176 @@
+"""The ``lit-dof`` command: one entry point for every subcommand.
+
+    lit-dof --help                                   every command, one line each
+    lit-dof --version
+    lit-dof fit --config configs/quickstart.yaml     (LightningCLI: fit, validate, test, predict)
+    lit-dof eval --help                              a command's own options
+
+``fit``, ``validate``, ``test`` and ``predict`` are :class:`~lit_dof.pipeline.cli.LitDofCLI` (a LightningCLI:
+repeated ``--config``, ``--print_config``, top-level options before the subcommand as in
+``lit-dof --config run.yaml fit``); ``eval``, ``compare``, ``hybrid`` and ``plan`` are jsonargparse commands
+of their modules; ``configs`` lists, prints and copies the shipped configs (:mod:`lit_dof.config_files`).
+This module imports none of them until one is run, so ``--help``, ``--version`` and ``configs`` answer at
+once. ``python -m lit_dof`` is the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+PROG = "lit-dof"
+
+LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
+"""The subcommands LightningCLI parses and runs."""
+
+COMMANDS: dict[str, str] = {
+    "fit": "Train a student: DoF, dims, distillation, export (LightningCLI).",
+    "validate": "Held-out perplexity of student and teacher (LightningCLI).",
+    "test": "LightningCLI's test loop (no lit-dof phase defines one).",
+    "predict": "Teacher capture: q/k samples and DoF report (LightningCLI).",
+    "eval": "Zero-shot task accuracy of a teacher or a student (lm-eval).",
+    "compare": "Train and evaluate every method alike; resumable; a report.",
+    "hybrid": "Choose which blocks to linearise; export and compare hybrids.",
+    "plan": "GPU memory and host RAM per rank of a fit command line.",
+    "configs": "List, show or copy the shipped YAML configs.",
+}
+"""Every ``lit-dof`` subcommand and its one-line description (the top-level ``--help``)."""
+
+
+def version() -> str:
+    """The installed lit-dof version (:func:`importlib.metadata.version`), else the package's ``__version__``.
+
+    Returns:
+        the version string, e.g. ``0.1.0``.
+    """
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as distribution_version
+
+    try:
+        return distribution_version("lit-dof")
+    except PackageNotFoundError:  # a source checkout on sys.path, not installed
+        from lit_dof import __version__
+
+        return __version__
+
+
+def top_parser() -> argparse.ArgumentParser:
+    """The top-level parser: ``--help`` lists :data:`COMMANDS`, ``--version`` prints :func:`version`.
+
+    It parses the command's name only; each command parses its own arguments.
+
+    Returns:
+        the parser.
+    """
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Distil softmax attention into linear attention with per-layer feature dimensions from the "
+        "degrees of freedom of the attention kernel.",
+        epilog=f"`{PROG} COMMAND --help` shows a command's options. fit, validate, test and predict compose YAML "
+        f"files with repeated --config; `{PROG} configs list` shows the shipped ones.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {version()}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command", required=True)
+    for name, description in COMMANDS.items():
+        commands.add_parser(name, help=description, add_help=False)
+    return parser
+
+
+def configs_main(args: Sequence[str]) -> None:
+    """``lit-dof configs``: ``list`` (names and first comment lines), ``show NAME``, ``copy NAME [DEST]``.
+
+    Args:
+        args: the arguments after ``configs``.
+
+    Raises:
+        SystemExit: ``--help``, or an error (unknown name, existing destination; message on stderr, code 2).
+    """
+    from lit_dof import config_files
+
+    parser = argparse.ArgumentParser(prog=f"{PROG} configs", description=COMMANDS["configs"],
+                                     epilog="NAME: a path under configs/, with or without .yaml "
+                                            "(quickstart, methods/dof, trainer/gpu.yaml).")  # fmt: skip
+    actions = parser.add_subparsers(title="actions", metavar="ACTION", dest="action", required=True)
+    actions.add_parser("list", help="Every shipped config: its name and the first line of its comment.",
+                       description="Every shipped config: its name and the first line of its comment.")  # fmt: skip
+    show = actions.add_parser("show", help="Print a shipped config.", description="Print a shipped config.")
+    show.add_argument("name", metavar="NAME", help="the config (e.g. quickstart, methods/dof)")
+    copy = actions.add_parser("copy", help="Copy a shipped config for editing; never overwrites a file.",
+                              description="Copy a shipped config for editing; never overwrites a file.")  # fmt: skip
+    copy.add_argument("name", metavar="NAME", help="the config (e.g. quickstart, methods/dof)")
+    copy.add_argument("dest", metavar="DEST", nargs="?", default=None,
+                      help="the new file, or a directory to copy into (default: the current directory)")  # fmt: skip
+    parsed = parser.parse_args(list(args))
+    sub = {"show": show, "copy": copy}.get(parsed.action, parser)
+    try:
+        if parsed.action == "list":
+            names = config_files.shipped_configs()
+            width = max(map(len, names))
+            for name in names:
+                print(f"{name:<{width}}  {config_files.config_description(name)}")
+        elif parsed.action == "show":
+            sys.stdout.write(config_files.config_path(parsed.name).read_text())
+        else:
+            written = config_files.copy_config(parsed.name, parsed.dest)
+            print(f"copied {config_files.config_path(parsed.name).name} to {written}")
+    except (FileNotFoundError, FileExistsError) as exc:
+        sub.error(str(exc))
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    """Entry point of the ``lit-dof`` console script.
+
+    Runs the command named by the first argument; ``fit``/``validate``/``test``/``predict`` (and arguments
+    starting with an option other than ``-h``/``--help``/``--version``) go to LightningCLI unchanged. The
+    process keeps freed tensor memory instead of unmapping it (:func:`~lit_dof.runtime.tune_cpu_allocator`)
+    unless ``LIT_DOF_TUNE_ALLOCATOR=0``.
+
+    Args:
+        args: the command line after ``lit-dof`` (default: ``sys.argv[1:]``).
+
+    Raises:
+        SystemExit: ``--help``, ``--version``, a usage error, or a command's own exit.
+    """
+    argv = sys.argv[1:] if args is None else list(args)
+    command = argv[0] if argv else None
+    if (
+        command is None
+        or command in ("-h", "--help", "--version")
+        or (not command.startswith("-") and command not in COMMANDS)
+    ):
+        top_parser().parse_args(argv[:1])  # prints the help, the version or the error, and exits
+        return
+    if command == "configs":
+        configs_main(argv[1:])
+        return
+
+    from lit_dof.runtime import tune_cpu_allocator
+
+    if os.environ.get("LIT_DOF_TUNE_ALLOCATOR", "1") != "0":
+        tune_cpu_allocator()
+    if command == "eval":
+        from lit_dof.evaluation.cli import main as eval_main
+
+        eval_main(argv[1:])
+    elif command == "compare":
+        from lit_dof.comparison.cli import main as compare_main
+
+        compare_main(argv[1:])
+    elif command == "hybrid":
+        from lit_dof.hybrid.cli import main as hybrid_main
+
+        hybrid_main(argv[1:])
+    elif command == "plan":
+        from lit_dof.pipeline.cli import plan_main
+
+        plan_main(argv[1:])
+    else:  # fit, validate, test, predict, or LightningCLI's top-level options first
+        from lit_dof.pipeline.cli import build_cli
+
+        build_cli(None if args is None else argv)
+
+
+if __name__ == "__main__":
+    main()

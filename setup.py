@@ -1,0 +1,13 @@
+"""Package list for setuptools; everything else (metadata, dependencies, package data) is in pyproject.toml.
+
+The wheel ships the repository's ``configs/`` directory as the package ``lit_dof.configs`` (read through
+:mod:`lit_dof.config_files`) without moving it: ``package_dir`` maps the package to the directory. pyproject.toml
+cannot add such a mapped package to automatically discovered ones, hence this file.
+"""
+
+from setuptools import find_namespace_packages, setup
+
+setup(
+    packages=[*find_namespace_packages(include=["lit_dof*"]), "lit_dof.configs"],
+    package_dir={"lit_dof.configs": "configs"},
+)

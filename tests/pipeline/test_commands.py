@@ -1,0 +1,131 @@
+"""The ``lit-dof`` command as users meet it: one help listing every command, each command's own usage line,
+``--version``, ``configs list|show|copy``, and ``--optimizer`` refused instead of replacing the phase schedule."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lit_dof.cli import COMMANDS, main
+from lit_dof.config_files import config_description, config_path, shipped_configs
+from tests.conftest import REPO
+
+QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
+
+
+def _lit_dof(*args: str, module: str = "lit_dof") -> subprocess.CompletedProcess:
+    """``python -m lit_dof ARGS`` in a fresh process of this checkout."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "100"}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          check=False)  # fmt: skip
+
+
+def _main(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
+    """``lit-dof ARGS`` in this process, read from ``sys.argv`` as the console script does: (exit code, stdout,
+    stderr)."""
+    monkeypatch.setenv("LIT_DOF_TUNE_ALLOCATOR", "0")
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setattr(sys, "argv", ["lit-dof", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_help_lists_every_command_without_importing_lightning():
+    result = _lit_dof("--help")
+    assert result.returncode == 0 and result.stdout.startswith("usage: lit-dof ")
+    listed = {line.split()[0]: " ".join(line.split()[1:]) for line in result.stdout.splitlines()
+              if line.startswith("    ") and line.split()[0] in COMMANDS}  # fmt: skip
+    assert set(listed) == set(COMMANDS) == {"fit", "validate", "test", "predict", "eval", "compare", "hybrid",
+                                            "plan", "configs"}  # fmt: skip
+    assert listed == COMMANDS  # one line each, as written
+    probe = ("import sys\nfrom lit_dof.cli import main\ntry: main(['--help'])\n"
+             "except SystemExit: print(sorted(m for m in ('lightning', 'torch', 'transformers') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert result.stdout.strip().endswith("[]")
+
+
+def test_version_is_the_installed_distribution_version():
+    result = _lit_dof("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"lit-dof {importlib.metadata.version('lit-dof')}"
+
+
+def test_unknown_or_missing_command_is_a_usage_error(capsys, monkeypatch):
+    code, _, err = _main(capsys, monkeypatch, "fitt")
+    assert code == 2 and "invalid choice: 'fitt'" in err and "'configs'" in err
+    code, _, err = _main(capsys, monkeypatch)
+    assert code == 2 and "required: COMMAND" in err
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c not in ("fit", "validate", "test", "predict")])
+def test_each_command_has_its_own_usage_line(capsys, monkeypatch, command):
+    code, out, _ = _main(capsys, monkeypatch, command, "--help")
+    assert code == 0
+    assert out.startswith(f"usage: lit-dof {command} ")
+
+
+@pytest.mark.parametrize("command", ["fit", "validate", "test", "predict"])
+def test_lightning_commands_keep_lightning_cli_with_their_description(capsys, monkeypatch, command):
+    code, out, _ = _main(capsys, monkeypatch, command, "--help")
+    assert code == 0
+    assert out.startswith(f"usage: lit-dof [options] {command} ")
+    assert COMMANDS[command] in " ".join(out.split())
+
+
+def test_pipeline_module_entry_still_dispatches():
+    """``python -m lit_dof.pipeline.cli`` (what ``compare`` and the launch scripts run) is the same command."""
+    result = _lit_dof("--version", module="lit_dof.pipeline.cli")
+    assert result.returncode == 0 and result.stdout.strip() == f"lit-dof {importlib.metadata.version('lit-dof')}"
+
+
+def test_configs_list_show_copy(capsys, monkeypatch, tmp_path):
+    code, out, _ = _main(capsys, monkeypatch, "configs", "list")
+    assert code == 0
+    rows = [line.split(maxsplit=1) for line in out.splitlines()]
+    assert [row[0] for row in rows] == shipped_configs()
+    assert {row[0]: row[1] if len(row) > 1 else "" for row in rows}["quickstart"] == config_description("quickstart")
+
+    code, out, _ = _main(capsys, monkeypatch, "configs", "show", "methods/dof")
+    assert code == 0 and out == config_path("methods/dof").read_text()
+
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _main(capsys, monkeypatch, "configs", "copy", "quickstart")
+    assert code == 0 and (tmp_path / "quickstart.yaml").read_text() == config_path("quickstart").read_text()
+    (tmp_path / "quickstart.yaml").write_text("# edited\n")
+    code, _, err = _main(capsys, monkeypatch, "configs", "copy", "quickstart")
+    assert code == 2 and "exists; not overwriting" in err
+    assert (tmp_path / "quickstart.yaml").read_text() == "# edited\n"
+    code, _, _ = _main(capsys, monkeypatch, "configs", "copy", "methods/fix", "mine.yaml")
+    assert code == 0 and (tmp_path / "mine.yaml").read_text() == config_path("methods/fix").read_text()
+
+    code, _, err = _main(capsys, monkeypatch, "configs", "show", "nope")
+    assert code == 2 and "no shipped config 'nope'" in err
+
+
+@pytest.mark.parametrize("where", ["command line", "config file"])
+def test_optimizer_is_refused_with_the_fix(capsys, monkeypatch, tmp_path, where):
+    if where == "command line":
+        extra = ["--optimizer", "torch.optim.SGD", "--optimizer.lr", "0.1"]
+    else:
+        (tmp_path / "opt.yaml").write_text("optimizer:\n  class_path: torch.optim.SGD\n  init_args: {lr: 0.1}\n")
+        extra = ["--config", str(tmp_path / "opt.yaml")]
+    code, _, err = _main(capsys, monkeypatch, "fit", "--config", QUICKSTART, *extra)
+    assert code == 2
+    assert "lit-dof fit: error: --optimizer is not supported" in err and "--model.init_args.lr_z" in err
+
+
+def test_saved_configs_with_null_optimizer_still_parse(capsys, monkeypatch, tmp_path):
+    """Every saved run config has ``optimizer: null`` and ``lr_scheduler: null``; they stay valid input."""
+    (tmp_path / "saved.yaml").write_text("optimizer: null\nlr_scheduler: null\n")
+    code, out, _ = _main(capsys, monkeypatch, "fit", "--config", QUICKSTART, "--config", str(tmp_path / "saved.yaml"),
+                         "--print_config")  # fmt: skip
+    assert code == 0 and "optimizer: null" in out

@@ -1,0 +1,75 @@
+"""The shipped configs: resolved by name in a checkout and from an installed wheel (package data)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from lit_dof.config_files import config_description, config_path, config_root, copy_config, shipped_configs
+from tests.conftest import REPO
+
+
+def test_checkout_resolves_its_own_configs():
+    assert config_root() == REPO / "configs"
+    names = shipped_configs()
+    assert names == sorted(p.relative_to(REPO / "configs").with_suffix("").as_posix()
+                           for p in (REPO / "configs").rglob("*.yaml"))  # fmt: skip
+    assert {"quickstart", "methods/dof", "trainer/cpu", "models/smollm2-135m"} <= set(names)
+    for name in ("quickstart", "quickstart.yaml", "configs/quickstart.yaml"):
+        assert config_path(name) == REPO / "configs" / "quickstart.yaml"
+    assert config_path("models/gpt2/config.json") == REPO / "configs" / "models" / "gpt2" / "config.json"
+    assert config_description("methods/dof") == 'Learned PRF (the paper\'s map) with the "dof" allocation.'
+
+
+@pytest.mark.parametrize("name", ["nope", "methods/nope.yaml", "../pyproject.toml", "../README.md"])
+def test_unknown_or_outside_names_are_missing(name):
+    with pytest.raises(FileNotFoundError, match="no shipped config"):
+        config_path(name)
+
+
+def test_copy_never_overwrites(tmp_path):
+    written = copy_config("methods/fix", tmp_path)
+    assert written == tmp_path / "fix.yaml" and written.read_text() == config_path("methods/fix").read_text()
+    with pytest.raises(FileExistsError, match="not overwriting"):
+        copy_config("methods/dof", written)
+    assert written.read_text() == config_path("methods/fix").read_text()
+    assert copy_config("quickstart", tmp_path / "mine.yaml").name == "mine.yaml"
+    with pytest.raises(FileNotFoundError, match="no directory"):
+        copy_config("quickstart", tmp_path / "missing" / "q.yaml")
+
+
+def test_wheel_ships_the_configs_and_resolves_them_installed(tmp_path):
+    """A non-editable install carries every file of configs/ as lit_dof.configs and finds them there."""
+    pytest.importorskip("setuptools")
+    src = tmp_path / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for name in ("lit_dof", "configs"):
+        shutil.copytree(REPO / name, src / name, ignore=ignore)
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path / "dist"), str(src)], check=True, env=env)  # fmt: skip
+    wheel = next((tmp_path / "dist").glob("lit_dof-*.whl"))
+    shipped = {p.relative_to(REPO / "configs").as_posix() for p in (REPO / "configs").rglob("*")
+               if p.suffix in (".yaml", ".json")}  # fmt: skip
+    with zipfile.ZipFile(wheel) as archive:
+        packaged = {n.removeprefix("lit_dof/configs/") for n in archive.namelist() if n.startswith("lit_dof/configs/")}
+    assert shipped <= packaged
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path / "site"),
+                    str(wheel)], check=True, env=env)  # fmt: skip
+    probe = ("import lit_dof, lit_dof.config_files as c; print(lit_dof.__file__); print(c.config_path('methods/dof'));"
+             "print(len(c.shipped_configs()))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True,
+                         env={**env, "PYTHONPATH": str(tmp_path / "site")}).stdout.split()  # fmt: skip
+    assert out[0] == str(tmp_path / "site" / "lit_dof" / "__init__.py")
+    assert out[1] == str(tmp_path / "site" / "lit_dof" / "configs" / "methods" / "dof.yaml")
+    assert int(out[2]) == len(shipped_configs())
+    listed = subprocess.run([sys.executable, "-m", "lit_dof", "configs", "list"], cwd=tmp_path, capture_output=True,
+                            text=True, check=True, env={**env, "PYTHONPATH": str(tmp_path / "site")}).stdout  # fmt: skip
+    assert [line.split()[0] for line in listed.splitlines()] == shipped_configs()
