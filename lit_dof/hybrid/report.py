@@ -1,6 +1,7 @@
 """The hybrid report: ``hybrid.md`` (search trajectory, exported hybrids, orderings compared at equal numbers
 of linear layers on held-out items), ``hybrid.json`` (the numbers) and ``hybrid.png`` (score vs linear
-layers, one line per ordering), written atomically from :func:`lit_dof.hybrid.cli.search`'s state.
+layers, one line per ordering), written atomically from a search's record (:mod:`lit_dof.hybrid.state`).
+Which score is better comes from the search's :class:`~lit_dof.hybrid.search.Tolerance`.
 """
 
 from __future__ import annotations
@@ -8,7 +9,11 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from lit_dof.hybrid.cli import hybrid_key
+import transformers
+
+import lit_dof
+from lit_dof.hybrid.search import Tolerance
+from lit_dof.hybrid.state import hybrid_key
 from lit_dof.io import atomic_write_json, atomic_write_text
 
 NAMES = {"greedy": "greedy search", "dof": "DoF-guided (low DoF first)", "loss": "local-loss-guided (low loss first)",
@@ -17,21 +22,18 @@ NAMES = {"greedy": "greedy search", "dof": "DoF-guided (low DoF first)", "loss":
 
 def versions() -> dict:
     """Versions of the libraries that produced the numbers."""
-    import transformers
-
-    import lit_dof
-
     return {"transformers": transformers.__version__, "lit_dof": getattr(lit_dof, "__version__", "unknown")}
 
 
-def _within(score: float, threshold: float, metric: str) -> bool:
-    """Whether ``score`` is on the passing side of ``threshold`` (perplexity: lower is better)."""
-    return score <= threshold if metric == "perplexity" else score >= threshold
+def tolerance_of(data: dict) -> Tolerance:
+    """The search's acceptance rule, from its recorded settings."""
+    s = data["settings"]
+    return Tolerance.for_metric(s["metric"], s["tolerance"], s["relative"])
 
 
-def _verdict(score: float, threshold: float, metric: str) -> str:
+def _verdict(score: float, threshold: float, tolerance: Tolerance) -> str:
     """``"yes"``/``"no"``: the report's "within tolerance" cell."""
-    return "yes" if _within(score, threshold, metric) else "no"
+    return "yes" if tolerance.within(score, threshold) else "no"
 
 
 def _layers(linear: list[int], num_layers: int) -> str:
@@ -56,26 +58,26 @@ def ordering_costs(data: dict) -> dict[str, dict]:
 
 def winners(data: dict) -> tuple[dict[str, list[str]], str | None]:
     """Best ordering(s) at each count, and the ordering with the best mean over the counts all of them reach."""
-    higher = data["settings"]["metric"] != "perplexity"
+    tolerance = tolerance_of(data)
     curves = data["curves"]
     per_count = {}
     for k in map(str, data["counts"]):
         scores = {name: curve[k] for name, curve in curves.items() if k in curve}
         if scores:
-            best = max(scores.values()) if higher else min(scores.values())
+            best = tolerance.best(scores.values())
             per_count[k] = [name for name, v in scores.items() if v == best]
     shared = [k for k in map(str, data["counts"]) if all(k in c for c in curves.values())]
     if not shared:
         return per_count, None
     mean = {name: sum(c[k] for k in shared) / len(shared) for name, c in curves.items()}
-    overall = (max if higher else min)(mean, key=mean.get)
+    overall = tolerance.best(mean, key=mean.get)
     return per_count, overall
 
 
 def markdown(data: dict, command: str | None = None) -> str:
-    """``hybrid.md`` from the search state (see :func:`lit_dof.hybrid.cli.search`)."""
+    """``hybrid.md`` from the search state (see :class:`lit_dof.hybrid.run.HybridSearch`)."""
     s, search = data["settings"], data["search"]
-    metric = s["metric"]
+    metric, tolerance = s["metric"], tolerance_of(data)
     L = data["num_layers"]
     fmt = (lambda v: f"{v:.4f}") if metric != "perplexity" else (lambda v: f"{v:.2f}")
     tol = f"{s['tolerance']:.0%} of the teacher" if s["relative"] else f"{s['tolerance']} {metric} (absolute)"
@@ -98,7 +100,7 @@ def markdown(data: dict, command: str | None = None) -> str:
               "|---|---|---|---|---|---|"]  # fmt: skip
     for r in data["rounds"]:
         chosen = r["chosen"] if r["passed"] else "— (none passes: stop)"
-        best_failed = max(r["scores"].values()) if metric != "perplexity" else min(r["scores"].values())
+        best_failed = tolerance.best(r["scores"].values())
         score = fmt(r["score"]) if r["passed"] else f"best {fmt(best_failed)}"
         lines.append(f"| {r['index']} | {chosen} | {score} | {len(r['linear'])}/{L} | {r['evaluations']} | {r['seconds']:.0f} |")
     total_min = search["seconds"] / 60
@@ -116,7 +118,7 @@ def markdown(data: dict, command: str | None = None) -> str:
             entry = confirm["scores"].get(hybrid_key(r["linear"]))
             if entry is None:
                 break
-            lines.append(f"| {len(r['linear'])} | {fmt(entry['score'])} | {_verdict(entry['score'], confirm['threshold'], metric)} |")
+            lines.append(f"| {len(r['linear'])} | {fmt(entry['score'])} | {_verdict(entry['score'], confirm['threshold'], tolerance)} |")
         lines += ["", f"Confirmation: {len(confirm['scores'])} evaluations in {data['timing'].get('confirm', 0) / 60:.1f} min."]
     lines += ["", "## Exported hybrids (held-out items)", "", "| hybrid | linear layers | which | held-out score | within tolerance |",
               "|---|---|---|---|---|", f"| teacher | 0/{L} | – | {fmt(data['teacher_heldout'])} | – |"]  # fmt: skip
@@ -126,7 +128,7 @@ def markdown(data: dict, command: str | None = None) -> str:
     for name, linear in shown:
         score = data["heldout"][hybrid_key(linear)]["score"]
         lines.append(f"| {name} | {_layers(linear, L)} | {linear} | {fmt(score)} | "
-                     f"{_verdict(score, data['heldout_threshold'], metric)} |")  # fmt: skip
+                     f"{_verdict(score, data['heldout_threshold'], tolerance)} |")  # fmt: skip
     verify = data.get("verify")
     if verify:
         scores = verify["scores"]
@@ -138,7 +140,7 @@ def markdown(data: dict, command: str | None = None) -> str:
         for name, entry in data["exported"].items():
             score = scores[hybrid_key(entry["linear"])]["score"]
             lines.append(f"| {name} | {_layers(entry['linear'], L)} | {fmt(score)} | "
-                         f"{_verdict(score, verify['threshold'], metric)} |")  # fmt: skip
+                         f"{_verdict(score, verify['threshold'], tolerance)} |")  # fmt: skip
         lines += ["", f"Verification: {len(scores)} evaluations in {data['timing'].get('verify', 0) / 60:.1f} min."]
     counts = [str(k) for k in data["counts"]]
     costs = ordering_costs(data)

@@ -18,6 +18,7 @@ import torch
 
 from lit_dof.evaluation.finetune import collate_choices, option_scores_from_logits, score_matrix
 from lit_dof.hybrid.prefix import PrefixCache
+from lit_dof.hybrid.search import higher_is_better
 
 Metric = Literal["accuracy", "acc_norm", "perplexity"]
 METRICS = ("accuracy", "acc_norm", "perplexity")
@@ -61,7 +62,8 @@ class HybridScorer:
 
     @property
     def higher_is_better(self) -> bool:
-        return self.metric != "perplexity"
+        """Whether a larger score is better (:func:`~lit_dof.hybrid.search.higher_is_better`)."""
+        return higher_is_better(self.metric)
 
     def _logits(self, index: int, first_linear: int | None) -> torch.Tensor:
         if self.prefix_cache and first_linear is not None and first_linear > 0:

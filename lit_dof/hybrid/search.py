@@ -20,6 +20,12 @@ from typing import Callable, Iterable, Sequence
 Scorer = Callable[[frozenset], float]
 
 
+def higher_is_better(metric: str) -> bool:
+    """Whether a larger score of ``metric`` is the better one: every metric of a hybrid except ``perplexity``
+    (accuracy, acc_norm). The one place that knows a metric's direction; :class:`Tolerance` applies it."""
+    return metric != "perplexity"
+
+
 @dataclass
 class Tolerance:
     """When a hybrid's score is acceptable relative to the teacher's.
@@ -41,16 +47,28 @@ class Tolerance:
         if self.value < 0:
             raise ValueError(f"tolerance must be >= 0, got {self.value}")
 
+    @classmethod
+    def for_metric(cls, metric: str, value: float = 0.01, relative: bool = False) -> Tolerance:
+        """The rule for scores of ``metric`` (its direction from :func:`higher_is_better`)."""
+        return cls(value, relative, higher_is_better=higher_is_better(metric))
+
     def threshold(self, teacher: float) -> float:
         margin = self.value * abs(teacher) if self.relative else self.value
         return teacher - margin if self.higher_is_better else teacher + margin
 
+    def within(self, score: float, threshold: float) -> bool:
+        """Whether ``score`` is on the passing side of ``threshold`` (equal passes)."""
+        return score >= threshold if self.higher_is_better else score <= threshold
+
     def passes(self, score: float, teacher: float) -> bool:
-        limit = self.threshold(teacher)
-        return score >= limit if self.higher_is_better else score <= limit
+        return self.within(score, self.threshold(teacher))
 
     def better(self, a: float, b: float) -> bool:
         return a > b if self.higher_is_better else a < b
+
+    def best(self, values: Iterable, key: Callable | None = None):
+        """The best of ``values`` (by ``key``): ``max`` or ``min``, the first of equals."""
+        return (max if self.higher_is_better else min)(values, key=key)
 
 
 @dataclass

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from lit_dof.attention import LearnedPRF
-from lit_dof.evaluation import task_data
-from lit_dof.hybrid.cli import bank_recipe, default_counts, hybrid_key, task_items
-from lit_dof.hybrid.local import local_losses, valid_positions
+from lit_dof.hybrid.items import task_items
+from lit_dof.hybrid.run import default_counts
+from lit_dof.hybrid.state import hybrid_key
 from lit_dof.students import linearize, load_student
-from tests.conftest import REPO, TINYSTORIES, tiny_model
+from tests.conftest import REPO, TINYSTORIES
 
 DATA = REPO.parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not (DATA.is_dir() and TINYSTORIES.is_dir()), reason="../shared not present")
@@ -32,62 +32,8 @@ def bank(tmp_path_factory):
     return path
 
 
-@needs_data
-def test_task_items_are_disjoint_seeded_and_use_validation_splits():
-    items = lambda docs: {(d["query"], tuple(d["choices"]), d["gold"]) for d in docs}  # noqa: E731
-    search, confirm, heldout, where = task_items("arc_easy", DATA, 20, 30, seed=1, confirm_items=25)
-    assert len(search) == 20 and len(confirm) == 25 and len(heldout) == 30 and "validation split" in where
-    dev = items(task_data.arc(DATA, "Easy", "Dev"))
-    assert items(search) <= dev and items(confirm) <= dev and items(search).isdisjoint(items(confirm))
-    assert items(heldout) <= items(task_data.arc(DATA, "Easy", "Test"))
-    again = task_items("arc_easy", DATA, 20, 30, seed=1)  # the confirmation set does not move the others
-    assert again[0] == search and again[2] == heldout and again[1] == []
-    search, confirm, heldout, where = task_items("piqa", DATA, 50, 60, confirm_items=10)  # PIQA repeats goals
-    assert "permutation" in where and len(items(search)) == 50 and items(search).isdisjoint(items(heldout))
-    assert items(confirm).isdisjoint(items(search) | items(heldout))
-    with pytest.raises(ValueError, match="unknown task"):
-        task_items("hellaswag", DATA, 1, 1)
 
 
-def test_local_losses_match_a_direct_computation_and_vanish_for_exact_twins():
-    from lit_dof.students.losses import attention_output_loss
-    from lit_dof.teacher.capture import capture_attention
-
-    torch.manual_seed(0)
-    student = linearize(tiny_model("llama"), LearnedPRF, 8).eval()
-    ids = torch.randint(3, 97, (2, 12))
-    losses = local_losses(student, [{"input_ids": ids}])
-    captured = {}
-    with torch.no_grad(), student.teacher_mode(), capture_attention(student.model, lambda i, q, k, v, p, o: captured.__setitem__(i, (q, k, v, o))):
-        student(ids)
-    for index, twin in student.linear_modules().items():
-        q, k, v, out = captured[index]
-        with torch.no_grad():
-            assert losses[index] == pytest.approx(float(attention_output_loss(twin, q, k, v, out)), rel=1e-5)
-    assert all(v > 0 for v in losses.values())
-    # right padding: positions after the last continuation target are excluded
-    batch = {"input_ids": ids, "targets": torch.full_like(ids, -100)}
-    batch["targets"][0, 4:7] = ids[0, 4:7]
-    batch["targets"][1, 2:12] = ids[1, 2:12]
-    assert valid_positions(batch).sum(-1).tolist() == [7, 12]
-
-
-def test_default_counts():
-    assert default_counts(8, 30) == [2, 4, 6, 8]
-    assert default_counts(0, 30) == [1, 2, 3, 4]
-    assert default_counts(3, 3) == [1, 2, 3]
-
-
-def test_bank_recipe_reads_the_fit_config_next_to_the_bank(tmp_path):
-    student = tmp_path / "version_0" / "student"
-    student.mkdir(parents=True)
-    assert bank_recipe(student) is None  # no config.yaml: nothing is claimed
-    (tmp_path / "version_0" / "config.yaml").write_text(
-        "trainer:\n  max_steps: 400\nmodel:\n  init_args:\n    loss: output\n    finetune_fraction: 0.0\n")
-    assert bank_recipe(student) == "output loss, 400 steps, no end-to-end tail"
-    (tmp_path / "version_0" / "config.yaml").write_text(
-        "trainer:\n  max_steps: 800\nmodel:\n  init_args:\n    loss: softmax\n    finetune_fraction: 0.3\n")
-    assert bank_recipe(student) == "softmax loss, 800 steps, end-to-end tail 30% of the steps"
 
 
 @needs_data

@@ -11,6 +11,7 @@ from lit_dof.hybrid.search import (
     Tolerance,
     dof_order,
     greedy_replacement,
+    higher_is_better,
     loss_order,
     ordering_curve,
     random_order,
@@ -97,6 +98,17 @@ def test_resume_replays_saved_rounds_without_scoring():
     with pytest.raises(ValueError, match="tolerance"):
         Tolerance(-0.1)
     assert Round(**saved[0]).chosen == 1
+
+
+def test_a_metric_s_direction_is_applied_by_its_tolerance():
+    assert higher_is_better("accuracy") and higher_is_better("acc_norm") and not higher_is_better("perplexity")
+    accuracy, ppl = Tolerance.for_metric("accuracy", 0.1), Tolerance.for_metric("perplexity", 0.1, relative=True)
+    assert accuracy == Tolerance(0.1) and ppl == Tolerance(0.1, relative=True, higher_is_better=False)
+    assert accuracy.within(0.5, 0.5) and accuracy.within(0.6, 0.5) and not accuracy.within(0.4, 0.5)
+    assert ppl.within(10.0, 10.0) and ppl.within(9.0, 10.0) and not ppl.within(11.0, 10.0)
+    assert accuracy.best([0.2, 0.7, 0.7]) == 0.7 and ppl.best([12.0, 9.0, 30.0]) == 9.0
+    means = {"dof": 0.5, "loss": 0.7, "uniform": 0.7}
+    assert accuracy.best(means, key=means.get) == "loss" and ppl.best(means, key=means.get) == "dof"
 
 
 def test_orderings():

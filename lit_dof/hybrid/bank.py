@@ -1,0 +1,50 @@
+"""What a bank of linear twins (a student from ``lit-dof fit`` with ``configs/hybrid/twins.yaml``) says about
+itself: that it is one (:func:`check_bank`), each layer's DoF (:func:`layer_dof`) and how it was trained
+(:func:`bank_recipe`), read from the files the fit wrote next to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import yaml
+
+
+def check_bank(bank: str | os.PathLike) -> None:
+    """Raise unless ``bank`` holds a saved student.
+
+    Raises:
+        FileNotFoundError: no ``config.json`` in ``bank`` (names the command that makes a bank).
+    """
+    if not (Path(bank) / "config.json").is_file():
+        raise FileNotFoundError(f"no student at {bank}: run `lit-dof fit --config configs/quickstart.yaml "
+                                "--config configs/hybrid/twins.yaml` and pass its version_*/student")  # fmt: skip
+
+
+def layer_dof(bank: Path, feature_dims: list[int]) -> tuple[dict[int, float], str]:
+    """Per-layer DoF from the bank's ``dof.json`` (next to it or one folder up), else its feature dims."""
+    for candidate in (bank / "dof.json", bank.parent / "dof.json"):
+        if candidate.is_file():
+            report = json.loads(candidate.read_text())
+            return {i: float(n) for i, n in enumerate(report["layer_dof"])}, candidate.name
+    return {i: float(m) for i, m in enumerate(feature_dims)}, "feature dims (no dof.json)"
+
+
+def bank_recipe(bank: Path) -> str | None:
+    """How the bank was trained, from the ``config.yaml`` that ``lit-dof fit`` saved one folder up (``None``
+    when absent): loss, layer-wise steps and the end-to-end tail, e.g.
+    ``"softmax loss, 400 steps, no end-to-end tail"``."""
+    config = bank.parent / "config.yaml"
+    if not config.is_file():
+        return None
+    saved = yaml.safe_load(config.read_text()) or {}
+    model = (saved.get("model") or {}).get("init_args") or {}
+    steps = (saved.get("trainer") or {}).get("max_steps")
+    tail = float(model.get("finetune_fraction") or 0.0)
+    parts = [f"{model.get('loss', 'softmax')} loss"]
+    if isinstance(steps, int) and steps > 0:
+        parts.append(f"{steps} steps")
+    parts.append(f"end-to-end tail {tail:.0%} of the steps" if tail else "no end-to-end tail")
+    return ", ".join(parts)

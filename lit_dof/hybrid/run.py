@@ -1,0 +1,394 @@
+"""Distill-then-Replace's search over a bank of linear twins, end to end and resumable: :class:`HybridSearch`
+holds the settings (``lit-dof hybrid``'s options) and runs the stages in order. Each result is written to
+``<out>/search.json`` (:class:`~lit_dof.hybrid.state.SearchState`) as soon as it exists, so a killed run
+resumes where it stopped and a finished one only rewrites the report.
+
+1. **Items** (:meth:`HybridSearch.open`). Search items (``search_items`` of the task's validation split: ARC
+   Dev, LogiQA Eval, MMLU val; other tasks a seeded half of their evaluation set) and disjoint held-out items
+   (``heldout_items`` of the test split, or the other half); :mod:`lit_dof.hybrid.items`. With
+   ``metric: perplexity`` the items are token blocks of held-out documents of ``corpus`` instead.
+2. **Layer statistics** (:meth:`~HybridSearch.layer_statistics`). The local loss of every twin on the search
+   items (:func:`~lit_dof.hybrid.local.local_losses`) and each layer's DoF (the bank's ``dof.json``; else its
+   feature dims, which the DoF allocation made proportional to the DoF).
+3. **Greedy search** (:meth:`~HybridSearch.greedy`, :func:`~lit_dof.hybrid.search.greedy_replacement`) on the
+   search items, prefix-cached, with an optional shortlist (``shortlist_k`` lowest local loss or DoF), a
+   tolerance and ``max_linear``; each round goes to ``search.json`` and TensorBoard (``<out>/tensorboard``:
+   score, linear fraction, layer chosen, evaluations per round). Optionally the trajectory is
+   **confirmed** on validation items the search did not use (:meth:`~HybridSearch.confirm`).
+4. **Export** (:meth:`~HybridSearch.export`) the best-scoring and the most-linear hybrid as students
+   (``<out>/best``, ``<out>/most_linear``).
+5. **Held-out comparison** (:meth:`~HybridSearch.compare`): the teacher, both exported hybrids, and the five
+   orderings — greedy (its rounds' prefixes), DoF-guided, local-loss-guided, uniform, random — at equal
+   numbers of linear layers (``counts``), scored on the held-out items.
+6. **Verification** (:meth:`~HybridSearch.verify`, ``verify_items``): the teacher and the exported hybrids
+   once more on a larger held-out set (e.g. the whole test split); then ``report_dir``/hybrid.{md,json,png}
+   (:mod:`lit_dof.hybrid.report`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from lit_dof.hybrid import report
+from lit_dof.hybrid.bank import bank_recipe, check_bank, layer_dof
+from lit_dof.hybrid.items import Items, task_items, text_blocks
+from lit_dof.hybrid.local import local_losses
+from lit_dof.hybrid.scoring import METRICS, HybridScorer, choice_batches
+from lit_dof.hybrid.search import (
+    Round,
+    SearchResult,
+    Tolerance,
+    dof_order,
+    greedy_replacement,
+    loss_order,
+    random_order,
+    uniform_order,
+)
+from lit_dof.hybrid.state import SEARCH_FILE, SearchState
+from lit_dof.students import load_student
+from lit_dof.teacher.loading import load_tokenizer
+
+ORDERINGS = ("greedy", "dof", "loss", "uniform", "random")
+"""The orderings the held-out comparison can draw, in report order."""
+
+
+def default_counts(most_linear: int, num_layers: int) -> list[int]:
+    """Four evenly spaced counts of linear layers up to the greedy search's most-linear hybrid (at least 4)."""
+    top = max(most_linear, min(4, num_layers))
+    return sorted({max(1, round(top * j / 4)) for j in range(1, 5)})
+
+
+def _lowest(rank: dict[int, float], k: int, current: frozenset, remaining: list[int]) -> list[int]:
+    """The shortlist of a round: the ``k`` remaining layers of lowest ``rank`` (ties by index)."""
+    return sorted(remaining, key=lambda i: (rank[i], i))[:k]
+
+
+@dataclass
+class Workspace:
+    """What the stages of one search share: the run directory, the record, the bank, the items, the rule.
+
+    Attributes:
+        out: the run directory. state: its ``search.json``. student, tokenizer: the bank, loaded.
+        candidates: the layers that have a twin. items: the scored data. rule: the acceptance rule.
+    """
+
+    out: Path
+    state: SearchState
+    student: torch.nn.Module
+    tokenizer: object
+    candidates: list[int]
+    items: Items
+    rule: Tolerance
+
+    @property
+    def data(self) -> dict:
+        """The record's contents (``state.data``)."""
+        return self.state.data
+
+    @property
+    def num_layers(self) -> int:
+        """Decoder layers of the bank."""
+        return len(self.student.linear_layers)
+
+
+class _RoundLog:
+    """``on_round`` of the greedy search: records each finished round with its wall time and logs the passed
+    ones to TensorBoard."""
+
+    def __init__(self, state: SearchState, logger: TensorBoardLogger, num_layers: int) -> None:
+        self.state, self.logger, self.num_layers = state, logger, num_layers
+        self.started = time.perf_counter()
+
+    def __call__(self, round_: Round) -> None:
+        self.state.add_round(round_, time.perf_counter() - self.started)
+        if round_.passed:
+            fraction = len(round_.linear) / self.num_layers
+            self.logger.log_metrics({"search/score": round_.score, "search/linear_fraction": fraction,
+                                     "search/chosen_layer": round_.chosen, "search/evaluations": round_.evaluations},
+                                    step=len(round_.linear))  # fmt: skip
+            self.logger.save()
+        self.started = time.perf_counter()
+
+
+@dataclass
+class HybridSearch:
+    """The settings of one search (``lit-dof hybrid``'s options; documented at :func:`lit_dof.hybrid.cli.search`)
+    and its stages. :meth:`run` runs them all.
+
+    Raises:
+        ValueError: an unknown metric, shortlist or ordering.
+    """
+
+    bank: str = "runs/hybrid/twins/version_0/student"
+    task: str = "arc_easy"
+    data_dir: str | None = None
+    metric: str = "accuracy"
+    corpus: str | None = None
+    block: int = 512
+    search_items: int = 240
+    heldout_items: int = 480
+    tolerance: float = 0.03
+    relative: bool = False
+    shortlist: str | None = "loss"
+    shortlist_k: int = 4
+    max_linear: int | None = None
+    confirm_items: int = 0
+    verify_items: int = 0
+    counts: list[int] | None = None
+    orderings: list[str] = field(default_factory=lambda: list(ORDERINGS))
+    prefix_cache: bool = True
+    batch_size: int = 8
+    seed: int = 0
+    out: str = "runs/hybrid/search"
+    report_dir: str | None = None
+    command: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
+        if self.shortlist not in (None, "loss", "dof"):
+            raise ValueError(f"shortlist must be 'loss', 'dof' or null, got {self.shortlist!r}")
+        unknown = sorted(set(self.orderings) - set(ORDERINGS))
+        if unknown:
+            raise ValueError(f"unknown orderings {unknown}; choose from {', '.join(ORDERINGS)}")
+
+    @property
+    def perplexity(self) -> bool:
+        """Whether the items are text blocks scored by perplexity (else multiple-choice items of ``task``)."""
+        return self.metric == "perplexity"
+
+    @property
+    def settings(self) -> dict:
+        """What the numbers in ``search.json`` depend on; a resumed run must have the same."""
+        return {"bank": str(self.bank), "task": None if self.perplexity else self.task, "metric": self.metric,
+                "corpus": str(self.corpus) if self.perplexity else None, "search_items": self.search_items,
+                "heldout_items": self.heldout_items, "tolerance": self.tolerance, "relative": self.relative,
+                "shortlist": self.shortlist, "shortlist_k": self.shortlist_k, "max_linear": self.max_linear,
+                "prefix_cache": self.prefix_cache, "seed": self.seed}  # fmt: skip
+
+    def task_data_dir(self) -> str:
+        """``data_dir``, else ``$LIT_DOF_DATA``.
+
+        Raises:
+            ValueError: neither is set.
+        """
+        data_dir = self.data_dir or os.environ.get("LIT_DOF_DATA")
+        if data_dir is None:
+            raise ValueError("no data directory: pass --data_dir (laid out like ../shared/data) or set LIT_DOF_DATA")
+        return data_dir
+
+    def scorer(self, ws: Workspace, batches: list[dict], prefix_cache: bool | None = None) -> HybridScorer:
+        """A scorer of hybrids of the bank on ``batches`` (``prefix_cache`` defaults to the setting)."""
+        cache = self.prefix_cache if prefix_cache is None else prefix_cache
+        return HybridScorer(ws.student, batches, self.metric, prefix_cache=cache)
+
+    def load_items(self, tokenizer) -> Items:
+        """Stage 1: the search, confirmation and held-out items, batched.
+
+        Raises:
+            ValueError: ``perplexity`` without ``corpus``, or no data directory. FileNotFoundError: missing data.
+        """
+        if self.perplexity:
+            if self.corpus is None:
+                raise ValueError("metric 'perplexity' needs --corpus (a text file)")
+            search, confirm, heldout, where = text_blocks(self.corpus, tokenizer, self.block, self.search_items,
+                                                          self.heldout_items, self.confirm_items)  # fmt: skip
+            return Items(search, confirm, heldout, len(confirm), where)
+        search, confirm, heldout, where = task_items(self.task, self.task_data_dir(), self.search_items,
+                                                     self.heldout_items, self.seed, self.confirm_items)  # fmt: skip
+        batch = functools.partial(choice_batches, tokenizer=tokenizer, batch_size=self.batch_size)
+        return Items(batch(search), batch(confirm) if confirm else [], batch(heldout), len(confirm), where)
+
+    def open(self) -> Workspace:
+        """Check the bank, open (or resume) ``<out>/search.json``, load the bank and the items.
+
+        Raises:
+            FileNotFoundError: no student at ``bank``. ValueError: ``out`` written with other settings, a bank
+            without twins, or items that cannot be had (:meth:`load_items`).
+        """
+        check_bank(self.bank)
+        out = Path(self.out)
+        out.mkdir(parents=True, exist_ok=True)
+        state = SearchState(out / SEARCH_FILE, self.settings)
+        student = load_student(self.bank).eval().requires_grad_(False)
+        tokenizer = load_tokenizer(self.bank)
+        candidates = sorted(student.linear_modules())
+        if not candidates:
+            raise ValueError(f"{self.bank} has no linear twins to swap in")
+        items = self.load_items(tokenizer)
+        state.data["items"] = items.where
+        state.data["bank_recipe"] = bank_recipe(Path(self.bank))
+        rule = Tolerance.for_metric(self.metric, self.tolerance, self.relative)
+        return Workspace(out, state, student, tokenizer, candidates, items, rule)
+
+    def layer_statistics(self, ws: Workspace) -> tuple[dict[int, float], dict[int, float]]:
+        """Stage 2: every twin's local loss on the search items (measured once) and each candidate's DoF.
+
+        Returns:
+            ``(local loss, DoF)``, each keyed by layer index.
+        """
+        data = ws.data
+        if "local_loss" not in data:
+            start = time.perf_counter()
+            data["local_loss"] = {str(i): v for i, v in local_losses(ws.student, ws.items.search).items()}
+            ws.state.timed("local_loss", time.perf_counter() - start)
+            ws.state.save()
+        loss = {int(i): v for i, v in data["local_loss"].items()}
+        dof, dof_source = layer_dof(Path(self.bank), ws.student.feature_dims)
+        dof = {i: dof[i] for i in ws.candidates}
+        data["layer_dof"], data["dof_source"] = {str(i): v for i, v in dof.items()}, dof_source
+        return loss, dof
+
+    def greedy(self, ws: Workspace, loss: dict[int, float], dof: dict[int, float]) -> SearchResult:
+        """Stage 3: the greedy search on the search items, round by round, resuming the recorded rounds."""
+        data = ws.data
+        scorer = self.scorer(ws, ws.items.search)
+        logger = TensorBoardLogger(str(ws.out), name="tensorboard", version=0, default_hp_metric=False)
+        if "teacher_search_score" not in data:
+            start = time.perf_counter()
+            data["teacher_search_score"] = scorer(frozenset())
+            ws.state.timed("search", time.perf_counter() - start)
+            data["search_evaluations"] = 1
+            ws.state.save()
+        rank = {"loss": loss, "dof": dof}.get(self.shortlist or "")
+        shortlist = functools.partial(_lowest, rank, self.shortlist_k) if rank else None
+        result = greedy_replacement(ws.candidates, scorer, ws.rule, shortlist=shortlist, max_linear=self.max_linear,
+                                    teacher_score=data["teacher_search_score"], resume=ws.state.saved_rounds(),
+                                    on_round=_RoundLog(ws.state, logger, ws.num_layers))  # fmt: skip
+        data["search"] = {k: v for k, v in result.to_json().items() if k != "rounds"}
+        data["search"]["evaluations"] = data.get("search_evaluations", 0)
+        data["search"]["seconds"] = data["timing"].get("search", 0.0)
+        ws.state.save()
+        return result  # the scorer and its prefix cache go with this frame: one cache alive at a time
+
+    def confirm(self, ws: Workspace, result: SearchResult) -> list[int]:
+        """Stage 3b: re-score the search's trajectory on the confirmation items, most linear first.
+
+        Returns:
+            the most linear hybrid that passes there too (the search's own without ``confirm_items``).
+        """
+        most_linear = sorted(result.most_linear)
+        if not self.confirm_items:
+            return most_linear
+        trajectory = [sorted(r["linear"]) for r in ws.data["rounds"] if r["passed"]]
+        confirm = ws.state.scores_on("confirm", ws.items.confirm_count)
+        confirmed = ws.state.memoised(confirm["scores"], self.scorer(ws, ws.items.confirm))
+        teacher_confirm = confirmed(())
+        confirm["threshold"] = ws.rule.threshold(teacher_confirm)
+        most_linear = []
+        for linear in reversed(trajectory):  # most linear first; stop at the first that passes
+            if ws.rule.passes(confirmed(linear), teacher_confirm):
+                most_linear = linear
+                break
+        confirm["most_linear"] = most_linear
+        ws.data["timing"]["confirm"] = sum(v["seconds"] for v in confirm["scores"].values())
+        ws.state.save()
+        return most_linear
+
+    def export(self, ws: Workspace, result: SearchResult, most_linear: list[int]) -> dict[str, list[int]]:
+        """Stage 4: save the best-scoring and the most linear hybrid as students (unless already there).
+
+        Returns:
+            ``{"best": linear layers, "most_linear": linear layers}``.
+        """
+        hybrids = {"best": sorted(result.best), "most_linear": most_linear}
+        for name, linear in hybrids.items():
+            target = ws.out / name
+            softmax = [i for i in range(ws.num_layers) if i not in linear]
+            config = target / "config.json"
+            if config.is_file() and json.loads(config.read_text()).get("softmax_layers") == softmax:
+                continue
+            ws.student.set_softmax_layers(softmax)
+            ws.student.save_pretrained(target)
+            ws.tokenizer.save_pretrained(target)
+        exported = {name: {"path": str(ws.out / name), "linear": linear} for name, linear in hybrids.items()}
+        ws.data["exported"] = exported
+        ws.state.save()
+        return hybrids
+
+    def compare(
+        self,
+        ws: Workspace,
+        result: SearchResult,
+        hybrids: dict[str, list[int]],
+        loss: dict[int, float],
+        dof: dict[int, float],
+    ) -> None:
+        """Stage 5: the teacher, the hybrids and each ordering's first ``k`` layers on the held-out items."""
+        data = ws.data
+        greedy_sequence = [r["chosen"] for r in data["rounds"] if r["passed"]]
+        layers = ws.candidates
+        orders = {"greedy": greedy_sequence, "dof": dof_order(dof), "loss": loss_order(loss),
+                  "uniform": uniform_order(layers), "random": random_order(layers, self.seed)}  # fmt: skip
+        data["orders"] = {name: orders[name] for name in self.orderings}
+        counts = self.counts or default_counts(len(greedy_sequence), len(ws.candidates))
+        data["counts"] = counts
+        heldout = ws.state.memoised(data["heldout"], self.scorer(ws, ws.items.heldout))
+        teacher_heldout = heldout(())
+        for linear in [*hybrids.values(), sorted(result.most_linear)]:  # also the search's own most-linear hybrid
+            heldout(linear)
+        curves: dict[str, dict[str, float]] = {}
+        for name in self.orderings:
+            order = orders[name]
+            curves[name] = {str(k): heldout(order[:k]) for k in counts if k <= len(order)}
+        data["curves"] = curves
+        data["heldout_threshold"] = ws.rule.threshold(teacher_heldout)
+        data["teacher_heldout"] = teacher_heldout
+
+    def verify_batches(self, ws: Workspace) -> tuple[list[dict], int]:
+        """The verification items, batched, and their number: ``verify_items`` test items, or that many
+        blocks after every block used so far."""
+        if self.perplexity:
+            first = self.search_items + self.heldout_items + ws.items.confirm_count
+            batches = text_blocks(self.corpus, ws.tokenizer, self.block, first, self.verify_items)[2]
+            return batches, len(batches)
+        docs = task_items(self.task, self.task_data_dir(), self.search_items, self.verify_items, self.seed)[2]
+        return choice_batches(docs, ws.tokenizer, self.batch_size), len(docs)
+
+    def verify(self, ws: Workspace, hybrids: dict[str, list[int]]) -> None:
+        """Stage 6: a final, precise check of the teacher and the exported hybrids on more held-out items."""
+        batches, count = self.verify_batches(ws)
+        verify = ws.state.scores_on("verify", count)
+        # no prefix cache: it would hold (L + 1) hidden states of every item, and exports mostly start at layer 0
+        verified = ws.state.memoised(verify["scores"], self.scorer(ws, batches, prefix_cache=False))
+        verify["threshold"] = ws.rule.threshold(verified(()))
+        for linear in hybrids.values():
+            verified(linear)
+        ws.data["timing"]["verify"] = sum(v["seconds"] for v in verify["scores"].values())
+        ws.state.save()
+
+    def finish(self, ws: Workspace) -> None:
+        """Record the model size, versions and command; write the report (``report_dir``, else ``out``)."""
+        data = ws.data
+        data["num_layers"] = ws.num_layers
+        data["versions"] = {"torch": torch.__version__, **report.versions()}
+        ws.state.save()
+        if self.command:
+            data["command"] = self.command
+        ws.state.save()
+        report.write(data, Path(self.report_dir) if self.report_dir else ws.out, data.get("command"))
+
+    def run(self) -> dict:
+        """Every stage in order (see the module's docstring).
+
+        Returns:
+            the contents of ``search.json``.
+        """
+        ws = self.open()
+        loss, dof = self.layer_statistics(ws)
+        result = self.greedy(ws, loss, dof)
+        most_linear = self.confirm(ws, result)
+        hybrids = self.export(ws, result, most_linear)
+        self.compare(ws, result, hybrids, loss, dof)
+        if self.verify_items:
+            self.verify(ws, hybrids)
+        self.finish(ws)
+        return ws.data

@@ -1,0 +1,27 @@
+"""The search's settings: defaults of the held-out comparison, validation, the recorded settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from lit_dof.hybrid.run import ORDERINGS, HybridSearch, default_counts
+
+
+def test_default_counts():
+    assert default_counts(8, 30) == [2, 4, 6, 8]
+    assert default_counts(0, 30) == [1, 2, 3, 4]
+    assert default_counts(3, 3) == [1, 2, 3]
+
+
+def test_settings_are_validated_at_once_and_recorded_by_metric():
+    with pytest.raises(ValueError, match="metric"):
+        HybridSearch(metric="bleu")
+    with pytest.raises(ValueError, match="shortlist"):
+        HybridSearch(shortlist="random")
+    with pytest.raises(ValueError, match="unknown orderings"):
+        HybridSearch(orderings=["greedy", "best"])
+    assert HybridSearch().orderings == list(ORDERINGS) and HybridSearch().orderings is not HybridSearch().orderings
+    accuracy = HybridSearch(corpus="wiki.txt").settings
+    assert accuracy["task"] == "arc_easy" and accuracy["corpus"] is None
+    ppl = HybridSearch(metric="perplexity", corpus="wiki.txt").settings
+    assert ppl["task"] is None and ppl["corpus"] == "wiki.txt"
