@@ -5,7 +5,9 @@ fine-tuning protocol (the comparison runner that uses them is :mod:`lit_dof.comp
 * :mod:`~lit_dof.evaluation.harness` — ``evaluate_model`` (lm-eval ``HFLM`` around a loaded model);
 * :mod:`~lit_dof.evaluation.cli` — ``lit-dof eval``;
 * :mod:`~lit_dof.evaluation.perplexity` — sliding-window perplexity (torchmetrics);
-* :mod:`~lit_dof.evaluation.finetune` — ``TaskFinetuning`` / ``MultipleChoiceDataModule`` (METHOD.md §4);
+* :mod:`~lit_dof.evaluation.multiple_choice` — option scores as lm-eval's ``multiple_choice`` (acc, acc_norm);
+* :mod:`~lit_dof.evaluation.finetune_data` — ``MultipleChoiceDataModule`` (one task's splits, batched);
+* :mod:`~lit_dof.evaluation.finetune` — ``TaskFinetuning``, the per-task fine-tuning phase (METHOD.md §4);
 * :mod:`~lit_dof.evaluation.stats` — the paired-difference statistic;
 * :mod:`~lit_dof.evaluation.loading` — ``load_model`` (an exported student or any teacher source).
 

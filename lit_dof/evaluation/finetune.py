@@ -1,10 +1,8 @@
 """The paper's evaluation protocol (METHOD.md §4) as a Lightning phase: per-task fine-tuning of a teacher or
 a student on a multiple-choice task, validated by accuracy every epoch.
 
-Every example is scored the way zero-shot evaluation scores it (lm-eval's ``multiple_choice``): each option
-is a continuation of the prompt (or, for partial-evaluation tasks, the shared continuation after each
-option-filled context), and its score is the summed log-probability of the continuation tokens. Training
-minimises the cross-entropy of the gold option under the softmax over the option scores; validation
+Every example is scored the way zero-shot evaluation scores it (:mod:`lit_dof.evaluation.multiple_choice`;
+the data: :class:`~lit_dof.evaluation.finetune_data.MultipleChoiceDataModule`). Training minimises the cross-entropy of the gold option under the softmax over the option scores; validation
 reports ``acc`` (argmax of the scores) and ``acc_norm`` (argmax of score / continuation length in
 characters, as lm-eval). The paper fine-tunes 3 epochs and reports the best epoch (MMLU: 1 epoch, the last):
 :class:`TaskFinetuning` records every epoch's accuracy and writes ``finetune.json`` with ``best`` and
@@ -20,121 +18,10 @@ from typing import Literal
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader
 
-from lit_dof.evaluation import task_data
+from lit_dof.evaluation.multiple_choice import option_scores, score_matrix
 
 Trainable = Literal["all", "attention", "feature_maps"]
-
-
-def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
-    """lm-eval's causal split: trailing context spaces move to the continuation, whose tokens are the tail of
-    the joint encoding after the context's own encoding."""
-    spaces = len(context) - len(context.rstrip())
-    if spaces:
-        context, continuation = context[:-spaces], context[-spaces:] + continuation
-    context_ids = tokenizer(context)["input_ids"]
-    return context_ids, tokenizer(context + continuation)["input_ids"][len(context_ids) :]
-
-
-def option_pairs(doc: dict) -> list[tuple[str, str]]:
-    """(context, continuation) per option: ``query`` + " " + choice, or each context + " " + continuation."""
-    if "choices" in doc:
-        return [(doc["query"], " " + choice) for choice in doc["choices"]]
-    return [(context, " " + doc["continuation"]) for context in doc["contexts"]]
-
-
-def collate_choices(docs: list[dict], tokenizer, max_length: int) -> dict:
-    """Batch every option of ``docs``: ``input_ids``/``targets`` ``(P, T)`` (targets −100 outside the
-    continuation), ``doc_index``/``option_index`` ``(P,)``, ``gold`` ``(D,)``, ``lengths`` ``(P,)`` (characters
-    of each continuation, for acc_norm). Over-long pairs keep their last ``max_length`` tokens."""
-    rows, targets, doc_index, option_index, lengths = [], [], [], [], []
-    for d, doc in enumerate(docs):
-        for o, (context, continuation) in enumerate(option_pairs(doc)):
-            context_ids, continuation_ids = encode_pair(tokenizer, context, continuation)
-            ids = (context_ids + continuation_ids)[-max_length:]
-            n = min(len(continuation_ids), len(ids) - 1)
-            rows.append(ids)
-            targets.append([-100] * (len(ids) - n) + ids[len(ids) - n :])
-            doc_index.append(d)
-            option_index.append(o)
-            lengths.append(len(continuation.strip()))
-    width = max(len(r) for r in rows)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return {
-        "input_ids": torch.tensor([r + [pad] * (width - len(r)) for r in rows]),
-        "targets": torch.tensor([t + [-100] * (width - len(t)) for t in targets]),
-        "doc_index": torch.tensor(doc_index), "option_index": torch.tensor(option_index),
-        "gold": torch.tensor([doc["gold"] for doc in docs]), "lengths": torch.tensor(lengths, dtype=torch.float),
-    }  # fmt: skip
-
-
-def option_scores(model, batch: dict) -> torch.Tensor:
-    """Summed log p(continuation) per option ``(P,)`` (right padding: causal, so padding never leaks in)."""
-    return option_scores_from_logits(model(batch["input_ids"], use_cache=False).logits, batch)
-
-
-def option_scores_from_logits(logits: torch.Tensor, batch: dict) -> torch.Tensor:
-    """:func:`option_scores` from already computed logits ``(P, T, V)``."""
-    logits = logits[:, :-1].float()
-    targets = batch["targets"][:, 1:]
-    logprobs = logits.log_softmax(-1).gather(-1, targets.clamp_min(0)[..., None])[..., 0]
-    return (logprobs * (targets != -100)).sum(-1)
-
-
-def score_matrix(scores: torch.Tensor, batch: dict) -> torch.Tensor:
-    """``(D, max options)`` option scores, −inf where a document has fewer options."""
-    D = len(batch["gold"])
-    width = int(batch["option_index"].max()) + 1
-    matrix = torch.full((D, width), float("-inf"), dtype=scores.dtype, device=scores.device)
-    matrix[batch["doc_index"], batch["option_index"]] = scores
-    return matrix
-
-
-class MultipleChoiceDataModule(L.LightningDataModule):
-    """Training split and evaluation split of one task (:mod:`lit_dof.evaluation.task_data`).
-
-    Args:
-        task: one of :data:`~lit_dof.evaluation.task_data.TRAIN_SPLITS`.
-        data_dir: folder laid out like ../shared/data (default ``$LIT_DOF_DATA``).
-        tokenizer: tokenizer source (linked from ``model.teacher`` by the CLI).
-        batch_size: documents per batch (each brings all its options). seq_len: longest pair in tokens.
-        train_limit, eval_limit: use only the first this-many documents of each split.
-        mmlu_per_subject: evaluation subset for MMLU (see :func:`~lit_dof.evaluation.task_data.mmlu`).
-
-    Raises:
-        ValueError: a task without training data; FileNotFoundError: missing files.
-    """
-
-    def __init__(self, task: str = "arc_easy", data_dir: str | None = None, tokenizer: str = "smollm2-135m-instruct",
-                 batch_size: int = 4, seq_len: int = 512, train_limit: int | None = None,
-                 eval_limit: int | None = None, mmlu_per_subject: int | None = None, seed: int = 0) -> None:  # fmt: skip
-        super().__init__()
-        self.task, self.tokenizer_name, self.batch_size, self.seq_len = task, tokenizer, batch_size, seq_len
-        self.data_dir = data_dir or os.environ.get("LIT_DOF_DATA")
-        self.train_limit, self.eval_limit, self.mmlu_per_subject, self.seed = train_limit, eval_limit, mmlu_per_subject, seed
-        self.tokenizer = None
-
-    def setup(self, stage: str | None = None) -> None:
-        from lit_dof.teacher.loading import load_tokenizer
-
-        if not self.data_dir:
-            raise FileNotFoundError("no task data: pass data.init_args.data_dir or set LIT_DOF_DATA")
-        self.tokenizer = self.tokenizer or load_tokenizer(self.tokenizer_name)
-        options = {"per_subject": self.mmlu_per_subject} if self.task == "mmlu" else {}
-        self.train_docs = task_data.load_train_split(self.task, self.data_dir)[: self.train_limit]
-        self.eval_docs = task_data.load_task(self.task, self.data_dir, **options)[: self.eval_limit]
-
-    def _loader(self, docs, shuffle: bool) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.seed)
-        return DataLoader(docs, batch_size=self.batch_size, shuffle=shuffle, generator=generator,
-                          collate_fn=lambda b: collate_choices(b, self.tokenizer, self.seq_len))  # fmt: skip
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_docs, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.eval_docs, shuffle=False)
 
 
 class TaskFinetuning(L.LightningModule):

@@ -16,7 +16,7 @@ from lit_dof.teacher.capture import capture_attention
 
 def valid_positions(batch: dict) -> torch.Tensor:
     """``(B, T)`` bool: True up to each row's last real token. Uses ``attention_mask`` when present, else
-    the last continuation target of a :func:`~lit_dof.evaluation.finetune.collate_choices` batch, else
+    the last continuation target of a :func:`~lit_dof.evaluation.multiple_choice.collate_choices` batch, else
     every position."""
     ids = batch["input_ids"]
     if batch.get("attention_mask") is not None:

@@ -3,7 +3,7 @@ twins is switched to a given set of linear layers and scored on fixed validation
 cached prefix (:mod:`lit_dof.hybrid.prefix`) so that only layers from the first linear one onwards run.
 
 Metrics: ``"accuracy"`` on multiple-choice items (lm-eval's ``acc``: argmax of summed option
-log-likelihoods, :mod:`lit_dof.evaluation.finetune`) and ``"acc_norm"`` (lm-eval's ``acc_norm``: argmax of
+log-likelihoods, :mod:`lit_dof.evaluation.multiple_choice`) and ``"acc_norm"`` (lm-eval's ``acc_norm``: argmax of
 log-likelihood per character of the option) — higher is better; ``"perplexity"`` on token blocks — lower
 is better.
 """
@@ -16,7 +16,7 @@ from typing import Literal
 
 import torch
 
-from lit_dof.evaluation.finetune import collate_choices, option_scores_from_logits, score_matrix
+from lit_dof.evaluation.multiple_choice import collate_choices, option_pairs, option_scores_from_logits, score_matrix
 from lit_dof.hybrid.prefix import PrefixCache
 from lit_dof.hybrid.search import higher_is_better
 
@@ -29,7 +29,7 @@ class HybridScorer:
 
     Args:
         student: the student holding a linear twin for every candidate layer.
-        batches: for ``"accuracy"`` batches from :func:`~lit_dof.evaluation.finetune.collate_choices`; for
+        batches: for ``"accuracy"`` batches from :func:`~lit_dof.evaluation.multiple_choice.collate_choices`; for
             ``"perplexity"`` ``{"input_ids": (B, T)}`` blocks.
         metric: ``"accuracy"``, ``"acc_norm"`` or ``"perplexity"``.
         prefix_cache: reuse the teacher's hidden states before the first linear layer (exact in float32;
@@ -100,10 +100,8 @@ class HybridScorer:
 
 
 def choice_batches(docs: list[dict], tokenizer, batch_size: int = 8, max_length: int = 512) -> list[dict]:
-    """Multiple-choice items in scorer batches (:func:`~lit_dof.evaluation.finetune.collate_choices`), grouped
+    """Multiple-choice items in scorer batches (:func:`~lit_dof.evaluation.multiple_choice.collate_choices`), grouped
     by length so that little of each batch is padding (accuracy does not depend on the grouping)."""
-    from lit_dof.evaluation.finetune import option_pairs
-
     size = [sum(len(c) + len(o) for c, o in option_pairs(doc)) for doc in docs]
     docs = [docs[i] for i in sorted(range(len(docs)), key=lambda i: size[i])]
     return [collate_choices(docs[i : i + batch_size], tokenizer, max_length) for i in range(0, len(docs), batch_size)]

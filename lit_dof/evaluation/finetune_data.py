@@ -1,0 +1,60 @@
+"""The data of per-task fine-tuning (:mod:`lit_dof.evaluation.finetune`): one multiple-choice task's training
+and evaluation splits (:mod:`lit_dof.evaluation.task_data`), batched with every option of each document
+(:func:`~lit_dof.evaluation.multiple_choice.collate_choices`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from lit_dof.evaluation import task_data
+from lit_dof.evaluation.multiple_choice import collate_choices
+from lit_dof.teacher.loading import load_tokenizer
+
+
+class MultipleChoiceDataModule(L.LightningDataModule):
+    """Training split and evaluation split of one task (:mod:`lit_dof.evaluation.task_data`).
+
+    Args:
+        task: one of :data:`~lit_dof.evaluation.task_data.TRAIN_SPLITS`.
+        data_dir: folder laid out like ../shared/data (default ``$LIT_DOF_DATA``).
+        tokenizer: tokenizer source (linked from ``model.teacher`` by the CLI).
+        batch_size: documents per batch (each brings all its options). seq_len: longest pair in tokens.
+        train_limit, eval_limit: use only the first this-many documents of each split.
+        mmlu_per_subject: evaluation subset for MMLU (see :func:`~lit_dof.evaluation.task_data.mmlu`).
+
+    Raises:
+        ValueError: a task without training data; FileNotFoundError: missing files.
+    """
+
+    def __init__(self, task: str = "arc_easy", data_dir: str | None = None, tokenizer: str = "smollm2-135m-instruct",
+                 batch_size: int = 4, seq_len: int = 512, train_limit: int | None = None,
+                 eval_limit: int | None = None, mmlu_per_subject: int | None = None, seed: int = 0) -> None:  # fmt: skip
+        super().__init__()
+        self.task, self.tokenizer_name, self.batch_size, self.seq_len = task, tokenizer, batch_size, seq_len
+        self.data_dir = data_dir or os.environ.get("LIT_DOF_DATA")
+        self.train_limit, self.eval_limit, self.mmlu_per_subject, self.seed = train_limit, eval_limit, mmlu_per_subject, seed
+        self.tokenizer = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if not self.data_dir:
+            raise FileNotFoundError("no task data: pass data.init_args.data_dir or set LIT_DOF_DATA")
+        self.tokenizer = self.tokenizer or load_tokenizer(self.tokenizer_name)
+        options = {"per_subject": self.mmlu_per_subject} if self.task == "mmlu" else {}
+        self.train_docs = task_data.load_train_split(self.task, self.data_dir)[: self.train_limit]
+        self.eval_docs = task_data.load_task(self.task, self.data_dir, **options)[: self.eval_limit]
+
+    def _loader(self, docs, shuffle: bool) -> DataLoader:
+        generator = torch.Generator().manual_seed(self.seed)
+        return DataLoader(docs, batch_size=self.batch_size, shuffle=shuffle, generator=generator,
+                          collate_fn=lambda b: collate_choices(b, self.tokenizer, self.seq_len))  # fmt: skip
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_docs, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.eval_docs, shuffle=False)
