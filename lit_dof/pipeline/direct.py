@@ -54,12 +54,13 @@ class DirectDistillation(LayerwiseDistillation):
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
         ids = batch["input_ids"]
-        out = self.student(ids, labels=ids, use_cache=False)
+        positions = self._position_ids(batch, batch_idx)
+        out = self.student(ids, labels=ids, position_ids=positions, use_cache=False)
         loss = out.loss
         self.log("train/ce", loss.detach(), prog_bar=True)
         if self.logit_kd > 0:
             with torch.no_grad(), self.student.teacher_mode():
-                teacher_logits = self.student(ids, use_cache=False).logits
+                teacher_logits = self.student(ids, position_ids=positions, use_cache=False).logits
             kd = logit_distillation_loss(out.logits, teacher_logits, temperature=self.kd_temperature)
             self.log("train/logit_kd", kd.detach())
             loss = loss + self.logit_kd * kd
