@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from lit_dof.evaluation import task_data
-from lit_dof.io import atomic_write_json
+from lit_dof.io import atomic_write_json, library_versions
 
 ORDERINGS = ("greedy", "dof", "loss", "uniform", "random")
 _VALIDATION_SPLITS = {
@@ -259,7 +259,6 @@ def search(
         ValueError: bad settings (unknown metric/ordering/shortlist, a bank without twins), or an ``out``
             written with other settings. FileNotFoundError: missing bank or data.
     """
-    import torch
     from lightning.pytorch.loggers import TensorBoardLogger
 
     from lit_dof.hybrid import report as hybrid_report
@@ -438,7 +437,7 @@ def search(
         data["timing"]["verify"] = sum(v["seconds"] for v in verify["scores"].values())
         state.save()
     data["num_layers"] = num_layers
-    data["versions"] = {"torch": torch.__version__, **hybrid_report.versions()}
+    data["versions"] = library_versions()
     state.save()
     if command:
         data["command"] = command

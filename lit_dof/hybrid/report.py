@@ -9,19 +9,10 @@ import io
 from pathlib import Path
 
 from lit_dof.hybrid.cli import hybrid_key
-from lit_dof.io import atomic_write_json, atomic_write_text
+from lit_dof.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 NAMES = {"greedy": "greedy search", "dof": "DoF-guided (low DoF first)", "loss": "local-loss-guided (low loss first)",
          "uniform": "uniform interleaving", "random": "random (seeded)"}  # fmt: skip
-
-
-def versions() -> dict:
-    """Versions of the libraries that produced the numbers."""
-    import transformers
-
-    import lit_dof
-
-    return {"transformers": transformers.__version__, "lit_dof": getattr(lit_dof, "__version__", "unknown")}
 
 
 def _within(score: float, threshold: float, metric: str) -> bool:
@@ -165,13 +156,22 @@ def markdown(data: dict, command: str | None = None) -> str:
 
 
 def plot(data: dict) -> bytes:
-    """PNG bytes: held-out score vs number of linear layers, one line per ordering."""
-    import matplotlib
+    """The report's figure: held-out score vs number of linear layers, one line per ordering.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Drawn on its own Agg canvas, outside pyplot (the process's matplotlib backend is left alone).
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    Args:
+        data: the report's numbers (``hybrid.json``).
+
+    Returns:
+        PNG bytes.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.2))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     for name, curve in data["curves"].items():
         ks = sorted(int(k) for k in curve)
         ax.plot([0, *ks], [data["teacher_heldout"], *(curve[str(k)] for k in ks)], marker="o", label=NAMES[name])
@@ -183,7 +183,6 @@ def plot(data: dict) -> bytes:
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=120)
-    plt.close(fig)
     return buffer.getvalue()
 
 
@@ -192,7 +191,4 @@ def write(data: dict, directory: Path, command: str | None = None) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     atomic_write_json(directory / "hybrid.json", data)
     atomic_write_text(directory / "hybrid.md", markdown(data, command))
-    png = plot(data)
-    tmp = directory / ".hybrid.png.tmp"
-    tmp.write_bytes(png)
-    tmp.replace(directory / "hybrid.png")
+    atomic_write_bytes(directory / "hybrid.png", plot(data))
