@@ -29,6 +29,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from lit_dof.data.corpus import check_corpus, is_heldout, iter_documents
+from lit_dof.teacher import DEFAULT_TEACHER
 
 CORPUS_ENV = "LIT_DOF_CORPUS"
 
@@ -152,7 +153,7 @@ class WikipediaDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        tokenizer: str = "smollm2-135m-instruct",
+        tokenizer: str = DEFAULT_TEACHER,
         path: str | None = None,
         hub_dataset: str = "wikimedia/wikipedia",
         hub_config: str | None = "20231101.en",

@@ -23,6 +23,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from lit_dof.evaluation import task_data
+from lit_dof.teacher import DEFAULT_TEACHER
 
 Trainable = Literal["all", "attention", "feature_maps"]
 
@@ -106,7 +107,7 @@ class MultipleChoiceDataModule(L.LightningDataModule):
         ValueError: a task without training data; FileNotFoundError: missing files.
     """
 
-    def __init__(self, task: str = "arc_easy", data_dir: str | None = None, tokenizer: str = "smollm2-135m-instruct",
+    def __init__(self, task: str = "arc_easy", data_dir: str | None = None, tokenizer: str = DEFAULT_TEACHER,
                  batch_size: int = 4, seq_len: int = 512, train_limit: int | None = None,
                  eval_limit: int | None = None, mmlu_per_subject: int | None = None, seed: int = 0) -> None:  # fmt: skip
         super().__init__()
@@ -154,7 +155,7 @@ class TaskFinetuning(L.LightningModule):
         ValueError: unknown ``trainable``/``selection``, or nothing to train.
     """
 
-    def __init__(self, teacher: str = "smollm2-135m-instruct", trainable: Trainable = "all", lr: float = 1e-5,
+    def __init__(self, teacher: str = DEFAULT_TEACHER, trainable: Trainable = "all", lr: float = 1e-5,
                  weight_decay: float = 0.0, warmup_steps: int = 10, seq_len: int = 512,
                  selection: Literal["best", "last"] = "best") -> None:  # fmt: skip
         super().__init__()

@@ -17,6 +17,7 @@ import torch
 from lit_dof.dof import dof_report
 from lit_dof.dof.estimator import RelativeTo
 from lit_dof.io import atomic_file
+from lit_dof.teacher import DEFAULT_TEACHER
 from lit_dof.teacher.capture import QKReservoir, capture_attention, pooled_vectors
 
 
@@ -32,7 +33,7 @@ class TeacherCapture(L.LightningModule):
 
     def __init__(
         self,
-        teacher: str = "smollm2-135m-instruct",
+        teacher: str = DEFAULT_TEACHER,
         seq_len: int = 512,
         num_samples: int = 1024,
         pooling: Literal["query_head", "kv_head"] = "query_head",
