@@ -1,5 +1,6 @@
 """Atomic writes: a killed process never leaves a half-written file or directory behind (the brief's rule); and
-recorded commands without this machine's paths (:func:`portable`)."""
+what records carry: library versions (:func:`library_versions`) and commands without this machine's paths
+(:func:`portable`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import IO
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 """The repository's root (the folder holding ``lit_dof/`` and ``configs/``)."""
@@ -60,17 +62,29 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``; the file
-    keeps the permissions of the one it replaces, else gets those ``open`` would give it (not ``mkstemp``'s
-    private ``0o600``)."""
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, binary: bool = True) -> Iterator[IO]:
+    """Yield a handle on a temporary file next to ``path``; on success it replaces ``path``.
+
+    The handle is flushed and synced, then renamed over ``path`` with ``os.replace``, so readers see either the
+    old complete file or the new complete one. On an exception the temporary file is removed and ``path`` is
+    untouched. The file keeps the permissions of the one it replaces, else gets those ``open`` would give it
+    (not ``mkstemp``'s private ``0o600``).
+
+    Args:
+        path: the file to write (its folder is created).
+        binary: a binary handle (``torch.save``, ``savefig``); else a UTF-8 text handle.
+
+    Yields:
+        The open handle.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as handle:
             os.fchmod(handle.fileno(), _plain_mode(target, directory=False))
-            handle.write(text)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
@@ -80,9 +94,57 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (:func:`atomic_file`).
+
+    Args:
+        path: the file to write (its folder is created).
+        data: its whole content.
+    """
+    with atomic_file(path) as handle:
+        handle.write(data)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`atomic_file`).
+
+    Args:
+        path: the file to write (its folder is created).
+        text: its whole content.
+    """
+    with atomic_file(path, binary=False) as handle:
+        handle.write(text)
+
+
 def atomic_write_json(path: str | os.PathLike, payload) -> None:
     """:func:`atomic_write_text` of ``json.dumps(payload, indent=2)``."""
     atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
+
+
+CORE_PACKAGES = ("torch", "transformers", "lit_dof")
+"""The libraries whose versions every DoF and hybrid record carries."""
+
+
+def library_versions(packages: Sequence[str] = CORE_PACKAGES) -> dict[str, str | None]:
+    """The installed versions of ``packages``, for the records a measurement writes.
+
+    Args:
+        packages: distribution names (``"lit-dof"`` and ``"lit_dof"`` both work); the keys of the result.
+
+    Returns:
+        ``{name: version}`` in the order given: the distribution's version (``importlib.metadata``), else the
+        ``__version__`` of an already imported module of that name (a checkout on ``sys.path``), else None.
+    """
+    import importlib.metadata as md
+
+    versions: dict[str, str | None] = {}
+    for package in packages:
+        try:
+            versions[package] = md.version(package)
+        except md.PackageNotFoundError:
+            module = sys.modules.get(package.replace("-", "_"))
+            versions[package] = getattr(module, "__version__", None)
+    return versions
 
 
 def portable(command: Sequence[str]) -> str:

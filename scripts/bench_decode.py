@@ -23,6 +23,7 @@ from transformers.cache_utils import DynamicCache
 from lit_dof.attention import LearnedPRF
 from lit_dof.runtime import tune_cpu_allocator
 from lit_dof.students import RecurrentStateLayer, linearize
+from lit_dof.teacher import DEFAULT_TEACHER
 from lit_dof.teacher.loading import load_teacher
 
 
@@ -82,7 +83,7 @@ def _nbytes(cache) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--teacher", default="smollm2-135m-instruct")
+    parser.add_argument("--teacher", default=DEFAULT_TEACHER)
     parser.add_argument("--contexts", type=int, nargs="+", default=[1024, 4096, 8192, 16384, 32768])
     parser.add_argument("--window", type=int, default=64)
     parser.add_argument("--sinks", type=int, default=4)

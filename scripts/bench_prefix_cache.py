@@ -15,10 +15,12 @@ import time
 
 import torch
 
+from lit_dof.teacher import DEFAULT_TEACHER
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--teacher", default="smollm2-135m-instruct")
+    parser.add_argument("--teacher", default=DEFAULT_TEACHER)
     parser.add_argument("--task", default="arc_easy")
     parser.add_argument("--items", type=int, default=48, help="validation items scored per evaluation")
     parser.add_argument("--layers", type=int, nargs="*", default=None, help="candidate swaps (default: all)")

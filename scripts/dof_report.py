@@ -16,12 +16,13 @@ import torch
 
 from lit_dof.data.corpus import iter_documents
 from lit_dof.dof import collect_samples, dof_report
+from lit_dof.teacher import DEFAULT_TEACHER
 from lit_dof.teacher.loading import load_teacher
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--teacher", default="smollm2-135m-instruct")
+    parser.add_argument("--teacher", default=DEFAULT_TEACHER)
     parser.add_argument("--corpus", default=os.path.join(os.environ.get("LIT_DOF_DATA", "../shared/data"), "wikipedia/enwiki_wikiextractor_AA.txt.gz"))
     parser.add_argument("--sequences", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=512)

@@ -13,9 +13,7 @@ from lit_dof.dof import (
     dof_eigvalsh,
     layer_dof,
     log_gram,
-    sample_pooled,
     select_lambda,
-    summarize_dof,
 )
 
 
@@ -151,17 +149,8 @@ def test_select_lambda_hits_target():
     lam = select_lambda(x, 0.3, search_samples=None, tolerance=0.002)
     frac = float(layer_dof(degrees_of_freedom(x, lam)).mean()) / 96
     assert frac == pytest.approx(0.3, abs=0.003)
-    summary = summarize_dof(x, lam)
-    assert len(summary.feature_dims) == 4 and summary.to_dict()["num_samples"] == 96
-    assert summary.feature_dims[0] < summary.feature_dims[-1]  # larger norms → more DoF → more features
-
-
-def test_sample_pooled():
-    q, k = torch.zeros(2, 10, 4), torch.ones(2, 30, 4)
-    s = sample_pooled(q, k, 20, torch.Generator().manual_seed(0))
-    assert s.shape == (2, 20, 4) and 0 < float(s.mean()) < 1
-    with pytest.raises(ValueError, match="num_samples"):
-        sample_pooled(q, k, 41)
+    dims = allocate_feature_dims(layer_dof(degrees_of_freedom(x, lam)), 8, "dof", num_samples=96)
+    assert len(dims) == 4 and dims[0] < dims[-1]  # larger norms → more DoF → more features
 
 
 @pytest.mark.parametrize(

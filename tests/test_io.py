@@ -7,7 +7,16 @@ import sys
 
 import pytest
 
-from lit_dof.io import REPO_ROOT, atomic_directory, atomic_write_json, atomic_write_text, portable
+from lit_dof.io import (
+    REPO_ROOT,
+    atomic_directory,
+    atomic_file,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    library_versions,
+    portable,
+)
 
 
 def test_atomic_directory_replaces_or_keeps(tmp_path):
@@ -35,6 +44,31 @@ def test_atomic_write_json(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert json.loads(path.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_atomic_file_replaces_or_keeps(tmp_path):
+    path = tmp_path / "samples.pt"
+    atomic_write_bytes(path, b"first")
+    with pytest.raises(RuntimeError):
+        with atomic_file(path) as handle:
+            handle.write(b"half")
+            raise RuntimeError("killed")
+    assert path.read_bytes() == b"first"
+    with atomic_file(path, binary=False) as handle:
+        handle.write("second")
+    assert path.read_text() == "second"
+    assert [p.name for p in tmp_path.iterdir()] == ["samples.pt"]
+
+
+def test_library_versions():
+    import torch
+
+    import lit_dof
+
+    versions = library_versions()
+    assert list(versions) == ["torch", "transformers", "lit_dof"]
+    assert versions["torch"] == torch.__version__ and versions["lit_dof"] == lit_dof.__version__
+    assert library_versions(["no-such-package-lit-dof"]) == {"no-such-package-lit-dof": None}
 
 
 @pytest.fixture

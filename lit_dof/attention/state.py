@@ -50,10 +50,6 @@ class LinearAttentionState:
         """Memory held by the state, in bytes (independent of the number of tokens seen)."""
         return sum(t.numel() * t.element_size() for t in (self.kv, self.k_sum, self.log_scale))
 
-    def detach(self) -> "LinearAttentionState":
-        """The same state cut from the autograd graph (for truncated backprop or caching)."""
-        return LinearAttentionState(self.kv.detach(), self.k_sum.detach(), self.log_scale.detach())
-
     def index_select(self, dim: int, index: Tensor) -> "LinearAttentionState":
         """Select batch rows (``dim=0``), e.g. for beam-search reordering."""
         return LinearAttentionState(

@@ -3,12 +3,12 @@ curves, and each curve relative to its reference row's."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lit_dof.comparison.lookup import cell_label, has_scores, reference_curve, validation_curves
 from lit_dof.comparison.summary import mean_of, spread_of
+from lit_dof.io import atomic_file
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -22,10 +22,8 @@ def plot(report: dict, path: Path) -> None:
         path: the PNG file (its folder is created).
     """
     fig = figure(report)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    os.replace(tmp, path)
+    with atomic_file(path) as handle:
+        fig.savefig(handle, format="png", dpi=120)
 
 
 def figure(report: dict) -> Figure:

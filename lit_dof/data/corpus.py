@@ -17,6 +17,22 @@ from pathlib import Path
 from typing import Iterator
 
 
+def is_heldout(index: int, val_every: int) -> bool:
+    """The held-out rule: document ``index`` (0-based, in corpus order) is validation iff ``index % val_every == 0``.
+
+    Deterministic, identical on every rank and every run; the training data module, its corpus check and the
+    held-out perplexity all split by it.
+
+    Args:
+        index: the document's position in the corpus.
+        val_every: every ``val_every``-th document is held out (the first included).
+
+    Returns:
+        Whether the document is held out.
+    """
+    return index % val_every == 0
+
+
 def _open_text(path: Path) -> io.TextIOBase:
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
@@ -98,7 +114,7 @@ def check_corpus(path: str | os.PathLike, tokenizer, *, seq_len: int, val_every:
     try:
         for i, doc in enumerate(iter_documents(path)):
             documents += 1
-            split = "val" if i % val_every == 0 else "train"
+            split = "val" if is_heldout(i, val_every) else "train"
             if found[split] < need[split]:
                 found[split] += len(tokenizer(doc, add_special_tokens=False)["input_ids"]) + eos
             if all(found[s] >= need[s] for s in need):

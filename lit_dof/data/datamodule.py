@@ -3,8 +3,9 @@
 * Source: a local file (``path``, or the ``LIT_DOF_CORPUS`` environment variable; plain text, ``.gz``,
   jsonl or WikiExtractor, see :mod:`lit_dof.data.corpus`), else the hub dataset ``wikimedia/wikipedia``
   streamed with ``datasets`` (``streaming=True``; nothing is downloaded in full).
-* Held-out split: document *i* (in corpus order) is validation iff ``i % val_every == 0`` — deterministic,
-  identical on every rank and every run; validation uses the first ``val_blocks`` packed blocks of it.
+* Held-out split: document *i* (in corpus order) is validation iff ``i % val_every == 0``
+  (:func:`~lit_dof.data.corpus.is_heldout`) — deterministic, identical on every rank and every run; validation
+  uses the first ``val_blocks`` packed blocks of it.
 * Training: the other documents, tokenised on the fly with an EOS after each, concatenated and cut into
   blocks of ``seq_len`` tokens; under DDP each rank takes every ``world_size``-th document (and each
   dataloader worker every ``num_workers``-th of those). Nothing is materialised beyond one block.
@@ -27,7 +28,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from lit_dof.data.corpus import check_corpus, iter_documents
+from lit_dof.data.corpus import check_corpus, is_heldout, iter_documents
+from lit_dof.teacher import DEFAULT_TEACHER
 
 CORPUS_ENV = "LIT_DOF_CORPUS"
 
@@ -89,7 +91,7 @@ class PackedBlocks(IterableDataset):
         shards, shard = self.world_size * workers, self.rank * workers + role
         n = 0
         for i, doc in enumerate(self.documents()):
-            if (i % self.val_every == 0) != (self.split == "val"):
+            if is_heldout(i, self.val_every) != (self.split == "val"):
                 continue
             if self.split == "train":
                 if n % shards == shard:
@@ -151,7 +153,7 @@ class WikipediaDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        tokenizer: str = "smollm2-135m-instruct",
+        tokenizer: str = DEFAULT_TEACHER,
         path: str | None = None,
         hub_dataset: str = "wikimedia/wikipedia",
         hub_config: str | None = "20231101.en",

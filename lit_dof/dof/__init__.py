@@ -8,19 +8,15 @@
 from lit_dof.dof.estimator import (
     STRATEGIES,
     DegenerateAllocationWarning,
-    DoFSummary,
     RelativeTo,
     Strategy,
     allocate_feature_dims,
     allocate_head_feature_dims,
     degrees_of_freedom,
     dof_eigvalsh,
-    gram_factors,
     layer_dof,
     log_gram,
-    sample_pooled,
     select_lambda,
-    summarize_dof,
 )
 from lit_dof.dof.report import DoFReport, collect_samples, dof_report, estimate_model_dof
 
@@ -28,7 +24,6 @@ __all__ = [
     "STRATEGIES",
     "DegenerateAllocationWarning",
     "DoFReport",
-    "DoFSummary",
     "RelativeTo",
     "Strategy",
     "allocate_feature_dims",
@@ -38,10 +33,7 @@ __all__ = [
     "dof_eigvalsh",
     "dof_report",
     "estimate_model_dof",
-    "gram_factors",
     "layer_dof",
     "log_gram",
-    "sample_pooled",
     "select_lambda",
-    "summarize_dof",
 ]

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass
 from typing import Literal, Sequence
 
 import torch
@@ -84,29 +83,17 @@ def _check_lambda(lam: float) -> float:
     return lam
 
 
-def gram_factors(x: Tensor) -> tuple[Tensor, Tensor]:
-    """The overflow-free factors of G = D R D / J (METHOD.md §2).
-
-    Args:
-        x: ``(..., J, d)`` pooled queries/keys of a head.
-
-    Returns:
-        ``(R, log_d2)``: R ``(..., J, J)`` float64 with entries exp(−‖x_i−x_j‖²/2s) ∈ (0, 1], and
-        ``log_d2`` ``(..., J)`` = ‖x_i‖²/s = log D_ii². Then log G_ij = ½log_d2_i + log R_ij + ½log_d2_j − log J.
-
-    Raises:
-        ValueError: J < 2 or non-finite input.
-    """
-    return _factors(_check_vectors(x))
-
-
 def _log_d2(x: Tensor) -> Tensor:
     """‖x_i‖²/s = log D_ii², ``(..., J, d) → (..., J)``."""
     return (x * x).sum(-1) / math.sqrt(x.shape[-1])
 
 
 def _factors(x: Tensor) -> tuple[Tensor, Tensor]:
-    """:func:`gram_factors` without input checks (any J ≥ 1, float64 input)."""
+    """The overflow-free factors ``(R, log_d2)`` of G = D R D / J (METHOD.md §2), without input checks.
+
+    R ``(..., J, J)`` has entries exp(−‖x_i−x_j‖²/2s) ∈ (0, 1] and ``log_d2`` ``(..., J)`` = ‖x_i‖²/s = log D_ii², so
+    log G_ij = ½log_d2_i + log R_ij + ½log_d2_j − log J. Any J ≥ 1, float64 input.
+    """
     s = math.sqrt(x.shape[-1])
     sq = (x * x).sum(-1)  # (..., J)
     dist2 = (sq.unsqueeze(-1) + sq.unsqueeze(-2) - 2.0 * (x @ x.transpose(-1, -2))).clamp_min_(0.0)
@@ -404,79 +391,3 @@ def _largest_remainder(units: Tensor, total: int, min_units: int) -> Tensor:
         base[i] -= 1
         short += 1
     return base
-
-
-@dataclass
-class DoFSummary:
-    """Result of a DoF estimate, serialisable to JSON with :meth:`to_dict`.
-
-    Attributes:
-        head_dof: per layer, per head N_λ — ``L`` lists of ``H`` floats.
-        layer_dof: per-layer max over heads — ``L`` floats.
-        lam: the ridge used (absolute, or the multiplier if ``relative_to`` is set).
-        relative_to: ``None``, ``"trace"`` or ``"max_eigenvalue"``.
-        num_samples: J.
-        head_size: C.
-        strategy: allocation strategy.
-        feature_dims: allocated M_s — ``L`` ints.
-    """
-
-    head_dof: list[list[float]]
-    layer_dof: list[float]
-    lam: float
-    relative_to: str | None
-    num_samples: int
-    head_size: int
-    strategy: str
-    feature_dims: list[int]
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def summarize_dof(
-    x: Tensor,
-    lam: float,
-    *,
-    strategy: Strategy = "dof",
-    relative_to: RelativeTo | None = None,
-    multiple_of: int = 1,
-) -> DoFSummary:
-    """Algorithm 1 end to end on captured vectors: per-head DoF, layer max, allocation.
-
-    Args:
-        x: ``(L, H, J, d)`` pooled query/key samples per layer and head.
-        lam, relative_to: see :func:`degrees_of_freedom`.
-        strategy, multiple_of: see :func:`allocate_feature_dims` (C = d).
-
-    Returns:
-        :class:`DoFSummary`.
-    """
-    if x.dim() != 4:
-        raise ValueError(f"x must have shape (L, H, J, d), got {tuple(x.shape)}")
-    heads = degrees_of_freedom(x, lam, relative_to=relative_to)
-    layers = layer_dof(heads)
-    J, d = x.shape[-2:]
-    dims = allocate_feature_dims(layers, d, strategy, multiple_of=multiple_of, num_samples=J)
-    return DoFSummary(heads.tolist(), layers.tolist(), float(lam), relative_to, J, d, strategy, dims)
-
-
-def sample_pooled(queries: Tensor, keys: Tensor, num_samples: int, generator: torch.Generator | None = None) -> Tensor:
-    """Draw J vectors uniformly without replacement from the pooled queries and keys of each head.
-
-    Args:
-        queries: ``(..., Nq, d)``; keys: ``(..., Nk, d)`` with the same leading dims.
-        num_samples: J ≤ Nq + Nk.
-
-    Returns:
-        ``(..., J, d)``.
-
-    Raises:
-        ValueError: J < 2 or more than the pool holds.
-    """
-    pool = torch.cat([queries, keys], dim=-2)
-    total = pool.shape[-2]
-    if not 2 <= num_samples <= total:
-        raise ValueError(f"num_samples J must be in [2, {total}] (pooled queries + keys), got {num_samples}")
-    idx = torch.randperm(total, generator=generator, device=pool.device)[:num_samples]
-    return pool.index_select(-2, idx)

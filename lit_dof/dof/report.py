@@ -29,7 +29,7 @@ from lit_dof.dof.estimator import (
     select_lambda,
 )
 from lit_dof.dof.sharded import sharded_head_dof
-from lit_dof.io import atomic_write_json
+from lit_dof.io import atomic_write_json, library_versions
 from lit_dof.teacher.capture import Pooling, QKReservoir, _as_inputs, capture_attention, pooled_vectors
 from lit_dof.teacher.families import attention_layers
 
@@ -98,14 +98,6 @@ class DoFReport:
         """
         with open(path, encoding="utf-8") as handle:
             return cls(**json.load(handle))
-
-
-def _versions() -> dict[str, str]:
-    import transformers
-
-    import lit_dof
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "lit_dof": lit_dof.__version__}
 
 
 @torch.no_grad()
@@ -261,6 +253,5 @@ def dof_report(
         head_dof=[next(it_heads) if ok else None for ok in lin],
         layer_dof=[next(it_layers) if ok else None for ok in lin],
         linearizable=lin, allocations=allocations, warnings=caught,
-        seconds={"dof": time.perf_counter() - start}, versions=_versions(),
+        seconds={"dof": time.perf_counter() - start}, versions=library_versions(),
     )  # fmt: skip
-

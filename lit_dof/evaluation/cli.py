@@ -13,6 +13,7 @@ import os
 
 from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.task_data import TASKS
+from lit_dof.teacher import DEFAULT_TEACHER
 
 
 def format_table(results: dict) -> str:
@@ -31,7 +32,7 @@ def format_table(results: dict) -> str:
 
 
 def evaluate(
-    model: str = "smollm2-135m-instruct",
+    model: str = DEFAULT_TEACHER,
     tasks: list[str] = list(TASKS),
     data_dir: str | None = None,
     limit: int | float | None = None,

@@ -20,6 +20,7 @@ import lightning as L
 import torch
 
 from lit_dof.evaluation.multiple_choice import option_scores, score_matrix
+from lit_dof.teacher import DEFAULT_TEACHER
 
 Trainable = Literal["all", "attention", "feature_maps"]
 
@@ -41,7 +42,7 @@ class TaskFinetuning(L.LightningModule):
         ValueError: unknown ``trainable``/``selection``, or nothing to train.
     """
 
-    def __init__(self, teacher: str = "smollm2-135m-instruct", trainable: Trainable = "all", lr: float = 1e-5,
+    def __init__(self, teacher: str = DEFAULT_TEACHER, trainable: Trainable = "all", lr: float = 1e-5,
                  weight_decay: float = 0.0, warmup_steps: int = 10, seq_len: int = 512,
                  selection: Literal["best", "last"] = "best") -> None:  # fmt: skip
         super().__init__()

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from lit_dof.evaluation import task_data
 from lit_dof.evaluation.multiple_choice import collate_choices
+from lit_dof.teacher import DEFAULT_TEACHER
 from lit_dof.teacher.loading import load_tokenizer
 
 
@@ -31,7 +32,7 @@ class MultipleChoiceDataModule(L.LightningDataModule):
         ValueError: a task without training data; FileNotFoundError: missing files.
     """
 
-    def __init__(self, task: str = "arc_easy", data_dir: str | None = None, tokenizer: str = "smollm2-135m-instruct",
+    def __init__(self, task: str = "arc_easy", data_dir: str | None = None, tokenizer: str = DEFAULT_TEACHER,
                  batch_size: int = 4, seq_len: int = 512, train_limit: int | None = None,
                  eval_limit: int | None = None, mmlu_per_subject: int | None = None, seed: int = 0) -> None:  # fmt: skip
         super().__init__()

@@ -22,6 +22,7 @@ from typing import Sequence
 import torch
 
 from lit_dof.evaluation.task_data import TASKS
+from lit_dof.io import library_versions
 
 TASK_DIR = Path(__file__).with_name("lm_eval_tasks")
 """Folder of the shipped lm-eval task YAMLs (``lit_dof_<task>.yaml``)."""
@@ -117,13 +118,6 @@ def device_label(device: str | torch.device) -> str:
 
 def provenance(**extra) -> dict:
     """Versions and machine of a measurement, plus ``extra`` (wall time in seconds, settings)."""
-    import importlib.metadata as md
-
-    versions = {}
-    for package in ("lit-dof", "lm_eval", "transformers", "torch", "datasets", "lightning"):
-        try:
-            versions[package] = md.version(package)
-        except md.PackageNotFoundError:
-            versions[package] = None
+    versions = library_versions(("lit-dof", "lm_eval", "transformers", "torch", "datasets", "lightning"))
     return {"versions": versions, "python": platform.python_version(), "machine": platform.machine(),
             "cpu_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(), **extra}  # fmt: skip

@@ -97,9 +97,9 @@ def text_tokens(texts: Iterable[str], tokenizer, max_tokens: int | None = None) 
 def heldout_documents(path: str | os.PathLike, val_every: int = 100) -> Iterator[str]:
     """The held-out documents of a corpus file: every ``val_every``-th, as
     :class:`~lit_dof.data.datamodule.WikipediaDataModule`'s validation split (never trained on)."""
-    from lit_dof.data.corpus import iter_documents
+    from lit_dof.data.corpus import is_heldout, iter_documents
 
-    return (doc for i, doc in enumerate(iter_documents(path)) if i % val_every == 0)
+    return (doc for i, doc in enumerate(iter_documents(path)) if is_heldout(i, val_every))
 
 
 def corpus_perplexity(model, tokenizer, path: str | os.PathLike, *, heldout: bool = True, val_every: int = 100,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from lit_dof.students.losses import output_error_sums
-from lit_dof.teacher.capture import capture_attention
+from lit_dof.teacher.capture import CapturedAttention, capture_attention
 
 
 def valid_positions(batch: dict) -> torch.Tensor:
@@ -52,16 +52,17 @@ def local_losses(student, batches: list[dict]) -> dict[int, float]:
     norm = {i: 0.0 for i in twins}
     for batch in batches:
         valid = valid_positions(batch)
-        captured: dict[int, tuple] = {}
+        captured: dict[int, CapturedAttention] = {}
 
         def record(index, q, k, v, pad, out):
-            captured[index] = (q, k, v, out)
+            captured[index] = CapturedAttention(q, k, v, out, pad)
 
         with torch.no_grad(), student.teacher_mode(), capture_attention(student.model, record):
             student(batch["input_ids"], use_cache=False)
         with torch.no_grad():
             for index, twin in twins.items():
-                e, n = output_error_sums(twin, *captured[index], valid)
+                c = captured[index]
+                e, n = output_error_sums(twin, c.q, c.k, c.v, c.out, valid)
                 err[index] += float(e)
                 norm[index] += float(n)
     return {i: err[i] / max(norm[i], torch.finfo(torch.float32).tiny) for i in twins}

@@ -9,20 +9,12 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-import transformers
-
-import lit_dof
 from lit_dof.hybrid.search import Tolerance
 from lit_dof.hybrid.state import hybrid_key
-from lit_dof.io import atomic_write_json, atomic_write_text
+from lit_dof.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 NAMES = {"greedy": "greedy search", "dof": "DoF-guided (low DoF first)", "loss": "local-loss-guided (low loss first)",
          "uniform": "uniform interleaving", "random": "random (seeded)"}  # fmt: skip
-
-
-def versions() -> dict:
-    """Versions of the libraries that produced the numbers."""
-    return {"transformers": transformers.__version__, "lit_dof": getattr(lit_dof, "__version__", "unknown")}
 
 
 def tolerance_of(data: dict) -> Tolerance:
@@ -168,12 +160,12 @@ def markdown(data: dict, command: str | None = None) -> str:
 
 def plot(data: dict) -> bytes:
     """PNG bytes: held-out score vs number of linear layers, one line per ordering."""
-    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig = Figure(figsize=(6.4, 4.2))  # its own Agg canvas: the process's matplotlib backend is left alone
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     for name, curve in data["curves"].items():
         ks = sorted(int(k) for k in curve)
         ax.plot([0, *ks], [data["teacher_heldout"], *(curve[str(k)] for k in ks)], marker="o", label=NAMES[name])
@@ -185,7 +177,6 @@ def plot(data: dict) -> bytes:
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=120)
-    plt.close(fig)
     return buffer.getvalue()
 
 
@@ -194,7 +185,4 @@ def write(data: dict, directory: Path, command: str | None = None) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     atomic_write_json(directory / "hybrid.json", data)
     atomic_write_text(directory / "hybrid.md", markdown(data, command))
-    png = plot(data)
-    tmp = directory / ".hybrid.png.tmp"
-    tmp.write_bytes(png)
-    tmp.replace(directory / "hybrid.png")
+    atomic_write_bytes(directory / "hybrid.png", plot(data))

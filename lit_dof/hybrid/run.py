@@ -53,6 +53,7 @@ from lit_dof.hybrid.search import (
     uniform_order,
 )
 from lit_dof.hybrid.state import SEARCH_FILE, SearchState
+from lit_dof.io import library_versions
 from lit_dof.students import load_student
 from lit_dof.teacher.loading import load_tokenizer
 
@@ -369,7 +370,7 @@ class HybridSearch:
         """Record the model size, versions and command; write the report (``report_dir``, else ``out``)."""
         data = ws.data
         data["num_layers"] = ws.num_layers
-        data["versions"] = {"torch": torch.__version__, **report.versions()}
+        data["versions"] = library_versions()
         ws.state.save()
         if self.command:
             data["command"] = self.command

@@ -233,8 +233,3 @@ def random_order(layers: Sequence[int], seed: int = 0) -> list[int]:
     order = list(layers)
     random.Random(seed).shuffle(order)
     return order
-
-
-def ordering_curve(order: Sequence[int], scorer: Scorer, counts: Iterable[int]) -> dict[int, float]:
-    """Score of the hybrid whose linear layers are the first ``k`` of ``order``, for each ``k`` in ``counts``."""
-    return {k: scorer(frozenset(order[:k])) for k in counts}

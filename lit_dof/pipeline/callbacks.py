@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import lightning as L
 import torch
@@ -19,6 +19,10 @@ from lit_dof.dof.estimator import RelativeTo
 from lit_dof.dof.report import collect_samples, dof_report
 from lit_dof.students.surgery import layer_mean_dims
 from lit_dof.teacher.families import attention_layers
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 ALLOCATOR_STRATEGIES = (*STRATEGIES, "dof_head")
 
@@ -186,15 +190,27 @@ class FeatureDimAllocator(L.Callback):
         return [next(dims) if ok else report.head_size for ok in report.linearizable]
 
 
-def dof_heatmap(report: DoFReport):
-    """Matplotlib figure: per-head DoF, layers × heads."""
-    import matplotlib
+def _figure(figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    """A figure with one axes on its own Agg canvas (no pyplot, no ``matplotlib.use``)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots()
 
+
+def dof_heatmap(report: DoFReport) -> Figure:
+    """Per-head DoF, layers × heads (softmax layers blank).
+
+    Args:
+        report: the DoF report.
+
+    Returns:
+        A figure on its own Agg canvas, outside pyplot (the process's matplotlib backend is left alone).
+    """
     rows = [r if r is not None else [float("nan")] * len(next(x for x in report.head_dof if x)) for r in report.head_dof]
-    fig, ax = plt.subplots(figsize=(6, 0.18 * len(rows) + 1.5))
+    fig, ax = _figure(figsize=(6, 0.18 * len(rows) + 1.5))
     image = ax.imshow(torch.tensor(rows).numpy(), aspect="auto", cmap="viridis")
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
@@ -204,15 +220,18 @@ def dof_heatmap(report: DoFReport):
     return fig
 
 
-def dims_bar_chart(report: DoFReport, dims: list[int] | None):
-    """Matplotlib figure: allocated feature dims per layer (and the uniform budget C)."""
-    import matplotlib
+def dims_bar_chart(report: DoFReport, dims: list[int] | None) -> Figure:
+    """Allocated feature dims per layer (per-head dims: their mean over KV heads) and the uniform budget C.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Args:
+        report: the DoF report.
+        dims: the allocated dims; None plots the uniform allocation.
 
+    Returns:
+        A figure on its own Agg canvas, outside pyplot (the process's matplotlib backend is left alone).
+    """
     dims = layer_mean_dims(dims or report.feature_dims("fix"))  # per-head dims: the mean over KV heads
-    fig, ax = plt.subplots(figsize=(7, 3))
+    fig, ax = _figure(figsize=(7, 3))
     ax.bar(range(len(dims)), dims)
     ax.axhline(report.head_size, color="k", linestyle="--", linewidth=1, label=f"C = {report.head_size}")
     ax.set_xlabel("layer")

@@ -16,6 +16,8 @@ import torch
 
 from lit_dof.dof import dof_report
 from lit_dof.dof.estimator import RelativeTo
+from lit_dof.io import atomic_file
+from lit_dof.teacher import DEFAULT_TEACHER
 from lit_dof.teacher.capture import QKReservoir, capture_attention, pooled_vectors
 
 
@@ -31,7 +33,7 @@ class TeacherCapture(L.LightningModule):
 
     def __init__(
         self,
-        teacher: str = "smollm2-135m-instruct",
+        teacher: str = DEFAULT_TEACHER,
         seq_len: int = 512,
         num_samples: int = 1024,
         pooling: Literal["query_head", "kv_head"] = "query_head",
@@ -76,7 +78,6 @@ class TeacherCapture(L.LightningModule):
                             pooling=self.pooling, target_fraction=self.target_fraction, seed=self.seed,
                             name=self.teacher_name)  # fmt: skip
         report.save(os.path.join(out, "dof.json"))
-        tmp = os.path.join(out, ".qk_samples.pt.tmp")
-        torch.save({i: v.clone() for i, v in self.reservoir.vectors.items()}, tmp)
-        os.replace(tmp, os.path.join(out, "qk_samples.pt"))
+        with atomic_file(os.path.join(out, "qk_samples.pt")) as handle:
+            torch.save({i: v.clone() for i, v in self.reservoir.vectors.items()}, handle)
         self.report = report

@@ -19,13 +19,12 @@ import torch
 from torchmetrics.aggregation import MeanMetric
 from torchmetrics.text import Perplexity
 
-from lit_dof.attention import FeatureMap, LearnedPRF
+from lit_dof.attention import FeatureMapFactory, LearnedPRF
 from lit_dof.precision import DtypeName, fp32_region, resolve_dtype
 from lit_dof.students.lora import LoRA, add_lora, has_adapters, merged_state_dict
 from lit_dof.students.modeling import LitDofForCausalLM, linearize
+from lit_dof.teacher import DEFAULT_TEACHER
 from lit_dof.teacher.families import attention_layers
-
-FeatureMapFactory = Callable[[int, int, int], FeatureMap]
 
 
 class StudentModule(L.LightningModule):
@@ -69,7 +68,7 @@ class StudentModule(L.LightningModule):
 
     def __init__(
         self,
-        teacher: str = "smollm2-135m-instruct",
+        teacher: str = DEFAULT_TEACHER,
         feature_map: FeatureMapFactory = LearnedPRF,
         feature_dim: int | None = None,
         softmax_layers: Sequence[int] = (),

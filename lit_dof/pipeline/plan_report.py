@@ -19,6 +19,7 @@ from lit_dof.pipeline.plan import (
     plan_phases,
     resolve_teacher_config,
 )
+from lit_dof.teacher import DEFAULT_TEACHER
 
 
 def settings_from_config(config) -> RunSettings:
@@ -62,7 +63,7 @@ def settings_from_config(config) -> RunSettings:
     cap = {"fix": 1, "dof_clip": 1}.get(alloc.strategy, 3)  # dof: a layer's M up to ≈ 3C (2.4C on SmolLM2)
     direct = class_path.endswith("DirectDistillation")
     return RunSettings(
-        teacher=str(margs.get("teacher", "smollm2-135m-instruct")), accelerator=accelerator, devices=int(devices),
+        teacher=str(margs.get("teacher", DEFAULT_TEACHER)), accelerator=accelerator, devices=int(devices),
         num_nodes=int(trainer.num_nodes or 1), sharded=sharded,
         teacher_dtype=resolve_dtype(margs.get("teacher_dtype", "auto"), trainer.precision),
         batch_size=int(dargs.get("batch_size", 1)), seq_len=int(dargs.get("seq_len", 512)),

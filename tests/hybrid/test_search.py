@@ -13,7 +13,6 @@ from lit_dof.hybrid.search import (
     greedy_replacement,
     higher_is_better,
     loss_order,
-    ordering_curve,
     random_order,
     uniform_order,
 )
@@ -120,4 +119,3 @@ def test_orderings():
         chosen = sorted(order[:k])
         assert max(b - a for a, b in zip(chosen, chosen[1:])) <= 2 * 30 / (k - 1) + 1
     assert random_order(range(10), seed=3) == random_order(range(10), seed=3) != list(range(10))
-    assert ordering_curve([1, 3, 2], additive, [0, 2]) == {0: 1.0, 2: pytest.approx(0.996)}
