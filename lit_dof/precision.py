@@ -25,6 +25,9 @@ HALF_DTYPES = (torch.float16, torch.bfloat16)
 DtypeName = Literal["auto", "float32", "bfloat16", "float16"]
 """A dtype option's value: ``"auto"`` follows the trainer's precision (:func:`precision_dtype`)."""
 
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""The dtype names a dtype option accepts besides ``"auto"``."""
+
 _TRUE_HALF = {"bf16-true": torch.bfloat16, "16-true": torch.float16}
 
 
@@ -89,10 +92,9 @@ def resolve_dtype(name: DtypeName, precision: str | int | None) -> torch.dtype:
     """
     if name == "auto":
         return precision_dtype(precision)
-    named = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if name not in named:
-        raise ValueError(f"dtype must be 'auto' or one of {', '.join(named)}, got {name!r}")
-    return named[name]
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be 'auto' or one of {', '.join(DTYPES)}, got {name!r}")
+    return DTYPES[name]
 
 
 class Float32Parameters(nn.Module):

@@ -46,7 +46,8 @@ class Comparison:
             to every fit, in ``C<budget>/seed<s>/<row>``. The teacher has no seed: one cell serves all.
 
     Raises:
-        ValueError: an unknown device; RuntimeError: ``cuda`` asked for where none is available.
+        DeviceError: an unknown device, or ``cuda`` asked for where none is available
+            (:func:`~lit_dof.devices.resolve_device`).
     """
 
     out: Path
@@ -68,15 +69,9 @@ class Comparison:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        import torch
+        from lit_dof.devices import resolve_device
 
-        if self.device == "auto":
-            self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        kind, _, index = self.device.partition(":")
-        if kind not in ("cpu", "cuda") or (index and not (kind == "cuda" and index.isdigit())):
-            raise ValueError(f"device {self.device!r}: use auto, cpu or cuda[:index]")
-        if kind == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(f"device {self.device!r} asked for, but torch sees no CUDA device: use --device cpu")
+        self.device = str(resolve_device(self.device))
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed {self.seed!r}: use an integer ≥ 0")
         # Fits and fine-tuning runs are subprocesses *in the cell directory*: relative paths given on the
@@ -181,7 +176,7 @@ class Comparison:
         return ["--trainer.accelerator=gpu", f"--trainer.devices=[{device.index or 0}]"] if device.type == "cuda" else []
 
     def device_label(self) -> str:
-        from lit_dof.evaluation.harness import device_label
+        from lit_dof.devices import device_label
 
         return device_label(self.device)
 

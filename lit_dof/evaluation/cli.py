@@ -2,6 +2,7 @@
 
     lit-dof eval --model smollm2-135m-instruct --tasks '[arc_easy, piqa]' --data_dir ../shared/data
     lit-dof eval --model runs/quickstart/version_0/student --limit 200 --output eval.json
+    lit-dof eval --model smollm2-135m-instruct --device cuda:1 --dtype bfloat16
 
 Prints a table (acc and acc_norm with standard errors, examples per task) and, with ``--output``, writes
 the numbers and their provenance (versions, settings, wall time) as JSON, atomically.
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 import os
 
+from lit_dof.devices import device_errors_exit, resolve_device, resolve_model_dtype
 from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.task_data import TASKS
+from lit_dof.precision import DtypeName
 from lit_dof.teacher import DEFAULT_TEACHER
 
 
@@ -40,6 +43,8 @@ def evaluate(
     mmlu_per_subject: int | None = None,
     builtin: bool = False,
     output: str | None = None,
+    device: str = "auto",
+    dtype: DtypeName = "auto",
 ) -> dict:
     """Evaluate ``model`` zero-shot on ``tasks`` and print the table.
 
@@ -52,14 +57,25 @@ def evaluate(
         mmlu_per_subject: first this-many MMLU questions per subject (fixed stratified subset; 18 → 1026).
         builtin: use lm-eval's built-in tasks of the same names (downloads from the hub; online only).
         output: JSON file for the results and their provenance.
+        device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
+        dtype: ``auto`` (the model's own: float32 for a teacher, the recorded dtype for a student), ``float32``,
+            ``bfloat16`` or ``float16``.
+
+    Returns:
+        the results (``tasks`` and ``provenance``, as written to ``output``).
+
+    Raises:
+        DeviceError: an unknown ``device``/``dtype``, or CUDA where there is none (before the model loads).
     """
     from lit_dof.evaluation.harness import evaluate_model
     from lit_dof.io import atomic_write_json
 
-    loaded, tokenizer = load_model(model)
+    where, parameters = resolve_device(device), resolve_model_dtype(dtype)
+    loaded, tokenizer = load_model(model, device=where, dtype=parameters)
     results = evaluate_model(loaded, tokenizer, tasks, data_dir=data_dir, limit=limit, batch_size=batch_size,
                              mmlu_per_subject=mmlu_per_subject, builtin=builtin)  # fmt: skip
     results["provenance"]["model"] = model
+    results["provenance"]["dtype"] = str(next(loaded.parameters()).dtype).removeprefix("torch.")
     results["provenance"]["data_dir"] = str(data_dir or os.environ.get("LIT_DOF_DATA"))
     print(format_table(results))
     print(f"wall time {results['provenance']['seconds']:.1f} s")
@@ -69,7 +85,15 @@ def evaluate(
 
 
 def main(args: list[str] | None = None) -> None:
-    """Entry of ``lit-dof eval`` (jsonargparse CLI over :func:`evaluate`)."""
+    """Entry of ``lit-dof eval`` (jsonargparse CLI over :func:`evaluate`).
+
+    Args:
+        args: the arguments after ``eval`` (default: the process's).
+
+    Raises:
+        SystemExit: ``--help``, or a usage error (a bad ``--device``/``--dtype`` too: message on stderr, code 2).
+    """
     from jsonargparse import auto_cli
 
-    auto_cli(evaluate, args=args, as_positional=False, prog="lit-dof eval")
+    with device_errors_exit("lit-dof eval"):
+        auto_cli(evaluate, args=args, as_positional=False, prog="lit-dof eval")

@@ -21,6 +21,7 @@ from typing import Sequence
 
 import torch
 
+from lit_dof.devices import device_label  # noqa: F401 (re-exported: harness.device_label)
 from lit_dof.evaluation.task_data import TASKS
 from lit_dof.io import library_versions
 
@@ -107,13 +108,6 @@ def evaluate_model(
     return {"tasks": results, "provenance": provenance(tasks=list(tasks), limit=limit, batch_size=batch_size,
                                                      mmlu_per_subject=mmlu_per_subject, seconds=seconds,
                                                      device=device_label(next(model.parameters()).device))}  # fmt: skip
-
-
-def device_label(device: str | torch.device) -> str:
-    """A measurement's device in words: ``"cpu"`` or ``"cuda (NVIDIA H100 80GB HBM3)"`` (provenance keeps the
-    CPU thread count apart, in ``cpu_threads``)."""
-    device = torch.device(device)
-    return f"cuda ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else device.type
 
 
 def provenance(**extra) -> dict:

@@ -20,7 +20,7 @@ from lit_dof.comparison.plots import figure, plot
 from lit_dof.comparison.render import _fmt_tokens, curve_table, markdown, paired_table, seed_table
 from lit_dof.comparison.report import write_report
 from lit_dof.comparison.rows import ROWS
-from lit_dof.evaluation.harness import device_label
+from lit_dof.devices import DeviceError, device_label
 from lit_dof.evaluation.stats import paired_difference
 from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
 
@@ -349,10 +349,10 @@ def test_l2_rows_are_paired_with_fix_trained_with_the_same_loss(tmp_path):
 
 
 def test_the_device_reaches_every_stage_and_every_record_names_it(tmp_path):
-    with pytest.raises(ValueError, match="use auto, cpu or cuda"):
+    with pytest.raises(DeviceError, match="use auto, cpu, cuda or cuda:N"):
         Comparison(out=tmp_path, device="tpu")
     if not torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="no CUDA device: use --device cpu"):
+        with pytest.raises(DeviceError, match="no CUDA device: use --device cpu"):
             Comparison(out=tmp_path, device="cuda")
     runner = Comparison(out=tmp_path, device="auto", fit_args=("--trainer.max_steps=5",))
     assert runner.device == ("cuda" if torch.cuda.is_available() else "cpu")
