@@ -7,7 +7,7 @@
 
 ``fit``, ``validate``, ``test`` and ``predict`` are :class:`~lit_dof.pipeline.cli.LitDofCLI` (a LightningCLI:
 repeated ``--config``, ``--print_config``, top-level options before the subcommand as in
-``lit-dof --config run.yaml fit``); ``eval``, ``compare``, ``hybrid`` and ``plan`` are jsonargparse commands
+``lit-dof --config run.yaml fit``); ``eval``, ``compare``, ``hybrid``, ``generate`` and ``plan`` are jsonargparse commands
 of their modules; ``configs`` lists, prints and copies the shipped configs (:mod:`lit_dof.config_files`).
 This module imports none of them until one is run, so ``--help``, ``--version`` and ``configs`` answer at
 once. ``python -m lit_dof`` is the same command.
@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "compare": "Train and evaluate every method alike; resumable; a report.",
     "hybrid": "Choose which blocks to linearise; export and compare hybrids.",
     "plan": "GPU memory and host RAM per rank of a fit command line.",
+    "generate": "Generate text from a teacher, student or hybrid: tokens/s, cache bytes.",
     "configs": "List, show or copy the shipped YAML configs.",
 }
 """Every ``lit-dof`` subcommand and its one-line description (the top-level ``--help``)."""
@@ -162,6 +163,10 @@ def main(args: Sequence[str] | None = None) -> None:
         from lit_dof.hybrid.cli import main as hybrid_main
 
         hybrid_main(argv[1:])
+    elif command == "generate":
+        from lit_dof.generation import main as generate_main
+
+        generate_main(argv[1:])
     elif command == "plan":
         from lit_dof.pipeline.cli import plan_main
 

@@ -45,7 +45,7 @@ def test_help_lists_every_command_without_importing_lightning():
     listed = {line.split()[0]: " ".join(line.split()[1:]) for line in result.stdout.splitlines()
               if line.startswith("    ") and line.split()[0] in COMMANDS}  # fmt: skip
     assert set(listed) == set(COMMANDS) == {"fit", "validate", "test", "predict", "eval", "compare", "hybrid",
-                                            "plan", "configs"}  # fmt: skip
+                                            "plan", "generate", "configs"}  # fmt: skip
     assert listed == COMMANDS  # one line each, as written
     probe = ("import sys\nfrom lit_dof.cli import main\ntry: main(['--help'])\n"
              "except SystemExit: print(sorted(m for m in ('lightning', 'torch', 'transformers') if m in sys.modules))")
