@@ -12,8 +12,10 @@ import sys
 
 from jsonargparse import auto_cli
 
+from lit_dof.devices import device_errors_exit
 from lit_dof.hybrid.run import ORDERINGS, HybridSearch
 from lit_dof.io import portable
+from lit_dof.precision import DtypeName
 
 
 def search(
@@ -40,6 +42,8 @@ def search(
     out: str = "runs/hybrid/search",
     report_dir: str | None = None,
     command: str | None = None,
+    device: str = "auto",
+    dtype: DtypeName = "auto",
 ) -> dict:
     """Search a hybrid within ``tolerance`` of the teacher, export it, compare orderings on held-out items.
 
@@ -74,13 +78,19 @@ def search(
         out: run directory (``search.json``, ``tensorboard/``, ``best/``, ``most_linear/``).
         report_dir: also write ``hybrid.md``/``.json``/``.png`` there (default: ``out``).
         command: the command line recorded in the report (``lit-dof hybrid`` fills it in).
+        device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``: where the bank and
+            the items go.
+        dtype: ``auto`` (the bank's recorded dtype), ``float32``, ``bfloat16`` or ``float16`` for the teacher's
+            weights (the feature maps stay float32); the exported hybrids are saved in it. A dtype other than
+            ``auto`` is part of the settings a resumed run must repeat.
 
     Returns:
         the contents of ``search.json``.
 
     Raises:
         ValueError: bad settings (unknown metric/ordering/shortlist, a bank without twins), or an ``out``
-            written with other settings. FileNotFoundError: missing bank or data.
+            written with other settings. FileNotFoundError: missing bank or data. DeviceError: an unknown
+            device or dtype, or CUDA where there is none (before the bank loads).
     """
     settings = dict(locals())  # the parameters above, nothing else yet
     return HybridSearch(**settings).run()
@@ -90,4 +100,5 @@ def main(args: list[str] | None = None) -> None:
     """``lit-dof hybrid``: :func:`search` from the command line (jsonargparse; ``--config`` works). The
     command line is recorded in the report, without this machine's paths."""
     args = sys.argv[2:] if args is None else list(args)
-    auto_cli(search, args=[*args, "--command", portable(["lit-dof", "hybrid", *args])], prog="lit-dof hybrid")
+    with device_errors_exit("lit-dof hybrid"):
+        auto_cli(search, args=[*args, "--command", portable(["lit-dof", "hybrid", *args])], prog="lit-dof hybrid")

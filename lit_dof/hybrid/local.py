@@ -22,7 +22,7 @@ def valid_positions(batch: dict) -> torch.Tensor:
     if batch.get("attention_mask") is not None:
         return batch["attention_mask"].bool()
     if "targets" in batch:
-        positions = torch.arange(ids.shape[1])
+        positions = torch.arange(ids.shape[1], device=ids.device)
         last = torch.where(batch["targets"] != -100, positions, -1).amax(-1)  # (B,)
         return positions[None, :] <= last[:, None]
     return torch.ones_like(ids, dtype=torch.bool)

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from lit_dof.devices import device_label, resolve_device, resolve_model_dtype
 from lit_dof.hybrid import report
 from lit_dof.hybrid.bank import bank_recipe, check_bank, layer_dof
 from lit_dof.hybrid.items import Items, task_items, text_blocks
@@ -54,6 +55,7 @@ from lit_dof.hybrid.search import (
 )
 from lit_dof.hybrid.state import SEARCH_FILE, SearchState
 from lit_dof.io import library_versions
+from lit_dof.precision import DtypeName
 from lit_dof.students import load_student
 from lit_dof.teacher.loading import load_tokenizer
 
@@ -65,6 +67,11 @@ def default_counts(most_linear: int, num_layers: int) -> list[int]:
     """Four evenly spaced counts of linear layers up to the greedy search's most-linear hybrid (at least 4)."""
     top = max(most_linear, min(4, num_layers))
     return sorted({max(1, round(top * j / 4)) for j in range(1, 5)})
+
+
+def _on(batches: list[dict], device: torch.device) -> list[dict]:
+    """``batches`` with every tensor moved to ``device`` (the scorers index logits with them)."""
+    return [{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in batches]
 
 
 def _lowest(rank: dict[int, float], k: int, current: frozenset, remaining: list[int]) -> list[int]:
@@ -125,7 +132,8 @@ class HybridSearch:
     and its stages. :meth:`run` runs them all.
 
     Raises:
-        ValueError: an unknown metric, shortlist or ordering.
+        ValueError: an unknown metric, shortlist or ordering. DeviceError: an unknown device or dtype, or CUDA
+            where there is none.
     """
 
     bank: str = "runs/hybrid/twins/version_0/student"
@@ -151,8 +159,12 @@ class HybridSearch:
     out: str = "runs/hybrid/search"
     report_dir: str | None = None
     command: str | None = None
+    device: str = "auto"
+    dtype: DtypeName = "auto"
 
     def __post_init__(self) -> None:
+        self.torch_device = resolve_device(self.device)  # DeviceError before anything loads
+        self.torch_dtype = resolve_model_dtype(self.dtype)
         if self.metric not in METRICS:
             raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
         if self.shortlist not in (None, "loss", "dof"):
@@ -173,7 +185,8 @@ class HybridSearch:
                 "corpus": str(self.corpus) if self.perplexity else None, "search_items": self.search_items,
                 "heldout_items": self.heldout_items, "tolerance": self.tolerance, "relative": self.relative,
                 "shortlist": self.shortlist, "shortlist_k": self.shortlist_k, "max_linear": self.max_linear,
-                "prefix_cache": self.prefix_cache, "seed": self.seed}  # fmt: skip
+                "prefix_cache": self.prefix_cache, "seed": self.seed,
+                **({"dtype": self.dtype} if self.dtype != "auto" else {})}  # fmt: skip (records before dtype resume)
 
     def task_data_dir(self) -> str:
         """``data_dir``, else ``$LIT_DOF_DATA``.
@@ -202,10 +215,14 @@ class HybridSearch:
                 raise ValueError("metric 'perplexity' needs --corpus (a text file)")
             search, confirm, heldout, where = text_blocks(self.corpus, tokenizer, self.block, self.search_items,
                                                           self.heldout_items, self.confirm_items)  # fmt: skip
-            return Items(search, confirm, heldout, len(confirm), where)
+            on = functools.partial(_on, device=self.torch_device)
+            return Items(on(search), on(confirm), on(heldout), len(confirm), where)
         search, confirm, heldout, where = task_items(self.task, self.task_data_dir(), self.search_items,
                                                      self.heldout_items, self.seed, self.confirm_items)  # fmt: skip
-        batch = functools.partial(choice_batches, tokenizer=tokenizer, batch_size=self.batch_size)
+
+        def batch(docs):
+            return _on(choice_batches(docs, tokenizer, self.batch_size), self.torch_device)
+
         return Items(batch(search), batch(confirm) if confirm else [], batch(heldout), len(confirm), where)
 
     def open(self) -> Workspace:
@@ -219,7 +236,8 @@ class HybridSearch:
         out = Path(self.out)
         out.mkdir(parents=True, exist_ok=True)
         state = SearchState(out / SEARCH_FILE, self.settings)
-        student = load_student(self.bank).eval().requires_grad_(False)
+        dtype = {} if self.torch_dtype is None else {"dtype": self.torch_dtype}
+        student = load_student(self.bank, **dtype).to(self.torch_device).eval().requires_grad_(False)
         tokenizer = load_tokenizer(self.bank)
         candidates = sorted(student.linear_modules())
         if not candidates:
@@ -350,9 +368,9 @@ class HybridSearch:
         if self.perplexity:
             first = self.search_items + self.heldout_items + ws.items.confirm_count
             batches = text_blocks(self.corpus, ws.tokenizer, self.block, first, self.verify_items)[2]
-            return batches, len(batches)
+            return _on(batches, self.torch_device), len(batches)
         docs = task_items(self.task, self.task_data_dir(), self.search_items, self.verify_items, self.seed)[2]
-        return choice_batches(docs, ws.tokenizer, self.batch_size), len(docs)
+        return _on(choice_batches(docs, ws.tokenizer, self.batch_size), self.torch_device), len(docs)
 
     def verify(self, ws: Workspace, hybrids: dict[str, list[int]]) -> None:
         """Stage 6: a final, precise check of the teacher and the exported hybrids on more held-out items."""
@@ -371,6 +389,8 @@ class HybridSearch:
         data = ws.data
         data["num_layers"] = ws.num_layers
         data["versions"] = library_versions()
+        data["device"] = device_label(self.torch_device)
+        data["dtype"] = str(ws.student.dtype).removeprefix("torch.")
         ws.state.save()
         if self.command:
             data["command"] = self.command

@@ -127,3 +127,28 @@ def test_search_on_perplexity_exports_the_teacher_when_no_swap_passes(bank, tmp_
         search(str(bank), data_dir=str(DATA), shortlist="random", out=str(tmp_path / "t"))
     with pytest.raises(FileNotFoundError, match="hybrid/twins.yaml"):
         search(str(tmp_path / "missing"), data_dir=str(DATA), out=str(tmp_path / "u"))
+
+
+@needs_data
+def test_search_runs_in_the_dtype_asked_for_and_records_device_and_dtype(bank, tmp_path):
+    from lit_dof.hybrid.cli import search
+    from tests.conftest import WIKIPEDIA
+
+    data = search(str(bank), metric="perplexity", corpus=str(WIKIPEDIA), block=32, search_items=2, heldout_items=2,
+                  tolerance=0.0, shortlist=None, out=str(tmp_path / "s"), orderings=["uniform"], device="cpu",
+                  dtype="bfloat16")  # fmt: skip
+    assert data["device"] == "cpu" and data["dtype"] == "bfloat16" and data["settings"]["dtype"] == "bfloat16"
+    exported = load_student(tmp_path / "s" / "most_linear")
+    assert exported.dtype == torch.bfloat16  # exported in the dtype it was searched in, feature maps in float32
+    assert all(p.dtype == torch.float32 for m in exported.linear_modules().values() for p in m.parameters())
+
+
+@pytest.mark.parametrize("option, message", [("--device=tpu", "device 'tpu': use auto, cpu, cuda or cuda:N"),
+                                             ("--dtype=float64", "'auto', 'float32', 'bfloat16', 'float16'")])  # fmt: skip
+def test_bad_device_or_dtype_is_refused_before_the_bank_loads(capsys, tmp_path, option, message):
+    from lit_dof.hybrid.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--bank", str(tmp_path / "missing"), "--out", str(tmp_path / "s"), option])  # no bank: not loaded
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()

@@ -25,3 +25,14 @@ def test_settings_are_validated_at_once_and_recorded_by_metric():
     assert accuracy["task"] == "arc_easy" and accuracy["corpus"] is None
     ppl = HybridSearch(metric="perplexity", corpus="wiki.txt").settings
     assert ppl["task"] is None and ppl["corpus"] == "wiki.txt"
+
+
+def test_device_and_dtype_are_validated_at_once_and_dtype_recorded_unless_auto():
+    from lit_dof.devices import DeviceError
+
+    with pytest.raises(DeviceError, match="use auto, cpu, cuda or cuda:N"):
+        HybridSearch(device="gpu")
+    with pytest.raises(DeviceError, match="dtype 'half'"):
+        HybridSearch(dtype="half")
+    assert "dtype" not in HybridSearch().settings  # records written before the option resume
+    assert HybridSearch(dtype="bfloat16", device="cpu").settings["dtype"] == "bfloat16"
