@@ -166,7 +166,7 @@ def generate(
         messages: chat messages through the tokenizer's chat template: a JSON list of ``{"role": ..., "content":
             ...}`` objects, or a file holding one.
         max_new_tokens: the most tokens to generate (fewer if the model ends its text).
-        do_sample: sample instead of decoding greedily.
+        do_sample: sample instead of decoding greedily (``--do_sample`` alone means true).
         temperature: sampling temperature (with ``do_sample``; default: the model's generation config).
         top_p: nucleus sampling's probability mass (with ``do_sample``).
         top_k: sample among the k most likely tokens (with ``do_sample``).
@@ -174,7 +174,7 @@ def generate(
         device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: ``auto`` (the model's own: float32 for a teacher, the recorded dtype for a student), ``float32``,
             ``bfloat16`` or ``float16``.
-        no_stream: print the text once at the end instead of token by token.
+        no_stream: print the text once at the end instead of token by token (``--no_stream`` alone means true).
 
     Returns:
         ``{"text", "tokens" (the new token ids), "prompt_tokens", "seconds", "tokens_per_second", "cache_bytes",

@@ -86,7 +86,7 @@ def test_greedy_generate_prints_model_generate_text_and_statistics(capsys, monke
 def test_student_cache_is_constant_in_the_context_while_the_teachers_grows(capsys, student_dir):
     short, long = "Once upon a time", PROMPT + " who loved to play in the park with her big red ball every day"
     runs = {(which, prompt): generate(model=str(source), prompt=prompt, max_new_tokens=8, device="cpu")
-            for which, source in (("teacher", TINYSTORIES), ("student", student_dir)) for prompt in (short, long)}
+            for which, source in (("teacher", TINYSTORIES), ("student", student_dir)) for prompt in (short, long)}  # fmt: skip
     capsys.readouterr()
     student = [runs["student", p] for p in (short, long)]
     teacher = [runs["teacher", p] for p in (short, long)]
@@ -139,7 +139,7 @@ def test_malformed_messages_are_refused(text):
 
 
 def _no_loading(monkeypatch):
-    import lit_dof.evaluation.loading as loading
+    from lit_dof.evaluation import loading
 
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the options were checked")
@@ -161,7 +161,7 @@ def _no_loading(monkeypatch):
 )
 def test_bad_options_are_refused_before_any_model_loads(capsys, monkeypatch, args, message):
     _no_loading(monkeypatch)
-    code, out, err = _lit_dof(capsys, monkeypatch, "generate", "--model", str(TINYSTORIES), *args)
+    code, _, err = _lit_dof(capsys, monkeypatch, "generate", "--model", str(TINYSTORIES), *args)
     assert code == 2 and message in err and "Traceback" not in err
 
 

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import torch
 
-from lit_dof.devices import device_label  # noqa: F401 (re-exported: harness.device_label)
+from lit_dof.devices import device_label  # also importable from here, as before
 from lit_dof.evaluation.task_data import TASKS
 from lit_dof.io import library_versions
 

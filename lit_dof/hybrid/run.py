@@ -180,13 +180,14 @@ class HybridSearch:
 
     @property
     def settings(self) -> dict:
-        """What the numbers in ``search.json`` depend on; a resumed run must have the same."""
+        """What the numbers in ``search.json`` depend on; a resumed run must have the same. ``dtype`` is there
+        only when not ``auto``, so records written before the option resume."""
         return {"bank": str(self.bank), "task": None if self.perplexity else self.task, "metric": self.metric,
                 "corpus": str(self.corpus) if self.perplexity else None, "search_items": self.search_items,
                 "heldout_items": self.heldout_items, "tolerance": self.tolerance, "relative": self.relative,
                 "shortlist": self.shortlist, "shortlist_k": self.shortlist_k, "max_linear": self.max_linear,
                 "prefix_cache": self.prefix_cache, "seed": self.seed,
-                **({"dtype": self.dtype} if self.dtype != "auto" else {})}  # fmt: skip (records before dtype resume)
+                **({"dtype": self.dtype} if self.dtype != "auto" else {})}  # fmt: skip
 
     def task_data_dir(self) -> str:
         """``data_dir``, else ``$LIT_DOF_DATA``.

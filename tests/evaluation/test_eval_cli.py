@@ -25,7 +25,7 @@ def test_eval_in_bfloat16_records_device_and_dtype(capsys, monkeypatch, tmp_path
 @pytest.mark.parametrize("option, message", [("--device=cuda:one", "use auto, cpu, cuda or cuda:N"),
                                              ("--dtype=fp8", "'auto', 'float32', 'bfloat16', 'float16'")])  # fmt: skip
 def test_bad_device_or_dtype_is_refused_before_the_model_loads(capsys, monkeypatch, option, message):
-    import lit_dof.evaluation.cli as cli
+    from lit_dof.evaluation import cli
 
     monkeypatch.setenv("LIT_DOF_TUNE_ALLOCATOR", "0")
     monkeypatch.setattr(cli, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
