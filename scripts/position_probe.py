@@ -12,7 +12,14 @@ positions ≥ ``--from`` of the block for the teacher (the student in teacher mo
 window and sinks without the far term; sliding-window students only) and the student, with the student's
 difference to the control and its standard error over blocks.
 
+``--unrotate-period P`` (Llama-style full rotary embeddings only) tries a remedy without retraining: before the
+far term's feature maps, the RoPE dimension pairs whose period 2π/ω exceeds P tokens are rotated back by the
+token's absolute position (their angle set to that of position 0), so the maps see, on those slow pairs, the
+orientations of training; the exact window is untouched (the rotary idea of keeping only the faster frequencies
+is p-RoPE, Barbero et al. 2025, "Round and round we go! What makes rotary positional encodings useful?", §5).
+
 Usage: python scripts/position_probe.py STUDENT_DIR --corpus FILE [--shifts 0 1536 3584 7680] [--blocks 8]
+       [--unrotate-period P]
 """
 
 from __future__ import annotations
@@ -40,16 +47,56 @@ def _without_far_terms(student):
             twin.far_term = far
 
 
-def block_nll(student, blocks: torch.Tensor, shift: int, mode: str, first: int, batch_size: int = 4) -> torch.Tensor:
+def _rotary_frequencies(student) -> torch.Tensor:
+    """ω ``(d / 2,)`` of the student's rotary embedding; raises for anything but full Llama-style rotary."""
+    rotary = getattr(getattr(student.model, "model", None), "rotary_emb", None)
+    inv_freq = getattr(rotary, "inv_freq", None)
+    config = student.model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    if inv_freq is None or 2 * inv_freq.numel() != head_dim:
+        raise ValueError("--unrotate-period needs a model with full (Llama-style) rotary embeddings")
+    return inv_freq.float()
+
+
+@contextlib.contextmanager
+def unrotated_far_features(student, period: float, positions: torch.Tensor):
+    """Within the block: the far terms' feature maps see q/k whose RoPE pairs with period > ``period`` tokens are
+    rotated back by ``positions`` ``(T,)`` (rotate-half layout: pair i is dims i and i + d/2)."""
+    omega = _rotary_frequencies(student)
+    slow = (2 * torch.pi / omega > period).float()
+
+    def unrotate(x: torch.Tensor) -> torch.Tensor:  # (B, H, T, d) at positions[-T:]
+        angle = positions[-x.shape[-2] :, None].float() * (omega * slow)[None, :]
+        cos, sin = torch.cat([angle.cos()] * 2, -1).to(x.dtype), torch.cat([angle.sin()] * 2, -1).to(x.dtype)
+        half = x.shape[-1] // 2
+        return x * cos - torch.cat([-x[..., half:], x[..., :half]], -1) * sin  # R(−θ) x
+
+    twins = [t for t in student.linear_modules().values() if hasattr(t, "exact_log_features")]
+    for twin in twins:
+        twin.exact_log_features = (lambda original: lambda q, k: original(unrotate(q), unrotate(k)))(
+            twin.exact_log_features)
+    try:
+        yield
+    finally:
+        for twin in twins:
+            del twin.exact_log_features  # back to the class's method
+
+
+def block_nll(student, blocks: torch.Tensor, shift: int, mode: str, first: int, batch_size: int = 4,
+              unrotate_period: float | None = None) -> torch.Tensor:  # fmt: skip
     """Mean NLL per block ``(N,)`` over positions ≥ ``first`` with position ids ``shift + arange(T)``.
 
-    ``mode``: ``"teacher"``, ``"control"`` (far terms off) or ``"student"``.
+    ``mode``: ``"teacher"``, ``"control"`` (far terms off) or ``"student"``; ``unrotate_period``: see the module
+    docstring (student mode only).
     """
     modes = {"teacher": student.teacher_mode, "control": lambda: _without_far_terms(student),
              "student": contextlib.nullcontext}  # fmt: skip
     N, T = blocks.shape
     out = []
-    with torch.no_grad(), modes[mode]():
+    remedy = contextlib.nullcontext()
+    if unrotate_period is not None and mode == "student":
+        remedy = unrotated_far_features(student, unrotate_period, torch.arange(T) + shift)
+    with torch.no_grad(), modes[mode](), remedy:
         for i in range(0, N, batch_size):
             ids = blocks[i : i + batch_size]
             positions = (torch.arange(T) + shift).expand_as(ids)
@@ -67,6 +114,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--block", type=int, default=512)
     parser.add_argument("--from", dest="first", type=int, default=256, help="first scored position of a block")
+    parser.add_argument("--unrotate-period", type=float, default=None,
+                        help="un-rotate the far features' RoPE pairs slower than this many tokens (see above)")
     args = parser.parse_args(argv)
     student = load_student(args.student).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.student)
@@ -76,7 +125,8 @@ def main(argv: list[str] | None = None) -> dict:
     modes = ["teacher", "control", "student"] if sliding else ["teacher", "student"]
     result = {}
     for shift in args.shifts:
-        nll = {mode: block_nll(student, blocks, shift, mode, args.first) for mode in modes}
+        nll = {mode: block_nll(student, blocks, shift, mode, args.first, unrotate_period=args.unrotate_period)
+               for mode in modes}  # fmt: skip
         row = {mode: v.mean().item() for mode, v in nll.items()}
         line = f"shift {shift:6d}: " + "  ".join(f"{m} {v:.4f}" for m, v in row.items())
         if sliding:

@@ -47,3 +47,18 @@ def test_teacher_and_control_are_shift_invariant_and_the_far_term_is_not(tmp_pat
     assert set(result) == {0, 300}
     assert abs(result[300]["teacher"] - result[0]["teacher"]) < 1e-4
     assert abs(result[0]["student_minus_control"] - (result[0]["student"] - result[0]["control"])) < 1e-5
+
+
+def test_unrotating_every_pair_makes_the_student_shift_invariant_and_none_changes_nothing():
+    """Rotating every RoPE pair back by its position leaves the far features position-free (and the window is
+    relative already): the student scores a block the same at every shift. A period longer than any pair's
+    un-rotates nothing."""
+    probe, student = _script(), _student()
+    blocks = torch.randint(3, 2048, (2, 40), generator=torch.Generator().manual_seed(1))
+    nll = {shift: probe.block_nll(student, blocks, shift, "student", first=8, unrotate_period=0.0) for shift in (0, 300)}
+    torch.testing.assert_close(nll[300], nll[0], rtol=1e-4, atol=1e-4)
+    plain = probe.block_nll(student, blocks, 300, "student", first=8)
+    assert not torch.allclose(nll[300], plain, atol=1e-4)
+    untouched = probe.block_nll(student, blocks, 300, "student", first=8, unrotate_period=1e30)
+    torch.testing.assert_close(untouched, plain, rtol=1e-6, atol=1e-6)
+    assert "exact_log_features" not in vars(next(iter(student.linear_modules().values())))  # patch removed
