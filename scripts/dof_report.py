@@ -8,7 +8,6 @@ Prints one line per λ rule and the per-layer dims; writes the report of the fir
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import time
 

@@ -71,10 +71,12 @@ def unrotated_far_features(student, period: float, positions: torch.Tensor):
         half = x.shape[-1] // 2
         return x * cos - torch.cat([-x[..., half:], x[..., :half]], -1) * sin  # R(−θ) x
 
+    def patched(original):
+        return lambda q, k: original(unrotate(q), unrotate(k))
+
     twins = [t for t in student.linear_modules().values() if hasattr(t, "exact_log_features")]
     for twin in twins:
-        twin.exact_log_features = (lambda original: lambda q, k: original(unrotate(q), unrotate(k)))(
-            twin.exact_log_features)
+        twin.exact_log_features = patched(twin.exact_log_features)
     try:
         yield
     finally:

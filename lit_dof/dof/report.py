@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Literal, Sequence
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from lit_dof.dof.estimator import (
