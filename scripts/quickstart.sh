@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: create .venv, install lit-dof, and distil the embedded SmolLM2-135M into a
-# DoF-allocated linear-attention student on English Wikipedia (configs/quickstart.yaml, ≈45 min on 2 CPU cores).
+# sliding-window + linear student on English Wikipedia: exact attention over the last 64 tokens and 4 sinks, a
+# learned linear far term with DoF-allocated dims (configs/quickstart.yaml; sized for < 60 min on 2 CPU cores).
 # Data: streamed from the Hugging Face hub by default; offline, point LIT_DOF_CORPUS at a local corpus
 # (plain text, .txt.gz, jsonl or WikiExtractor), e.g. LIT_DOF_CORPUS=../shared/data/wikipedia/enwiki_wikiextractor_AA.txt.gz
 # Extra arguments go to `lit-dof fit` (e.g. --trainer.max_steps 200, --data.init_args.path FILE).

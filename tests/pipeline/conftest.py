@@ -21,9 +21,14 @@ TINY_ARGS = [
 ]
 
 
+PURE_LINEAR = REPO / "tests" / "pipeline" / "pure_linear.yaml"
+"""Composed after the quickstart by :func:`fit_args`: pure linear attention, positions from 0."""
+
+
 def fit_args(tmp_path, *configs: str, steps: int = 3, extra=()) -> list[str]:
-    """``lit-dof fit`` arguments: the quickstart config, extra config files, tiny budgets, logs in tmp_path."""
-    args = ["fit", "--config", str(REPO / "configs" / "quickstart.yaml")]
+    """``lit-dof fit`` arguments: the quickstart config made pure linear (:data:`PURE_LINEAR`), extra config files,
+    tiny budgets, logs in tmp_path."""
+    args = ["fit", "--config", str(REPO / "configs" / "quickstart.yaml"), "--config", str(PURE_LINEAR)]
     for config in configs:
         args += ["--config", str(REPO / "configs" / config)]
     return args + TINY_ARGS + [

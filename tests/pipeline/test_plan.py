@@ -13,10 +13,12 @@ from lit_dof.pipeline.cli import parse_fit_config, plan_main
 from lit_dof.pipeline.plan import GIB, PlanError, resolve_teacher_config
 from lit_dof.pipeline.plan_report import plan_config
 from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
+from tests.pipeline.conftest import PURE_LINEAR
 
 LLAMA_FSDP = ["--config", str(REPO / "configs/models/llama-3-8b.yaml"), "--config", str(REPO / "configs/trainer/fsdp.yaml")]
 MEASURED = [  # a few layer-wise steps only: no DoF estimate, validation, tail or export
-    "--config", str(REPO / "configs/quickstart.yaml"), f"--data.init_args.path={WIKIPEDIA}", "--dof.enabled=false",
+    "--config", str(REPO / "configs/quickstart.yaml"), "--config", str(PURE_LINEAR),
+    f"--data.init_args.path={WIKIPEDIA}", "--dof.enabled=false",
     "--allocator.strategy=fix", "--trainer.max_steps=2", "--trainer.limit_val_batches=0",
     "--model.init_args.export_dir=", "--model.init_args.finetune_fraction=0", "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
