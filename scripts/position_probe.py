@@ -18,8 +18,12 @@ token's absolute position (their angle set to that of position 0), so the maps s
 orientations of training; the exact window is untouched (the rotary idea of keeping only the faster frequencies
 is p-RoPE, Barbero et al. 2025, "Round and round we go! What makes rotary positional encodings useful?", §5).
 
+``--contexts 2048 8192 …`` instead scores blocks of those lengths from position 0 (the comparison's ``long`` stage:
+held-out documents concatenated, up to 16,384 tokens) for the student (with the remedy, if given) and the control,
+and prints their paired perplexity ratio overall and in the last position bucket.
+
 Usage: python scripts/position_probe.py STUDENT_DIR --corpus FILE [--shifts 0 1536 3584 7680] [--blocks 8]
-       [--unrotate-period P]
+       [--unrotate-period P] [--contexts 512 2048 4096 8192]
 """
 
 from __future__ import annotations
@@ -108,6 +112,29 @@ def block_nll(student, blocks: torch.Tensor, shift: int, mode: str, first: int, 
     return torch.cat(out)
 
 
+def long_context(student, tokens: torch.Tensor, contexts, unrotate_period: float | None) -> dict:
+    """Student vs control by position at each context (blocks from position 0); paired ratios, as printed."""
+    from lit_dof.evaluation.perplexity import paired_perplexity_ratio, position_perplexity
+
+    result = {}
+    for context in contexts:
+        edges = [e for e in (0, 64, 256, 512, 2048, 4096) if e < context] + [context]
+        usable = tokens[: max(context, tokens.numel() // context * context)]
+        remedy = (unrotated_far_features(student, unrotate_period, torch.arange(context))
+                  if unrotate_period is not None else contextlib.nullcontext())  # fmt: skip
+        with torch.no_grad(), remedy:
+            mine = position_perplexity(student, usable, block=context, edges=edges, batch_size=1)
+        with torch.no_grad(), _without_far_terms(student):
+            control = position_perplexity(student, usable, block=context, edges=edges, batch_size=1)
+        last = f"{edges[-2]}-{edges[-1] - 1}"
+        overall, tail = paired_perplexity_ratio(mine, control), paired_perplexity_ratio(mine, control, last)
+        print(f"context {context:5d} ({overall['blocks']} blocks): student / control {overall['ratio']:.3f} ± "
+              f"{overall['stderr_log']:.3f} (log), positions {last}: {tail['ratio']:.3f} ± {tail['stderr_log']:.3f}",
+              flush=True)  # fmt: skip
+        result[context] = {"student": mine, "control": control, "ratio": overall, "ratio_last": tail}
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("student")
@@ -118,9 +145,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--from", dest="first", type=int, default=256, help="first scored position of a block")
     parser.add_argument("--unrotate-period", type=float, default=None,
                         help="un-rotate the far features' RoPE pairs slower than this many tokens (see above)")
+    parser.add_argument("--contexts", type=int, nargs="+", default=None,
+                        help="score blocks of these lengths from position 0 instead of shifted blocks")
     args = parser.parse_args(argv)
     student = load_student(args.student).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.student)
+    if args.contexts:
+        tokens = text_tokens(heldout_documents(args.corpus), tokenizer, max(16384, max(args.contexts)))
+        return long_context(student, tokens, args.contexts, args.unrotate_period)
     tokens = text_tokens(heldout_documents(args.corpus), tokenizer, args.blocks * args.block)
     blocks = tokens[: tokens.numel() // args.block * args.block].view(-1, args.block)
     sliding = any(hasattr(t, "far_term") for t in student.linear_modules().values())

@@ -62,3 +62,17 @@ def test_unrotating_every_pair_makes_the_student_shift_invariant_and_none_change
     untouched = probe.block_nll(student, blocks, 300, "student", first=8, unrotate_period=1e30)
     torch.testing.assert_close(untouched, plain, rtol=1e-6, atol=1e-6)
     assert "exact_log_features" not in vars(next(iter(student.linear_modules().values())))  # patch removed
+
+
+def test_long_context_mode_pairs_the_student_with_its_own_control(tmp_path):
+    """Without a remedy the student's per-block NLL is the plain position perplexity's; the control's equals the
+    student with its far terms off; the ratio is their paired ratio."""
+    from lit_dof.evaluation.perplexity import position_perplexity
+
+    probe, student = _script(), _student()
+    tokens = torch.randint(3, 2048, (96,), generator=torch.Generator().manual_seed(2))
+    result = probe.long_context(student, tokens, [32], None)[32]
+    with torch.no_grad():
+        plain = position_perplexity(student, tokens, block=32, edges=[0, 32], batch_size=1)
+    assert result["student"]["block_nll"] == plain["block_nll"]
+    assert result["control"]["block_nll"] != plain["block_nll"] and result["ratio"]["blocks"] == 3
