@@ -11,6 +11,8 @@ from pathlib import Path
 
 import yaml
 
+from lit_dof.students.layer_losses import layer_loss_name
+
 
 def check_bank(bank: str | os.PathLike) -> None:
     """Raise unless ``bank`` holds a saved student.
@@ -43,7 +45,7 @@ def bank_recipe(bank: Path) -> str | None:
     model = (saved.get("model") or {}).get("init_args") or {}
     steps = (saved.get("trainer") or {}).get("max_steps")
     tail = float(model.get("finetune_fraction") or 0.0)
-    parts = [f"{model.get('loss', 'softmax')} loss"]
+    parts = [f"{layer_loss_name(model.get('loss', 'softmax'))} loss"]
     if isinstance(steps, int) and steps > 0:
         parts.append(f"{steps} steps")
     parts.append(f"end-to-end tail {tail:.0%} of the steps" if tail else "no end-to-end tail")

@@ -1,8 +1,8 @@
 """Layer-wise distillation (paper §3; METHOD.md §3): every linear twin learns its teacher layer's attention.
 
 One teacher forward per batch (the student in :meth:`~lit_dof.students.LitDofForCausalLM.teacher_mode`,
-whose projections *are* the teacher's) captures every layer's post-RoPE q/k; each layer's loss
-(:func:`~lit_dof.students.losses.attention_distillation_loss`, ``softmax`` or ``l2``) reaches only its own
+whose projections *are* the teacher's) captures every layer's post-RoPE q/k; each layer's loss (an injected
+:class:`~lit_dof.students.layer_losses.LayerLoss`: softmax rows, L2 kernel or block output) reaches only its own
 feature map, so the summed loss trains all layers independently and at once. Only feature-map parameters
 train: ``z`` at ``lr_z`` (paper: 0.02), ``log_alpha`` at ``lr_alpha`` (paper: 0.2 for α), anything else
 (DiJiang's diagonal, Hedgehog's projection) at ``lr``; Adam with linear warm-up and cosine decay.
@@ -25,13 +25,11 @@ from typing import Literal
 import torch
 
 from lit_dof.pipeline.module import StudentModule
-from lit_dof.students.losses import (
-    LossKind,
-    attention_distillation_loss,
-    attention_output_loss,
-    logit_distillation_loss,
-)
-from lit_dof.teacher.capture import capture_attention
+from lit_dof.students.layer_losses import LayerLoss, SoftmaxRowLoss, resolve_layer_loss
+from lit_dof.students.losses import logit_distillation_loss
+from lit_dof.teacher.capture import CapturedAttention, capture_attention
+
+_DEFAULT_LOSS = SoftmaxRowLoss()  # stateless, so one shared default instance is safe
 
 
 class _CapturedAll(Exception):
@@ -42,7 +40,10 @@ class LayerwiseDistillation(StudentModule):
     """The paper's layer-wise phase (softmax or L2 kernel loss), as a LightningModule.
 
     Args (beyond :class:`~lit_dof.pipeline.module.StudentModule`):
-        loss: ``"softmax"``, ``"l2"`` (paper §3) or ``"output"`` (block-output matching, Distill-then-Replace).
+        loss: the layer loss, a :class:`~lit_dof.students.layer_losses.LayerLoss` (configs: its ``class_path``):
+            ``SoftmaxRowLoss`` (default) or ``KernelL2Loss`` (paper §3), ``OutputLoss`` (block-output matching,
+            Distill-then-Replace), or your own subclass. The legacy strings ``"softmax"``, ``"l2"`` and ``"output"``
+            of saved configs are accepted (:func:`~lit_dof.students.layer_losses.resolve_layer_loss`).
         lr_z, lr_alpha, lr: learning rates of z, log α and other feature-map parameters.
         lr_lora: learning rate of the LoRA adapters (``lora``); like every group it is scaled by
             ``finetune_lr_ratio`` in the end-to-end tail, the only phase in which they receive gradients.
@@ -79,7 +80,7 @@ class LayerwiseDistillation(StudentModule):
     def __init__(
         self,
         *args,
-        loss: LossKind = "softmax",
+        loss: LayerLoss | str = _DEFAULT_LOSS,
         lr_z: float = 0.02,
         lr_alpha: float = 0.2,
         lr: float = 0.02,
@@ -98,8 +99,7 @@ class LayerwiseDistillation(StudentModule):
         **kwargs,
     ) -> None:
         super().__init__(*args, **kwargs)
-        if loss not in ("softmax", "l2", "output"):
-            raise ValueError(f"loss must be 'softmax', 'l2' or 'output', got {loss!r}")
+        layer_loss = resolve_layer_loss(loss)
         if not 0.0 <= finetune_fraction <= 1.0:
             raise ValueError(f"finetune_fraction must be in [0, 1], got {finetune_fraction}")
         if isinstance(teacher_reuse, bool) or not isinstance(teacher_reuse, int) or teacher_reuse < 1:
@@ -111,7 +111,7 @@ class LayerwiseDistillation(StudentModule):
         if finetune_lr_ratio <= 0 or kd_temperature <= 0:
             raise ValueError(f"finetune_lr_ratio and kd_temperature must be > 0, got {finetune_lr_ratio}, {kd_temperature}")
         self.save_hyperparameters(ignore=["feature_map"])
-        self.loss_kind = loss
+        self.layer_loss = layer_loss
         self.lr_z, self.lr_alpha, self.lr, self.lr_lora = lr_z, lr_alpha, lr, lr_lora
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
         self.query_rows, self.betas, self.weight_decay = query_rows, betas, weight_decay
@@ -186,14 +186,14 @@ class LayerwiseDistillation(StudentModule):
         self, batch: dict, *, capture: bool, logits: bool = True, positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor | None, dict[int, tuple]]:
         """One frozen-teacher forward: its logits and, if ``capture``, every layer's (q, k, key padding), plus
-        (v, attention output) for the ``output`` loss.
+        (v, attention output) when the layer loss ``needs_values``.
 
         ``logits=False`` (the layer-wise steps, which discard them): the forward stops as soon as the last twin's
         layer has been captured — the layers above it, the final norm and the LM head never run — unless the
         teacher is sharded (FSDP2 must see every forward finish). Returns ``None`` logits then. ``positions``:
         ``(B, T)`` position ids (``None``: the model's own)."""
         captured: dict[int, tuple] = {}
-        keep_values = self.loss_kind == "output"
+        keep_values = self.layer_loss.needs_values
         last = max(self.student.linear_modules(), default=None)
         stop_early = capture and not logits and last is not None and getattr(self, "_replicated_group", None) is None
 
@@ -236,13 +236,9 @@ class LayerwiseDistillation(StudentModule):
             if not getattr(twin, "far_term", True):
                 continue  # a window without a far term (a control): nothing to distil
             q, k, pad = captured[index][:3]
-            if self.loss_kind == "output":
-                v, out = captured[index][3:]
-                loss = attention_output_loss(twin, q, k, v, out, pad)
-            else:
-                loss = attention_distillation_loss(
-                    twin, q, k, pad, kind=self.loss_kind, query_rows=self.query_rows, generator=self._rows_generator
-                )
+            v, out = captured[index][3:] if len(captured[index]) > 3 else (None, None)
+            record = CapturedAttention(q=q, k=k, v=v, out=out, key_padding=pad)
+            loss = self.layer_loss(twin, record, query_rows=self.query_rows, generator=self._rows_generator)
             self.log(f"train/loss_layer_{index:02d}", loss.detach())
             yield index, twin, loss
             del loss

@@ -19,6 +19,7 @@ from lit_dof.pipeline.plan import (
     plan_phases,
     resolve_teacher_config,
 )
+from lit_dof.students.layer_losses import LEGACY_LOSS_NAMES, layer_loss_name
 from lit_dof.teacher import DEFAULT_TEACHER
 
 
@@ -62,12 +63,15 @@ def settings_from_config(config) -> RunSettings:
         feature_dims = DoFReport.load(dof.report_path).feature_dims(alloc.strategy)
     cap = {"fix": 1, "dof_clip": 1}.get(alloc.strategy, 3)  # dof: a layer's M up to ≈ 3C (2.4C on SmolLM2)
     direct = class_path.endswith("DirectDistillation")
+    loss = layer_loss_name(margs.get("loss", "softmax"))
+    if not direct and loss not in LEGACY_LOSS_NAMES:
+        raise PlanError(f"lit-dof plan knows the memory of the {', '.join(LEGACY_LOSS_NAMES)} layer losses, not {loss}")
     return RunSettings(
         teacher=str(margs.get("teacher", DEFAULT_TEACHER)), accelerator=accelerator, devices=int(devices),
         num_nodes=int(trainer.num_nodes or 1), sharded=sharded,
         teacher_dtype=resolve_dtype(margs.get("teacher_dtype", "auto"), trainer.precision),
         batch_size=int(dargs.get("batch_size", 1)), seq_len=int(dargs.get("seq_len", 512)),
-        query_rows=margs.get("query_rows"), loss=margs.get("loss", "softmax"), feature_dims=feature_dims,
+        query_rows=margs.get("query_rows"), loss=loss, feature_dims=feature_dims,
         budget=budget, max_dim=None if budget is None else cap * budget, max_ratio=cap,
         maps_per_layer="kv" if margs.get("share_kv_maps", True) else "query",
         layer_backward=bool(margs.get("layer_backward", True)),

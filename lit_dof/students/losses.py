@@ -20,6 +20,8 @@ R ≤ T scored query rows, M features, d head size.
 Every loss computes in float32 (float64 where stated) with autocast off (:func:`lit_dof.precision.fp32_region`),
 whatever the trainer's precision: half-precision inputs are upcast first, and the result is float32.
 
+The layer-wise phase takes these losses as objects (:mod:`lit_dof.students.layer_losses`).
+
 ``query_rows`` scores a random subset of R query rows per sequence (each row's loss is independent of the
 others given the keys), cutting the O(T²) cost by T/R — an unbiased estimate of the full-row loss.
 """
@@ -37,7 +39,8 @@ from lit_dof.attention.grouped import HeadGroupedAttention
 from lit_dof.attention.naive import sliding_window_masks
 from lit_dof.precision import fp32_region, upcast
 
-LossKind = Literal["softmax", "l2", "output"]
+KernelLossKind = Literal["softmax", "l2"]
+"""The losses :func:`attention_distillation_loss` computes (the output loss is :func:`attention_output_loss`)."""
 
 
 def _twin_log_features(twin: CausalLinearAttention, q: Tensor, k: Tensor, exact: bool) -> tuple[Tensor, Tensor]:
@@ -91,7 +94,7 @@ def attention_distillation_loss(
     k: Tensor,
     key_padding: Tensor | None = None,
     *,
-    kind: LossKind = "softmax",
+    kind: KernelLossKind = "softmax",
     query_rows: int | None = None,
     generator: torch.Generator | None = None,
 ) -> Tensor:

@@ -1,0 +1,150 @@
+"""Layer-wise distillation losses as injectable objects (:class:`LayerLoss`).
+
+:class:`~lit_dof.pipeline.layerwise.LayerwiseDistillation` takes one :class:`LayerLoss` instance and calls it on
+every linear twin with that layer's captured teacher attention; configs choose it by ``class_path``::
+
+    model:
+      init_args:
+        loss: lit_dof.students.layer_losses.KernelL2Loss   # or {class_path: ...}
+
+The three shipped losses wrap the math of :mod:`lit_dof.students.losses` unchanged. A new loss is one subclass
+(``needs_values`` says whether the teacher capture must keep v and the attention output) and its class path in a
+config; nothing else changes. Notation: B batch, Hq query heads, Hk KV heads, T tokens, d / D head sizes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from lit_dof.students.losses import attention_distillation_loss, attention_output_loss
+
+if TYPE_CHECKING:
+    from lit_dof.attention import CausalLinearAttention
+    from lit_dof.teacher.capture import CapturedAttention
+
+
+class LayerLoss(ABC):
+    """One layer's distillation loss of a linear twin against the teacher's captured attention.
+
+    Attributes:
+        name: short name shown in reports and memory plans (a subclass without one gets its class name).
+        needs_values: the loss reads ``captured.v`` and ``captured.out``; the teacher capture keeps them only then.
+    """
+
+    name: ClassVar[str] = "layer"
+    needs_values: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__
+
+    @abstractmethod
+    def __call__(
+        self,
+        twin: CausalLinearAttention,
+        captured: CapturedAttention,
+        *,
+        query_rows: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """The loss of ``twin`` on one layer's capture (only the twin's parameters may receive gradients).
+
+        Args:
+            twin: the layer's :class:`~lit_dof.attention.CausalLinearAttention`.
+            captured: the teacher's ``q (B, Hq, T, d)``, ``k (B, Hk, T, d)``, ``key_padding (B, T)`` (or ``None``)
+                and, when ``needs_values``, ``v (B, Hk, T, D)`` and ``out (B, T, Hq, D)``.
+            query_rows: score this many random query rows per sequence (``None``: all T); a loss may ignore it.
+            generator: RNG for the row subset.
+
+        Returns:
+            a 0-d float32 tensor.
+        """
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def __eq__(self, other: object) -> bool:  # stateless: equal to any instance of the same class
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+class SoftmaxRowLoss(LayerLoss):
+    """The paper's softmax loss: KL between the teacher's causal attention rows and the twin's normalised rows
+    (:func:`~lit_dof.students.losses.attention_distillation_loss` with ``kind="softmax"``)."""
+
+    name = "softmax"
+
+    def __call__(self, twin, captured, *, query_rows=None, generator=None) -> Tensor:
+        q, k, pad = captured.q, captured.k, captured.key_padding
+        return attention_distillation_loss(twin, q, k, pad, kind="softmax", query_rows=query_rows, generator=generator)
+
+
+class KernelL2Loss(LayerLoss):
+    """The paper's L2 loss: squared error between exp(qᵀk/√d) and K̂(q, k) over valid pairs, in float64
+    (:func:`~lit_dof.students.losses.attention_distillation_loss` with ``kind="l2"``; not for sliding-window twins)."""
+
+    name = "l2"
+
+    def __call__(self, twin, captured, *, query_rows=None, generator=None) -> Tensor:
+        q, k, pad = captured.q, captured.k, captured.key_padding
+        return attention_distillation_loss(twin, q, k, pad, kind="l2", query_rows=query_rows, generator=generator)
+
+
+class OutputLoss(LayerLoss):
+    """Block-output matching (Distill-then-Replace): relative squared error of the twin's attention output on the
+    teacher's q/k/v against the teacher's (:func:`~lit_dof.students.losses.attention_output_loss`; all rows, so
+    ``query_rows`` and ``generator`` are unused)."""
+
+    name = "output"
+    needs_values = True
+
+    def __call__(self, twin, captured, *, query_rows=None, generator=None) -> Tensor:
+        if captured.v is None or captured.out is None:
+            raise ValueError("OutputLoss needs the captured values and attention output (capture with needs_values)")
+        return attention_output_loss(twin, captured.q, captured.k, captured.v, captured.out, captured.key_padding)
+
+
+# Saved run configs and checkpoint hparams from before the losses were objects say ``loss: softmax|l2|output``.
+# This table is the one place those strings are understood; new configs name a class path instead.
+LEGACY_LOSS_NAMES: dict[str, type[LayerLoss]] = {"softmax": SoftmaxRowLoss, "l2": KernelL2Loss, "output": OutputLoss}
+
+
+def resolve_layer_loss(loss: LayerLoss | str) -> LayerLoss:
+    """``loss`` as a :class:`LayerLoss`: an instance as is, a legacy name (:data:`LEGACY_LOSS_NAMES`) as its class.
+
+    Raises:
+        ValueError: any other value (the message names the valid strings and the class-path form).
+    """
+    if isinstance(loss, LayerLoss):
+        return loss
+    if isinstance(loss, str) and loss in LEGACY_LOSS_NAMES:
+        return LEGACY_LOSS_NAMES[loss]()
+    raise ValueError(
+        f"loss must be a LayerLoss (e.g. class_path: {__name__}.SoftmaxRowLoss) or one of the legacy names "
+        f"{', '.join(repr(n) for n in LEGACY_LOSS_NAMES)}; got {loss!r}"
+    )
+
+
+def layer_loss_name(value: Any) -> str:
+    """The short name of a loss as a saved config holds it — a legacy string, a class path, ``{class_path: …}``
+    (a mapping or a parsed namespace), a class or an instance — e.g. ``"softmax"``; an unknown class path gives its last component."""
+    if isinstance(value, LayerLoss) or (isinstance(value, type) and issubclass(value, LayerLoss)):
+        return value.name
+    if isinstance(value, Mapping):
+        value = value.get("class_path", "")
+    value = getattr(value, "class_path", value)  # a parsed jsonargparse Namespace
+    value = str(value)
+    if value in LEGACY_LOSS_NAMES:
+        return value
+    for cls in LEGACY_LOSS_NAMES.values():
+        if value in (cls.__name__, f"{cls.__module__}.{cls.__name__}"):
+            return cls.name
+    return value.rsplit(".", 1)[-1]
