@@ -114,11 +114,11 @@ def block_nll(student, blocks: torch.Tensor, shift: int, mode: str, first: int, 
 
 def long_context(student, tokens: torch.Tensor, contexts, unrotate_period: float | None) -> dict:
     """Student vs control by position at each context (blocks from position 0); paired ratios, as printed."""
-    from lit_dof.evaluation.perplexity import paired_perplexity_ratio, position_perplexity
+    from lit_dof.evaluation.perplexity import paired_perplexity_ratio, position_edges, position_perplexity
 
     result = {}
     for context in contexts:
-        edges = [e for e in (0, 64, 256, 512, 2048, 4096) if e < context] + [context]
+        edges = position_edges(context)
         usable = tokens[: max(context, tokens.numel() // context * context)]
         remedy = (unrotated_far_features(student, unrotate_period, torch.arange(context))
                   if unrotate_period is not None else contextlib.nullcontext())  # fmt: skip

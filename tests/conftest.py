@@ -69,6 +69,16 @@ def padded_batch(vocab: int = 97, seed: int = 0, lengths=(12, 7, 10), side: str 
     return ids, mask
 
 
+def load_script(name: str):
+    """Import ``scripts/<name>.py`` as a module (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def save_tokenizer(directory) -> None:
     """Put a real tokenizer (TinyStories-656K's) next to a tiny model so that ``load_teacher`` accepts it."""
     from transformers import AutoTokenizer

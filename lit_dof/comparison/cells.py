@@ -275,12 +275,12 @@ class Comparison:
         return self._measured(row, budget, "long.json", self._long_context)
 
     def _long_context(self, model, tokenizer, corpus: str) -> dict:
-        from lit_dof.evaluation.perplexity import heldout_documents, position_perplexity, text_tokens
+        from lit_dof.evaluation.perplexity import heldout_documents, position_edges, position_perplexity, text_tokens
 
         tokens = text_tokens(heldout_documents(corpus), tokenizer, max(self.ppl_tokens, max(self.long_contexts)))
         result: dict = {"contexts": {}, "source": str(corpus)}
         for context in self.long_contexts:
-            edges = [e for e in (0, 64, 256, 512, 2048, 4096) if e < context] + [context]
+            edges = position_edges(context)
             usable = tokens[: max(context, self.ppl_tokens // context * context)]
             result["contexts"][str(context)] = position_perplexity(model, usable, block=context, edges=edges, batch_size=1)
         return result

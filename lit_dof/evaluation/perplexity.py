@@ -122,6 +122,12 @@ def corpus_perplexity(model, tokenizer, path: str | os.PathLike, *, heldout: boo
             "heldout": heldout}  # fmt: skip
 
 
+def position_edges(context: int) -> list[int]:
+    """Position-bucket edges of a ``context``-token block: 0, 64, 256, 512, 2048, 4096 below ``context``, then
+    ``context`` (the long-context tables' buckets)."""
+    return [e for e in (0, 64, 256, 512, 2048, 4096) if e < context] + [context]
+
+
 def position_perplexity(
     model: torch.nn.Module, tokens: torch.Tensor, *, block: int = 512, edges: Sequence[int] = (0, 64, 256, 512),
     batch_size: int = 4,

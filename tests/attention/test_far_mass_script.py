@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import torch
 
 from lit_dof.attention import LearnedPRF, SlidingWindowLinearAttention
 from lit_dof.attention.naive import naive_sliding_window_attention
-from tests.conftest import REPO
+from tests.conftest import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("far_mass", REPO / "scripts" / "far_mass.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("far_mass")
 
 
 def test_far_shares_and_log_ratio_match_the_reference_attention_matrix():

@@ -3,21 +3,16 @@ the same at every position shift; the learned far term's maps see the absolute r
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lit_dof.attention import LearnedPRF
 from lit_dof.students import linearize
-from tests.conftest import REPO, TINYSTORIES
+from tests.conftest import TINYSTORIES, load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("position_probe", REPO / "scripts" / "position_probe.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("position_probe")
 
 
 def _student():
