@@ -33,6 +33,7 @@ import contextlib
 
 import torch
 from transformers import AutoTokenizer
+from transformers.models.llama.modeling_llama import rotate_half
 
 from lit_dof.evaluation.perplexity import heldout_documents, text_tokens
 from lit_dof.students import load_student
@@ -72,8 +73,7 @@ def unrotated_far_features(student, period: float, positions: torch.Tensor):
     def unrotate(x: torch.Tensor) -> torch.Tensor:  # (B, H, T, d) at positions[-T:]
         angle = positions[-x.shape[-2] :, None].float() * (omega * slow)[None, :]
         cos, sin = torch.cat([angle.cos()] * 2, -1).to(x.dtype), torch.cat([angle.sin()] * 2, -1).to(x.dtype)
-        half = x.shape[-1] // 2
-        return x * cos - torch.cat([-x[..., half:], x[..., :half]], -1) * sin  # R(−θ) x
+        return x * cos - rotate_half(x) * sin  # R(−θ) x: transformers' RoPE with the angle negated
 
     def patched(original):
         return lambda q, k: original(unrotate(q), unrotate(k))

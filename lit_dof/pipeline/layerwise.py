@@ -63,8 +63,8 @@ class LayerwiseDistillation(StudentModule):
             [0, S] (one per row, for teacher and student alike) instead of 0. Rotary position encodings make
             the teacher's attention depend on relative positions only, so its outputs do not change, while the
             feature maps — which see post-RoPE q/k, whose absolute rotation they are not invariant to — learn
-            the rotations of positions up to S + ``seq_len`` rather than only of the first ``seq_len``: long
-            contexts stop being out of distribution for the far term. 0: positions from 0 (the paper's recipe).
+            the rotations of positions up to S + ``seq_len`` rather than only of the first ``seq_len`` (it does not
+            show them query–key distances beyond ``seq_len``). 0: positions from 0 (the paper's recipe).
             ``"auto"``: the teacher's ``max_position_embeddings`` − ``seq_len`` for a rotary teacher, 0 for one
             with absolute position embeddings (resolved at ``configure_model``).
         layer_backward: differentiate each layer's loss as soon as it is computed and free its graph (and, with
