@@ -54,6 +54,11 @@ ROWS: dict[str, Row] = {r.name: r for r in [
         "DoF dims", reference="swa_sink"),
     Row("swa_sink_linear_shift", ("methods/swa_sink_linear.yaml",), ("--model.init_args.position_shift=7680",),
         note="swa_sink_linear trained at random absolute positions (offsets up to 7680)", reference="swa_sink"),
+    Row("swa_sink_linear_long", ("methods/swa_sink_linear.yaml",),
+        ("--data.init_args.seq_len=2048", "--data.init_args.batch_size=1", "--trainer.max_steps=400",
+         "--trainer.val_check_interval=200", "--model.init_args.position_shift=auto"),
+        note="swa_sink_linear trained on 2048-token blocks at random absolute positions (same tokens, half the "
+        "steps)", reference="swa_sink"),
     # The λ study (METHOD.md §2): DoF at fixed absolute λ and with the relative rule, next to "dof" (auto).
     Row("dof_lam2^48", ("methods/dof.yaml",), ("--dof.lam=281474976710656",), note="λ = 2^48"),
     Row("dof_lam2^56", ("methods/dof.yaml",), ("--dof.lam=72057594037927936",), note="λ = 2^56"),
