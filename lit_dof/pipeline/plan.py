@@ -164,6 +164,8 @@ class RunSettings:
         accumulate: gradient-accumulation micro-batches per optimizer step.
         layer_backward: the layer-wise phase differentiates each layer's loss as soon as it is computed
             (``LayerwiseDistillation.layer_backward``): one layer's loss graph alive at a time, not all of them.
+        window, sink_tokens: the sliding-window twin's exact window w and sink count s (0: pure linear
+            attention); chunk_size: its query chunk C (the band of exact logits is C + w − 1 keys wide).
     """
 
     teacher: str
@@ -190,6 +192,9 @@ class RunSettings:
     export: bool = True
     accumulate: int = 1
     layer_backward: bool = True
+    window: int = 0
+    sink_tokens: int = 0
+    chunk_size: int = 64
 
     @property
     def world_size(self) -> int:
@@ -275,10 +280,12 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     graphs = L * elems * _LOSS_SAVED[run.loss] + feature_graph * sum_m
     one_graph = elems * _LOSS_SAVED[run.loss] + feature_graph * max_m
     loss_now = elems * _LOSS_TRANSIENT[run.loss] + B * Hq * (R + T) * max_m * 4 * 3
+    band = _window_activations(B, T, Hq, run.window, run.sink_tokens, run.chunk_size)
     if run.loss == "output":  # the twin's chunked forward on full T, saved for backward, per layer
-        graphs = L * _twin_activations(B, T, Hq, Hk, d, max_m) + captured // 2
-        one_graph = _twin_activations(B, T, Hq, Hk, d, max_m) + captured // (2 * max(1, L))
-        loss_now = _twin_activations(B, T, Hq, Hk, d, max_m)
+        twin = _twin_activations(B, T, Hq, Hk, d, max_m)  # the band saves nothing: captured q/k need no grad
+        graphs = L * twin + captured // 2
+        one_graph = twin + captured // (2 * max(1, L))
+        loss_now = twin + band
     layerwise = Phase("layerwise", tokens=tokens * W * run.accumulate, runs=run.finetune_fraction < 1)
     layerwise.device.update(static)
     if run.layer_backward:  # one layer's graph at a time, and its gradients gathered until the surrogate backward
@@ -293,7 +300,7 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     # Frozen linears save nothing; the two RMSNorms keep their float32 input (4h), the MLP's SiLU input, SiLU
     # output and up projection (3I in the teacher's dtype), the twin its values and chunked-kernel state.
     saved = tokens * (8 * h + 3 * I * b + Hk * d * 4)
-    tail_layer = saved + _twin_activations(B, T, Hq, Hk, d, budget)
+    tail_layer = saved + _twin_activations(B, T, Hq, Hk, d, budget) + band
     tail = Phase("tail", tokens=tokens * W * run.accumulate, runs=run.finetune_fraction > 0)
     tail.device.update(static)
     tail.device.update({"teacher logits": logits, "activations (all layers)": a.num_layers * tail_layer,
@@ -321,6 +328,15 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
             phase.device = {}
         phase.host["runtime (python, torch, data)"] = RUNTIME_HOST_BYTES
     return phases
+
+
+def _window_activations(B: int, T: int, Hq: int, window: int, sinks: int, chunk: int = 64) -> int:
+    """Bytes a sliding-window twin's exact part keeps for backward where its q/k/v need gradients (the tail):
+    the float32 logits and softmax weights of the band (T queries × C + w − 1 keys per head, chunked) and of
+    the sinks; 0 without a window."""
+    if window <= 0:
+        return 0
+    return 2 * 4 * B * Hq * T * (min(chunk, T) + window - 1 + sinks)
 
 
 def _twin_activations(B: int, T: int, Hq: int, Hk: int, d: int, M: int, chunk: int = 64) -> int:

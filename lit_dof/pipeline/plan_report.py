@@ -74,7 +74,8 @@ def settings_from_config(config) -> RunSettings:
         query_rows=margs.get("query_rows"), loss=loss, feature_dims=feature_dims,
         budget=budget, max_dim=None if budget is None else cap * budget, max_ratio=cap,
         maps_per_layer="kv" if margs.get("share_kv_maps", True) else "query",
-        layer_backward=bool(margs.get("layer_backward", True)),
+        layer_backward=bool(margs.get("layer_backward", True)), window=int(margs.get("window", 0) or 0),
+        sink_tokens=int(margs.get("sink_tokens", 0) or 0), chunk_size=int(margs.get("chunk_size", 64) or 64),
         finetune_fraction=1.0 if direct else float(margs.get("finetune_fraction", 0.0)),
         dof_enabled=bool(dof.enabled) and not dof.report_path, dof_samples=int(dof.num_samples),
         dof_batches=int(dof.num_batches), dof_pooling=dof.pooling,
@@ -106,11 +107,13 @@ def format_plan(arch: Architecture, run: RunSettings, phases: list[Phase]) -> st
     rows = "all" if run.query_rows is None else run.query_rows
     dims = "from the DoF report" if run.feature_dims else f"budget {run.budget or arch.head_dim}"
     dtype = str(run.teacher_dtype).removeprefix("torch.")
+    attention = (f"; sliding window {run.window} + {run.sink_tokens} sink tokens + linear far term" if run.window
+                 else "; pure linear attention")  # fmt: skip
     lines = [
         (f"teacher {run.teacher}: {arch.params / 1e9:.3f} B parameters, {arch.num_layers} layers "
          f"({arch.linear_layers} linearised), {arch.heads} heads / {arch.kv_heads} KV heads of {arch.head_dim}, {dtype}"),
         (f"run: {run.world_size} rank(s) ({run.devices} {run.accelerator} x {run.num_nodes} node(s)), teacher {where}; "
-         f"B {run.batch_size} x T {run.seq_len} tokens per rank, {rows} query rows, {run.loss} loss, feature dims {dims}"),
+         f"B {run.batch_size} x T {run.seq_len} tokens per rank, {rows} query rows, {run.loss} loss, feature dims {dims}{attention}"),
     ]  # fmt: skip
     for phase in phases:
         state = "" if phase.runs else " (not in this run)"

@@ -33,22 +33,30 @@ CASES = {
                            "--model.init_args.layer_backward=false"],
     # the quickstart's layer-wise step on the embedded SmolLM2 (B 2 x T 512, 128 rows): weights + one graph
     "smollm2": [],
+    # end-to-end steps of a sliding-window + linear student (window 64, 4 sinks, the shipped recipe): every layer's activations,
+    # the exact band's logits included, alive for one backward
+    "tinystories-tail-window": [f"--model.init_args.teacher={TINYSTORIES}", "--data.init_args.seq_len=512",
+                                "--data.init_args.batch_size=8", "--model.init_args.window=64",
+                                "--model.init_args.sink_tokens=4", "--model.init_args.finetune_fraction=1",
+                                "--trainer.max_steps=3"],
 }  # fmt: skip
+PHASE = {"tinystories-tail-window": "tail"}  # the phase each case measures (default: layerwise)
 
 
 def _env(**extra) -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), **extra}
 
 
-def _estimated_step_bytes(args: list[str]) -> int:
-    """The plan's layer-wise host bytes without the runtime constant (the probe subtracts the imports)."""
+def _estimated_step_bytes(args: list[str], phase: str = "layerwise") -> int:
+    """The plan's host bytes of ``phase`` without the runtime constant (the probe subtracts the imports)."""
     _, run, phases = plan_config(parse_fit_config(args))
     assert run.accelerator == "cpu" and not run.sharded
-    layerwise = next(p for p in phases if p.name == "layerwise")
-    return sum(size for term, size in layerwise.host.items() if not term.startswith("runtime"))
+    steps = next(p for p in phases if p.name == phase)
+    return sum(size for term, size in steps.host.items() if not term.startswith("runtime"))
 
 
-@pytest.mark.parametrize("case", ["tinystories", "tinystories-summed", pytest.param("smollm2", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("case", ["tinystories", "tinystories-summed", "tinystories-tail-window",
+                                  pytest.param("smollm2", marks=pytest.mark.slow)])
 def test_layerwise_estimate_matches_measured_peak(case, tmp_path, request):
     """Peak resident memory of real layer-wise steps (a subprocess: its imports subtracted, high-water mark
     reset after the first step) is within 25% of the independent estimate. glibc's dynamic mmap threshold is
@@ -61,7 +69,7 @@ def test_layerwise_estimate_matches_measured_peak(case, tmp_path, request):
                    env=_env(MALLOC_MMAP_THRESHOLD_="65536"), capture_output=True, timeout=300)  # fmt: skip
     probe = json.loads(out.read_text())
     measured = probe["peak"] - probe["baseline"]
-    estimated = _estimated_step_bytes(args)
+    estimated = _estimated_step_bytes(args, PHASE.get(case, "layerwise"))
     assert measured > 0.1 * GIB  # a real workload, not noise
     assert abs(estimated - measured) <= 0.25 * measured, (case, estimated / GIB, measured / GIB)
 
