@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from lit_dof.comparison.artefacts import fit_state, read_cell
+from lit_dof.comparison.lookup import with_references
 from lit_dof.comparison.rows import PRIMARY_METRIC, ROWS, Row, grid
 from lit_dof.comparison.summary import mean_of, pair_with_reference, seed_summary
 from lit_dof.evaluation.task_data import TASKS
@@ -52,6 +53,8 @@ def _carry(previous: dict, tasks: Sequence[str]) -> tuple[dict, dict]:
     if previous.get("vs_reference"):
         c["prior_vs_reference"] = {k: previous.get(k) for k in ("vs_reference", "vs_reference_average")}
     items = {t: decode_items(v) for t, v in (previous.get("items") or {}).items() if t in tasks}
+    if items:  # kept in the record too, so that the next rewrite can pair (and carry) them again
+        c["items"] = {t: encode_items(v) for t, v in items.items()}
     return c, items
 
 
@@ -79,7 +82,7 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
     """
     cells, items = [], []  # items[i][task]: cell i's per-example scores of the task's primary metric
     pending, carried = [], []  # the table names them instead of silently leaving them out
-    earlier = {(c["row"], c["budget"], c.get("seed")): c for c in (previous or {}).get("cells", [])}
+    earlier = {(c["row"], c["budget"], c.get("seed")): c for c in with_references(previous or {}).get("cells", [])}
     teacher_dir = comparison.cell_dir(ROWS["teacher"], budgets[0]) if "teacher" in [r.name for r in rows] else None
     for budget, seed, row in grid(rows, budgets, seeds):
         cell = comparison.cell_dir(row, budget, seed) if row.kind != "teacher" else teacher_dir

@@ -57,6 +57,28 @@ def reference_curve(c: dict, curves: dict) -> dict[int, float]:
     return curves.get(cell_key(c.get("reference") or c["row"], c), {})
 
 
+LEGACY_REFERENCE = "fix"
+"""The reference of every student cell recorded before rows named their own (``Row.reference``)."""
+
+
+def with_references(report: dict) -> dict:
+    """``report`` with every cell's ``reference`` set: cells recorded before references existed (no
+    ``reference`` key) were all measured against Fix, so a student cell other than Fix gets ``"fix"``, any
+    other cell ``None``. Cells that have the key are unchanged; ``report`` itself is not modified.
+
+    Args:
+        report: a report (:func:`~lit_dof.comparison.collect.collect`), possibly an old ``comparison.json``.
+
+    Returns:
+        A shallow copy whose ``cells`` all carry ``reference``.
+    """
+    def legacy(c: dict) -> str | None:
+        return LEGACY_REFERENCE if c.get("kind") == "student" and c["row"] != LEGACY_REFERENCE else None
+
+    cells = [c if "reference" in c else {**c, "reference": legacy(c)} for c in report.get("cells", [])]
+    return {**report, "cells": cells}
+
+
 def has_scores(report: dict) -> bool:
     """Whether any cell has task scores (else a perplexity-only study such as the λ study).
 

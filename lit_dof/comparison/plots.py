@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lit_dof.comparison.lookup import cell_label, has_scores, reference_curve, validation_curves
+from lit_dof.comparison.lookup import cell_label, has_scores, reference_curve, validation_curves, with_references
 from lit_dof.comparison.summary import mean_of, spread_of
 from lit_dof.io import atomic_file
 
@@ -21,7 +21,7 @@ def plot(report: dict, path: Path) -> None:
         report: :func:`~lit_dof.comparison.collect.collect`'s report.
         path: the PNG file (its folder is created).
     """
-    fig = figure(report)
+    fig = figure(with_references(report))
     with atomic_file(path) as handle:
         fig.savefig(handle, format="png", dpi=120)
 

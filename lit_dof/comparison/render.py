@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import math
 
-from lit_dof.comparison.lookup import cell_key, cell_label, has_scores, reference_curve, validation_curves
+from lit_dof.comparison.lookup import (
+    cell_key,
+    cell_label,
+    has_scores,
+    reference_curve,
+    validation_curves,
+    with_references,
+)
 from lit_dof.comparison.summary import mean_of
 
 
@@ -32,6 +39,7 @@ def markdown(report: dict, header: str = "") -> str:
     Returns:
         The markdown text.
     """
+    report = with_references(report)
     tasks = report["tasks"]
     scored = has_scores(report)  # a perplexity-only study (the λ study) drops the task columns
     lines = [header] if header else []

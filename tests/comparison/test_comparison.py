@@ -470,6 +470,16 @@ def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
     text = markdown(second)
     assert "Carried from this folder's earlier comparison.json" in text and ": performer, fix, dof." in text
 
+    # a second rewrite from the first carried report (every run folder gone now) keeps the per-example scores
+    # and recomputes the same pairings from them
+    shutil.rmtree(runs)
+    third = collect(runner, rows, [64], tasks=["wsc273"], previous=json.loads(json.dumps(second)))
+    again = {c["row"]: c for c in third["cells"]}
+    assert third["carried"] == ["performer", "fix", "dof", "dijiang"]
+    assert {row: again[row]["items"] for row in hits} == {row: {"wsc273": "".join(map(str, hits[row]))} for row in hits}
+    for row in ("dof", "dijiang"):
+        assert again[row]["vs_reference"] == cells[row]["vs_reference"], row
+
     # a report from before items were kept: the earlier pairing stands while the reference is carried too,
     # and is dropped when the reference was measured again (different measurements)
     legacy = {**stored, "cells": [{k: v for k, v in c.items() if k != "items"} for c in stored["cells"]]}
