@@ -8,7 +8,7 @@
 ``fit``, ``validate``, ``test`` and ``predict`` are :class:`~lit_dof.pipeline.cli.LitDofCLI` (a LightningCLI:
 repeated ``--config``, ``--print_config``, top-level options before the subcommand as in
 ``lit-dof --config run.yaml fit``); ``eval``, ``compare``, ``hybrid``, ``generate`` and ``plan`` are jsonargparse commands
-of their modules; ``configs`` lists, prints and copies the shipped configs (:mod:`lit_dof.config_files`).
+of their modules; ``lm-eval`` is lm-eval's own CLI (:mod:`lit_dof.evaluation.lm_eval_model`); ``configs`` lists, prints and copies the shipped configs (:mod:`lit_dof.config_files`).
 This module imports none of them until one is run, so ``--help``, ``--version`` and ``configs`` answer at
 once. ``python -m lit_dof`` is the same command.
 """
@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "test": "LightningCLI's test loop (no lit-dof phase defines one).",
     "predict": "Teacher capture: q/k samples and DoF report (LightningCLI).",
     "eval": "Zero-shot task accuracy of a teacher or a student (lm-eval).",
+    "lm-eval": "lm-eval's own CLI, with the model `lit_dof` (students, teachers) registered.",
     "compare": "Train and evaluate every method alike; resumable; a report.",
     "hybrid": "Choose which blocks to linearise; export and compare hybrids.",
     "plan": "GPU memory and host RAM per rank of a fit command line.",
@@ -132,7 +133,8 @@ def main(args: Sequence[str] | None = None) -> None:
         args: the command line after ``lit-dof`` (default: ``sys.argv[1:]``).
 
     Raises:
-        SystemExit: ``--help``, ``--version``, a usage error, or a command's own exit.
+        SystemExit: ``--help``, ``--version``, a usage error, or a command's own exit; code 1 with the ``pip
+            install`` line on stderr when the command needs an optional dependency that is not installed.
     """
     argv = sys.argv[1:] if args is None else list(args)
     command = argv[0] if argv else None
@@ -151,6 +153,22 @@ def main(args: Sequence[str] | None = None) -> None:
 
     if os.environ.get("LIT_DOF_TUNE_ALLOCATOR", "1") != "0":
         tune_cpu_allocator()
+    from lit_dof.evaluation.extra import MissingExtraError
+
+    try:
+        run_command(command, argv, lightning_args=None if args is None else argv)
+    except MissingExtraError as exc:  # an optional dependency is missing: say which extra, without a traceback
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        raise SystemExit(1) from exc
+
+
+def run_command(command: str, argv: list[str], lightning_args: list[str] | None) -> None:
+    """Run ``command`` (a :data:`COMMANDS` name other than ``configs``, or LightningCLI's options first).
+
+    Args:
+        command: the first argument. argv: the whole command line, command included.
+        lightning_args: what LightningCLI parses (``None``: ``sys.argv``).
+    """
     if command == "eval":
         from lit_dof.evaluation.cli import main as eval_main
 
@@ -167,6 +185,13 @@ def main(args: Sequence[str] | None = None) -> None:
         from lit_dof.generation import main as generate_main
 
         generate_main(argv[1:])
+    elif command == "lm-eval":
+        from lit_dof.evaluation.extra import require_lm_eval
+
+        require_lm_eval(f"{PROG} lm-eval")
+        from lit_dof.evaluation.lm_eval_model import main as lm_eval_main
+
+        lm_eval_main(argv[1:])
     elif command == "plan":
         from lit_dof.pipeline.cli import plan_main
 
@@ -174,7 +199,7 @@ def main(args: Sequence[str] | None = None) -> None:
     else:  # fit, validate, test, predict, or LightningCLI's top-level options first
         from lit_dof.pipeline.cli import build_cli
 
-        build_cli(None if args is None else argv)
+        build_cli(lightning_args)
 
 
 if __name__ == "__main__":

@@ -199,6 +199,7 @@ def generate(
     from transformers import TextStreamer, set_seed
 
     from lit_dof.evaluation.loading import is_student, load_model
+    from lit_dof.interface import MODEL_CACHE_ARGUMENT
 
     student = is_student(model)
     loaded, tokenizer = load_model(model, device=where, dtype=parameters)
@@ -220,8 +221,7 @@ def generate(
     text = tokenizer.decode(new, skip_special_tokens=True)
     if no_stream:
         print(text, flush=True)
-    cache = getattr(out, "cache", None)  # transformers ≥ 5.24; earlier: past_key_values
-    cache = out.past_key_values if cache is None else cache
+    cache = getattr(out, MODEL_CACHE_ARGUMENT)
     context = cache.get_seq_length()
     cache_bytes = cache_nbytes(cache)
     if student:

@@ -23,6 +23,8 @@ import math
 from typing import Callable
 
 import torch
+import transformers
+from packaging.version import Version
 from torch import Tensor, nn
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache
@@ -34,6 +36,11 @@ ATTN_IMPLEMENTATION = "lit_dof"
 
 CACHE_KWARG = "lit_dof_cache"
 """Keyword under which the forward pre-hook hands the layer's ``Cache`` to :func:`lit_dof_attention`."""
+
+MODEL_CACHE_ARGUMENT = "cache" if Version(transformers.__version__).release >= (5, 24) else "past_key_values"
+"""The name under which a transformers model's ``forward`` takes, ``generate`` keeps and a model output returns
+the ``Cache``: ``cache`` since transformers 5.24 (``past_key_values`` is deprecated there, with a FutureWarning
+on every call that names it), ``past_key_values`` before."""
 
 Recorder = Callable[[nn.Module, Tensor, Tensor, Tensor, "Tensor | None", Tensor], None]
 """``(module, q (B,Hq,T,d) scaled, k (B,Hk,Tk,d), v (B,Hk,Tk,D), key_padding (B,Tk) | None, out (B,T,Hq,D))``."""
@@ -92,7 +99,7 @@ def key_padding_from_mask(attention_mask: Tensor | None, key_length: int) -> Ten
 
 
 def find_cache(args: tuple, kwargs: dict) -> Cache | None:
-    """The ``Cache`` passed to an attention module's forward (``past_key_values=``, ``layer_past=`` or positional)."""
+    """The ``Cache`` passed to an attention module's forward (``cache=``, ``past_key_values=``, ``layer_past=`` or positional)."""
     for value in (*kwargs.values(), *args):
         if isinstance(value, Cache):
             return value

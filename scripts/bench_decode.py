@@ -21,6 +21,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from lit_dof.attention import LearnedPRF
+from lit_dof.interface import MODEL_CACHE_ARGUMENT
 from lit_dof.runtime import tune_cpu_allocator
 from lit_dof.students import RecurrentStateLayer, linearize
 from lit_dof.teacher import DEFAULT_TEACHER
@@ -35,7 +36,7 @@ def _step_seconds(model, cache, position: int, device, reps: int) -> float:
     with torch.no_grad():
         for _ in range(reps + 1):
             start = time.perf_counter()
-            model(ids, past_key_values=cache, position_ids=positions, use_cache=True)
+            model(ids, **{MODEL_CACHE_ARGUMENT: cache}, position_ids=positions, use_cache=True)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
@@ -63,7 +64,7 @@ def _filled_kv_cache(config, length: int, device, dtype) -> DynamicCache:
 def _student_state(student, length: int, device):
     cache = student.new_cache()
     with torch.no_grad():
-        student(torch.randint(3, 1000, (1, 96), device=device), past_key_values=cache, use_cache=True)
+        student(torch.randint(3, 1000, (1, 96), device=device), cache=cache, use_cache=True)
     for layer in cache.layers:
         layer.seen = length
         if hasattr(layer.state, "seen"):

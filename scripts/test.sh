@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Create .venv (if missing), install lit-dof with its test dependencies, and run the test suite.
+# Create .venv (if missing), install lit-dof with its test and eval (lm-eval) extras, and run the test suite.
 # Usage: scripts/test.sh [pytest args...]     Env: PYTHON (interpreter), TORCH_VERSION (default 2.13.0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/setup_venv.sh test
+source scripts/setup_venv.sh test,eval
 # Tests never touch the network: hub ids must come from local files.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 exec .venv/bin/python -m pytest -q "$@"

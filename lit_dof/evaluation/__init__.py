@@ -4,6 +4,8 @@ fine-tuning protocol (the comparison runner that uses them is :mod:`lit_dof.comp
 * :mod:`~lit_dof.evaluation.task_data` — readers for the original task files (counts as SOURCES.md);
 * :mod:`~lit_dof.evaluation.harness` — ``evaluate_model`` (lm-eval ``HFLM`` around a loaded model);
 * :mod:`~lit_dof.evaluation.cli` — ``lit-dof eval``;
+* :mod:`~lit_dof.evaluation.lm_eval_model` — the lm-eval model ``lit_dof`` and ``lit-dof lm-eval`` (lm-eval's CLI);
+* :mod:`~lit_dof.evaluation.extra` — ``require_lm_eval``: lm-eval is the optional ``eval`` extra;
 * :mod:`~lit_dof.evaluation.perplexity` — sliding-window perplexity (torchmetrics);
 * :mod:`~lit_dof.evaluation.multiple_choice` — option scores as lm-eval's ``multiple_choice`` (acc, acc_norm);
 * :mod:`~lit_dof.evaluation.finetune_data` — ``MultipleChoiceDataModule`` (one task's splits, batched);
@@ -11,5 +13,6 @@ fine-tuning protocol (the comparison runner that uses them is :mod:`lit_dof.comp
 * :mod:`~lit_dof.evaluation.stats` — the paired-difference statistic;
 * :mod:`~lit_dof.evaluation.loading` — ``load_model`` (an exported student or any teacher source).
 
-Submodules import lm-eval and Lightning lazily; importing this package is cheap.
+Submodules import lm-eval (``pip install 'lit-dof[eval]'``) and Lightning lazily; importing this package is
+cheap, and works without lm-eval.
 """

@@ -66,10 +66,13 @@ def evaluate(
 
     Raises:
         DeviceError: an unknown ``device``/``dtype``, or CUDA where there is none (before the model loads).
+        ImportError: lm-eval is not installed (``pip install 'lit-dof[eval]'``; before the model loads).
     """
+    from lit_dof.evaluation.extra import require_lm_eval
     from lit_dof.evaluation.harness import evaluate_model
     from lit_dof.io import atomic_write_json
 
+    require_lm_eval("lit-dof eval")
     where, parameters = resolve_device(device), resolve_model_dtype(dtype)
     loaded, tokenizer = load_model(model, device=where, dtype=parameters)
     results = evaluate_model(loaded, tokenizer, tasks, data_dir=data_dir, limit=limit, batch_size=batch_size,

@@ -22,6 +22,7 @@ from typing import Sequence
 import torch
 
 from lit_dof.devices import device_label  # also importable from here, as before
+from lit_dof.evaluation.extra import require_lm_eval
 from lit_dof.evaluation.task_data import TASKS
 from lit_dof.io import library_versions
 
@@ -33,7 +34,12 @@ METRICS = ("acc", "acc_norm")
 
 def task_manager(data_dir: str | os.PathLike | None = None, mmlu_per_subject: int | None = None):
     """An lm-eval ``TaskManager`` that knows only the shipped tasks; ``data_dir`` (default ``$LIT_DOF_DATA``)
-    and ``mmlu_per_subject`` reach the loaders as task metadata."""
+    and ``mmlu_per_subject`` reach the loaders as task metadata.
+
+    Raises:
+        ImportError: lm-eval is not installed (the ``eval`` extra).
+    """
+    require_lm_eval("lit-dof's lm-eval tasks")
     from lm_eval.tasks import TaskManager
 
     metadata = {"data_dir": str(data_dir) if data_dir else os.environ.get("LIT_DOF_DATA")}
@@ -73,9 +79,10 @@ def evaluate_model(
         of two models on the same examples.
 
     Raises:
-        ValueError: an unknown task name; FileNotFoundError: a missing data file.
+        ValueError: an unknown task name; FileNotFoundError: a missing data file; ImportError: lm-eval is not
+            installed (the ``eval`` extra).
     """
-    import lm_eval
+    lm_eval = require_lm_eval("zero-shot evaluation (lit-dof eval, compare)")
     from lm_eval.models.huggingface import HFLM
 
     if not builtin:

@@ -27,7 +27,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, Pret
 
 from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFactory
 from lit_dof.attention.grouped import HeadGroupedAttention
-from lit_dof.interface import AttentionSlot
+from lit_dof.interface import MODEL_CACHE_ARGUMENT, AttentionSlot
 from lit_dof.io import atomic_directory
 from lit_dof.students.cache import student_cache
 from lit_dof.students.lora import adapters_enabled, set_adapters_enabled
@@ -212,31 +212,37 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        past_key_values=None,
+        cache=None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs,
     ):
-        """The teacher's forward with linear layers; ``use_cache=True`` without a cache gets :meth:`new_cache`."""
-        if use_cache and past_key_values is None:
-            past_key_values = self.new_cache()
+        """The teacher's forward with linear layers; ``use_cache=True`` without a cache gets :meth:`new_cache`.
+
+        ``cache`` is accepted as ``past_key_values=`` too (what ``generate`` passes before transformers 5.24);
+        the teacher model gets it under the name its transformers takes
+        (:data:`~lit_dof.interface.MODEL_CACHE_ARGUMENT`), so no call warns.
+        """
+        cache = kwargs.pop("past_key_values", cache)
+        if use_cache and cache is None:
+            cache = self.new_cache()
         return self.model(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-            past_key_values=past_key_values, inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache,
-            logits_to_keep=logits_to_keep, **kwargs,
+            inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache, logits_to_keep=logits_to_keep,
+            **{MODEL_CACHE_ARGUMENT: cache}, **kwargs,
         )  # fmt: skip
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
         # generate() would build a DynamicCache (growing keys for every layer); give it ours instead.
-        if model_kwargs.get("past_key_values") is None and generation_config.use_cache is not False:
+        if model_kwargs.get(MODEL_CACHE_ARGUMENT) is None and generation_config.use_cache is not False:
             if generation_config.cache_implementation not in (None, "dynamic"):
                 raise ValueError(
                     f"cache_implementation={generation_config.cache_implementation!r} is not supported by lit-dof "
                     "students; leave it unset (linear layers keep a constant-size recurrent state)"
                 )
-            model_kwargs["past_key_values"] = self.new_cache()
+            model_kwargs[MODEL_CACHE_ARGUMENT] = self.new_cache()
             return
         return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 

@@ -119,8 +119,20 @@ def gguf_to_safetensors(gguf_file: str | os.PathLike, cache_dir: str | os.PathLi
     return target
 
 
-def _resolve_source(name_or_path: str, cache_dir) -> Path | str:
-    """A local directory (alias and GGUF files converted first) or the hub id itself."""
+def resolve_source(name_or_path: str, cache_dir: str | os.PathLike | None = None) -> Path | str:
+    """Where transformers loads a teacher from: a local directory (an alias or a ``.gguf`` file converted first,
+    once per cache), or the hub id itself.
+
+    Args:
+        name_or_path: as :func:`load_teacher` takes it. cache_dir: where GGUF conversions are kept.
+
+    Returns:
+        the directory (a ``Path``), or ``name_or_path`` unchanged (a hub id).
+
+    Raises:
+        TeacherNotFoundError: an unknown alias / missing package, or a directory without ``config.json``.
+        ImportError: a GGUF teacher without ``gguf``/``accelerate`` installed.
+    """
     path = Path(os.path.expanduser(str(name_or_path)))
     if name_or_path in EMBEDDED_TEACHERS:
         _require_gguf()
@@ -174,7 +186,7 @@ def load_teacher(
         ImportError: a GGUF teacher without ``gguf``/``accelerate`` installed.
         UnsupportedModelError: the model has no attention layers lit-dof supports.
     """
-    source = _resolve_source(name_or_path, cache_dir)
+    source = resolve_source(name_or_path, cache_dir)
     try:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn_implementation)
         tokenizer = _load_tokenizer(source)
@@ -202,7 +214,7 @@ def load_tokenizer(name_or_path: str = DEFAULT_TEACHER, *, cache_dir: str | os.P
     Raises:
         TeacherNotFoundError, ImportError: as :func:`load_teacher`.
     """
-    source = _resolve_source(name_or_path, cache_dir)
+    source = resolve_source(name_or_path, cache_dir)
     try:
         tokenizer = _load_tokenizer(source)
     except OSError as exc:

@@ -44,8 +44,8 @@ def test_help_lists_every_command_without_importing_lightning():
     assert result.returncode == 0 and result.stdout.startswith("usage: lit-dof ")
     listed = {line.split()[0]: " ".join(line.split()[1:]) for line in result.stdout.splitlines()
               if line.startswith("    ") and line.split()[0] in COMMANDS}  # fmt: skip
-    assert set(listed) == set(COMMANDS) == {"fit", "validate", "test", "predict", "eval", "compare", "hybrid",
-                                            "plan", "generate", "configs"}  # fmt: skip
+    assert set(listed) == set(COMMANDS) == {"fit", "validate", "test", "predict", "eval", "lm-eval", "compare",
+                                            "hybrid", "plan", "generate", "configs"}  # fmt: skip
     assert listed == COMMANDS  # one line each, as written
     probe = ("import sys\nfrom lit_dof.cli import main\ntry: main(['--help'])\n"
              "except SystemExit: print(sorted(m for m in ('lightning', 'torch', 'transformers') if m in sys.modules))")
@@ -66,7 +66,7 @@ def test_unknown_or_missing_command_is_a_usage_error(capsys, monkeypatch):
     assert code == 2 and "required: COMMAND" in err
 
 
-@pytest.mark.parametrize("command", [c for c in COMMANDS if c not in ("fit", "validate", "test", "predict")])
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c not in ("fit", "validate", "test", "predict", "lm-eval")])
 def test_each_command_has_its_own_usage_line(capsys, monkeypatch, command):
     code, out, _ = _main(capsys, monkeypatch, command, "--help")
     assert code == 0

@@ -63,10 +63,10 @@ def test_recurrent_state_is_constant_in_context_length():
     cache = student.new_cache()
     assert [type(layer).__name__ for layer in cache.layers] == ["RecurrentStateLayer", "DynamicLayer", "RecurrentStateLayer"]
     ids = torch.randint(3, 97, (2, 40))
-    student(ids[:, :10], past_key_values=cache, use_cache=True)
+    student(ids[:, :10], cache=cache, use_cache=True)
     sizes_10 = [layer.nbytes for layer in cache.layers if isinstance(layer, RecurrentStateLayer)]
     for t in range(10, 40):
-        student(ids[:, t : t + 1], past_key_values=cache, use_cache=True)
+        student(ids[:, t : t + 1], cache=cache, use_cache=True)
     sizes_40 = [layer.nbytes for layer in cache.layers if isinstance(layer, RecurrentStateLayer)]
     assert sizes_10 == sizes_40 == [2 * 2 * 8 * (16 + 2) * 4, 2 * 2 * 4 * (16 + 2) * 4]  # B·Hk·M·(D+2) floats
     assert cache.get_seq_length() == 40 and cache.layers[1].keys.shape[2] == 40

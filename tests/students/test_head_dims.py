@@ -47,7 +47,7 @@ def test_state_bytes_follow_the_sum_of_head_dims_and_survive_save_load(tmp_path)
     student = linearize(tiny_model("llama"), LearnedPRF, [[8, 16], 12, [4, 4]])
     cache = student.new_cache()
     ids = torch.randint(3, 97, (2, 20))
-    student(ids, past_key_values=cache, use_cache=True)
+    student(ids, cache=cache, use_cache=True)
     D = student.config.text_config.head_dim
     sizes = [layer.nbytes for layer in cache.layers if isinstance(layer, RecurrentStateLayer)]
     assert sizes == [2 * m * (D + 2) * 4 for m in (8 + 16, 2 * 12, 4 + 4)]  # B · Σ_h M_h · (D + 2) floats

@@ -68,10 +68,10 @@ def test_decode_state_is_constant_in_context_length():
     student = linearize(tiny_model("llama"), LearnedPRF, 8, window=6, sink_tokens=2)
     cache = student.new_cache()
     ids = torch.randint(3, 97, (2, 60))
-    student(ids[:, :10], past_key_values=cache, use_cache=True)
+    student(ids[:, :10], cache=cache, use_cache=True)
     sizes = set()
     for t in range(10, 60):
-        student(ids[:, t : t + 1], past_key_values=cache, use_cache=True)
+        student(ids[:, t : t + 1], cache=cache, use_cache=True)
         sizes.add(tuple(layer.nbytes for layer in cache.layers if isinstance(layer, RecurrentStateLayer)))
     assert len(sizes) == 1 and cache.get_seq_length() == 60
 
