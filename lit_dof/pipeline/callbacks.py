@@ -165,6 +165,12 @@ class FeatureDimAllocator(L.Callback):
             raise ValueError(f"budget (mean feature dim per layer) must be >= 1, got {budget}")
         self.strategy, self.multiple_of, self.min_dim, self.budget = strategy, multiple_of, min_dim, budget
 
+    def state_dict(self) -> dict:
+        """The allocation settings, saved in checkpoints: a resumed run is checked against them
+        (:mod:`lit_dof.pipeline.resume`); nothing is restored from them."""
+        return {"strategy": self.strategy, "multiple_of": self.multiple_of, "min_dim": self.min_dim,
+                "budget": self.budget}  # fmt: skip
+
     def on_teacher_ready(self, trainer: L.Trainer, pl_module, teacher) -> None:
         report = pl_module.dof_report
         if self.strategy == "fix":

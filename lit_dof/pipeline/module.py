@@ -225,7 +225,10 @@ class StudentModule(L.LightningModule):
         return state
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        from lit_dof.pipeline.resume import factory_name
+
         checkpoint["lit_dof_feature_dims"] = self.student.feature_dims
+        checkpoint["lit_dof_feature_map"] = factory_name(self.feature_map)  # not a hyperparameter (a factory)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         dims = checkpoint.get("lit_dof_feature_dims")
