@@ -106,10 +106,12 @@ def checkpoint_metadata(path: str | os.PathLike) -> dict | None:
 
 
 def factory_name(factory: Any) -> str:
-    """A stable description of a feature-map factory: a class's dotted name, a partial's with its keywords."""
+    """A stable description of a feature-map factory: a class's dotted name; for a partial (jsonargparse's
+    ``class_path`` + ``init_args``, whose class is one of its positional arguments) that class's with the keywords."""
     if isinstance(factory, functools.partial):
+        target = next((arg for arg in factory.args if isinstance(arg, type)), factory.func)
         keywords = ", ".join(f"{k}={v!r}" for k, v in sorted(factory.keywords.items()))
-        return f"{factory_name(factory.func)}({keywords})"
+        return f"{factory_name(target)}({keywords})"
     if isinstance(factory, type) or callable(factory) and hasattr(factory, "__qualname__"):
         return f"{factory.__module__}.{factory.__qualname__}"
     return repr(factory)

@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from lit_dof.pipeline.cli import build_cli
-from lit_dof.pipeline.resume import ResumeMismatchError, check_resume, checkpointed_version
+from lit_dof.pipeline.resume import ResumeMismatchError, check_resume, checkpointed_version, factory_name
 from tests.conftest import REPO
 from tests.pipeline.conftest import fit_args
 
@@ -63,6 +63,26 @@ def test_resuming_another_experiments_checkpoint_is_refused(tmp_path):
     assert "version_0/config.yaml" in message and "without --ckpt_path" in message
     checkpoint = torch.load(tmp_path / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
     assert checkpoint["global_step"] == 2  # untouched
+
+
+def test_feature_map_factories_are_told_apart_by_class_and_init_args():
+    """What a config's ``feature_map`` becomes (jsonargparse's partial) is named by its class and arguments."""
+    from collections.abc import Callable
+
+    from jsonargparse import ArgumentParser
+
+    from lit_dof.attention import FeatureMap, LearnedPRF
+
+    parser = ArgumentParser()
+    parser.add_argument("--f", type=Callable[[int, int, int], FeatureMap])
+
+    def name(value: str) -> str:
+        return factory_name(parser.instantiate_classes(parser.parse_args(["--f", value])).f)
+
+    performer = '{"class_path": "lit_dof.attention.PerformerFeatureMap", "init_args": {"seed": %d}}'
+    assert name("lit_dof.attention.LearnedPRF").startswith("lit_dof.attention.feature_maps.prf.LearnedPRF(")
+    assert "PerformerFeatureMap(" in name(performer % 3) and name(performer % 3) != name(performer % 4)
+    assert factory_name(LearnedPRF) == "lit_dof.attention.feature_maps.prf.LearnedPRF"
 
 
 def test_check_resume_compares_only_shared_keys(tmp_path):
