@@ -5,8 +5,8 @@
 # Data: streamed from the Hugging Face hub by default; offline, point LIT_DOF_CORPUS at a local corpus
 # (plain text, .txt.gz, jsonl or WikiExtractor), e.g. LIT_DOF_CORPUS=../shared/data/wikipedia/enwiki_wikiextractor_AA.txt.gz
 # Extra arguments go to `lit-dof fit` (e.g. --trainer.max_steps 200, --data.init_args.path FILE).
-# Outputs: runs/quickstart/version_N/ (TensorBoard logs, dof.json, config.yaml, student/); resume a killed run
-# with: scripts/quickstart.sh --ckpt_path last
+# Outputs: runs/quickstart/version_N/ (TensorBoard logs, dof.json, config.yaml, student/, checkpoints/); resume a
+# killed run in place with: scripts/quickstart.sh --ckpt_path last
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_venv.sh

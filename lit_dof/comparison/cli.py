@@ -42,26 +42,30 @@ def compare(
     """Run (or resume) the comparison and write its report.
 
     Args:
-        rows: method rows (default: all of :data:`ROWS`, teacher first).
+        rows: method rows (default: all of them, lit_dof.comparison.rows.ROWS, teacher first).
         budgets: per-layer mean feature dims C (the total budget is L · C).
-        out: cell directories. report_dir: where comparison.{json,md,png} go (default: ``out``).
+        out: where the cell directories go.
+        report_dir: where comparison.{json,md,png} go (default: ``out``).
         stages: which of ``fit``, ``ppl``, ``long``, ``eval``, ``finetune`` to run now (the report is always
             rewritten; ``long`` — perplexity by position up to 8192 tokens of context — and ``finetune`` — the
             paper's protocol — are opt-in: they are the costliest stages on a CPU).
         tasks: which tasks the ``eval`` stage runs now (the report always shows all seven; missing cells are –).
-        base_config: shared recipe (default configs/quickstart.yaml). teacher: override its teacher.
-        corpus: corpus file (default ``$LIT_DOF_CORPUS``). data_dir: task data (default ``$LIT_DOF_DATA``).
-        eval_limit: examples per task. mmlu_per_subject: MMLU subset (18 per subject → 1026 questions).
+        base_config: shared recipe (default configs/quickstart.yaml).
+        teacher: replaces the base config's teacher (alias, directory, ``.gguf`` file or hub id).
+        corpus: corpus file (default ``$LIT_DOF_CORPUS``).
+        data_dir: task data (default ``$LIT_DOF_DATA``).
+        eval_limit: examples per task.
+        mmlu_per_subject: MMLU subset: the first this-many questions per subject (18 → 1026 questions).
         ppl_tokens: held-out tokens for the perplexity column.
         fit_args: extra ``lit-dof fit`` arguments for every student.
         finetune_tasks: tasks of the protocol (those with training data offline).
         finetune_lrs: the learning-rate grid searched on the teacher, reused for the students.
         finetune_args: extra arguments of every fine-tuning fit (e.g. ``--data.init_args.train_limit=200``).
-        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``, for every stage (see :class:`Comparison`).
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``, for every stage (see lit_dof.comparison.cells.Comparison).
         eval_batch_size: loglikelihood requests per forward in the ``eval`` stage (results depend on it only
             through float rounding).
-        seeds: training seeds of every student row (see :class:`Comparison`'s ``seed``; 0: the base config's
-            seeds). With two or more the report adds the spread over seeds (:func:`seed_summary`).
+        seeds: training seeds of every student row (0: the base config's seeds). With two or more the report
+            adds the spread over seeds.
         carry: keep the cells of ``report_dir``'s earlier ``comparison.json`` that have no run directory under
             ``out`` (a lost or cleaned scratch folder; each is marked in the table); ``false``: only ``out``.
 

@@ -138,9 +138,12 @@ class WikipediaDataModule(L.LightningDataModule):
         tokenizer: the teacher whose tokenizer to use (alias, directory or hub id; linked to
             ``model.teacher`` by the CLI).
         path: local corpus file; ``None``: ``$LIT_DOF_CORPUS`` if set, else the hub dataset.
-        hub_dataset, hub_config: the hub dataset streamed when no local corpus is given.
-        seq_len: tokens per block. batch_size: blocks per batch (per device).
-        val_every: every ``val_every``-th document is held out. val_blocks: validation blocks.
+        hub_dataset: the hub dataset streamed when no local corpus is given.
+        hub_config: that dataset's configuration (the Wikipedia dump and language).
+        seq_len: tokens per block.
+        batch_size: blocks per batch (per device).
+        val_every: every ``val_every``-th document is held out.
+        val_blocks: validation blocks (from the held-out documents).
         predict_blocks: training blocks (per rank) that ``predict`` (teacher capture) reads.
         num_workers: dataloader workers (tokenisation runs there).
 

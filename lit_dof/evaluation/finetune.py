@@ -33,7 +33,9 @@ class TaskFinetuning(L.LightningModule):
             ``teacher`` so the CLI links it to the data module's tokenizer).
         trainable: ``"all"`` (the paper's full fine-tuning), ``"attention"`` (attention blocks, linear twins
             included) or ``"feature_maps"`` (only φ of a student).
-        lr, weight_decay, warmup_steps: AdamW with linear warm-up, then constant.
+        lr: AdamW's learning rate (after a linear warm-up, constant).
+        weight_decay: AdamW's weight decay.
+        warmup_steps: linear warm-up length (optimizer steps).
         seq_len: linked from the data module.
         selection: ``"best"`` (paper: best epoch) or ``"last"`` (paper's MMLU rule) — what ``finetune.json``
             reports as ``score``.

@@ -18,15 +18,19 @@ from lit_dof.teacher.loading import load_tokenizer
 
 
 class MultipleChoiceDataModule(L.LightningDataModule):
-    """Training split and evaluation split of one task (:mod:`lit_dof.evaluation.task_data`).
+    """Training split and evaluation split of one task (read by lit_dof.evaluation.task_data).
 
     Args:
-        task: one of :data:`~lit_dof.evaluation.task_data.TRAIN_SPLITS`.
+        task: a task with training data offline: ``arc_easy``, ``arc_challenge``, ``winogrande``, ``logiqa`` or
+            ``mmlu`` (lit_dof.evaluation.task_data.TRAIN_SPLITS).
         data_dir: folder laid out like ../shared/data (default ``$LIT_DOF_DATA``).
         tokenizer: tokenizer source (linked from ``model.teacher`` by the CLI).
-        batch_size: documents per batch (each brings all its options). seq_len: longest pair in tokens.
-        train_limit, eval_limit: use only the first this-many documents of each split.
-        mmlu_per_subject: evaluation subset for MMLU (see :func:`~lit_dof.evaluation.task_data.mmlu`).
+        batch_size: documents per batch (each brings all its options).
+        seq_len: longest context + option pair in tokens.
+        train_limit: use only the first this-many documents of the training split.
+        eval_limit: use only the first this-many documents of the evaluation split.
+        mmlu_per_subject: evaluation subset for MMLU: the first this-many questions of each subject.
+        seed: seed of the loaders' shuffling.
 
     Raises:
         ValueError: a task without training data; FileNotFoundError: missing files.

@@ -50,16 +50,19 @@ def search(
     Args:
         bank: a student directory whose every layer has a linear twin (``lit-dof fit`` with
             ``configs/hybrid/twins.yaml``).
-        task: the target task (:data:`~lit_dof.evaluation.task_data.TASKS`), for the accuracy metrics.
+        task: the target task (one of lit_dof.evaluation.task_data.TASKS), for the accuracy metrics.
         data_dir: folder laid out like ../shared/data (default ``$LIT_DOF_DATA``).
         metric: ``accuracy`` (lm-eval's acc), ``acc_norm`` or ``perplexity`` (on ``corpus``).
         corpus: text corpus for ``perplexity`` (its held-out documents; WikiExtractor or plain text).
         block: tokens per perplexity block.
-        search_items, heldout_items: items (or blocks) scored per search evaluation / per held-out evaluation.
-        tolerance, relative: the acceptance rule (:class:`~lit_dof.hybrid.search.Tolerance`): a hybrid passes
-            within ``tolerance`` of the teacher's score (score units, or a fraction of it with ``relative``).
+        search_items: items (or blocks) scored per search evaluation.
+        heldout_items: items (or blocks) scored per held-out evaluation (the orderings' curves).
+        tolerance: the acceptance rule (lit_dof.hybrid.search.Tolerance): a hybrid passes within this of the
+            teacher's score (in score units, or as a fraction of it with ``relative``).
+        relative: read ``tolerance`` as a fraction of the teacher's score.
         shortlist: rank the remaining layers by ``loss`` (local loss) or ``dof`` and score only the
             ``shortlist_k`` lowest each round; ``None``: every remaining layer.
+        shortlist_k: how many layers of the shortlist are scored each round.
         max_linear: stop the greedy search after this many swaps.
         confirm_items: validation items the search does not use (0: off). The search's trajectory is re-scored
             on them from its most linear hybrid down, and the exported ``most_linear`` is the most linear

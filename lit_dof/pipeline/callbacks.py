@@ -31,12 +31,16 @@ class DoFEstimator(L.Callback):
     """Run Algorithm 1 on teacher batches (or read a report) and write ``dof.json`` to the log directory.
 
     Args:
-        lam: ridge λ, or ``"auto"`` (:func:`~lit_dof.dof.select_lambda`, ``target_fraction`` of J).
+        lam: ridge λ, or ``"auto"``: the λ at which the mean layer DoF is ``target_fraction`` of J
+            (lit_dof.dof.select_lambda).
         relative_to: ``None`` (absolute λ), ``"trace"`` or ``"max_eigenvalue"``.
-        num_samples: J per head. num_batches: training batches captured.
+        num_samples: J, the q/k samples kept per head.
+        num_batches: training batches captured for the estimate.
         pooling: ``"query_head"`` (paper; 30 × 9 heads on SmolLM2) or ``"kv_head"``.
+        target_fraction: with ``lam="auto"``, the mean layer DoF as a fraction of J, in (0, 1).
         report_path: read this ``dof.json`` (e.g. from a ``predict`` capture) instead of estimating.
         enabled: False skips the estimate (allocation then needs ``strategy="fix"``).
+        seed: sampling seed: which q/k rows the reservoir keeps, and the draws of the ``"auto"`` λ search.
         far_pairs: for a sliding-window student, estimate the DoF of the kernel restricted to query–key pairs
             farther apart than its window (the pairs its linear part serves; sinks excluded) instead of the
             plain pooled DoF.
@@ -141,8 +145,9 @@ class FeatureDimAllocator(L.Callback):
     Args:
         strategy: ``"dof"`` (paper), ``"dof_clip"`` (capped at C), ``"fix"`` (C everywhere; the Fix baseline)
             or ``"dof_head"`` (one M per KV head from that head's DoF, C per head on average; maps shared per
-            KV head, see :func:`~lit_dof.dof.allocate_head_feature_dims`).
-        multiple_of, min_dim: see :func:`~lit_dof.dof.allocate_feature_dims`.
+            KV head, see lit_dof.dof.allocate_head_feature_dims).
+        multiple_of: round every dim to a multiple of this (kernel tiles); the total budget is kept.
+        min_dim: the smallest dim any layer gets (≥ 1; rounded up to ``multiple_of``).
         budget: the mean feature dim C of the allocation per layer (per KV head for ``dof_head``); default:
             the head size, as in the paper. Smaller budgets trade accuracy for speed/state memory.
 
@@ -159,6 +164,12 @@ class FeatureDimAllocator(L.Callback):
         if budget is not None and budget < 1:
             raise ValueError(f"budget (mean feature dim per layer) must be >= 1, got {budget}")
         self.strategy, self.multiple_of, self.min_dim, self.budget = strategy, multiple_of, min_dim, budget
+
+    def state_dict(self) -> dict:
+        """The allocation settings, saved in checkpoints: a resumed run is checked against them
+        (:mod:`lit_dof.pipeline.resume`); nothing is restored from them."""
+        return {"strategy": self.strategy, "multiple_of": self.multiple_of, "min_dim": self.min_dim,
+                "budget": self.budget}  # fmt: skip
 
     def on_teacher_ready(self, trainer: L.Trainer, pl_module, teacher) -> None:
         report = pl_module.dof_report

@@ -25,10 +25,15 @@ class TeacherCapture(L.LightningModule):
     """Capture phase as a LightningModule (``predict``).
 
     Args:
-        teacher: alias, directory, ``.gguf`` or hub id. seq_len: linked from ``data.seq_len``.
-        num_samples: J per head. pooling: ``"query_head"`` or ``"kv_head"``.
-        lam, relative_to, target_fraction: the ridge of the written report (see ``estimate_model_dof``).
+        teacher: alias, directory, ``.gguf`` or hub id.
+        seq_len: block length in tokens (linked from ``data.seq_len`` by the CLI).
+        num_samples: J, the q/k samples kept per head.
+        pooling: ``"query_head"`` or ``"kv_head"``.
+        lam: ridge λ of the written report, or ``"auto"`` (``target_fraction`` of J; see ``estimate_model_dof``).
+        relative_to: ``None`` (absolute λ), ``"trace"`` or ``"max_eigenvalue"``.
+        target_fraction: with ``lam="auto"``, the mean layer DoF as a fraction of J, in (0, 1).
         output_dir: where to write (default: the trainer's log directory).
+        seed: sampling seed: which q/k rows the reservoir keeps, and the draws of the ``"auto"`` λ search.
     """
 
     def __init__(

@@ -13,11 +13,14 @@ Top-level groups besides LightningCLI's: ``dof:`` (:class:`~lit_dof.pipeline.cal
 ``allocator:`` (:class:`~lit_dof.pipeline.callbacks.FeatureDimAllocator`) — always-present callbacks, so
 method files override a few keys instead of restating the trainer's callback list. ``model.teacher`` is
 linked to ``data.tokenizer`` and ``data.seq_len`` to ``model.seq_len``. ``--optimizer``/``--lr_scheduler`` are
-refused (:data:`OPTIMIZER_REFUSED`): every phase builds its own optimizers and schedule.
+refused (:data:`OPTIMIZER_REFUSED`): every phase builds its own optimizers and schedule. Checkpoints live in the
+run's own ``version_N/checkpoints``; ``--ckpt_path last`` continues the newest checkpointed version in place and
+refuses a checkpoint of another experiment (:mod:`lit_dof.pipeline.resume`).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import lightning as L
@@ -70,6 +73,37 @@ class LitDofCLI(LightningCLI):
             print(f"{command}: error: {'/'.join('--' + key for key in given)} is not supported. {OPTIMIZER_REFUSED}",
                   file=sys.stderr)  # fmt: skip
             raise SystemExit(2)
+
+    def before_instantiate_classes(self) -> None:
+        """With ``--ckpt_path last``, point the logger at the newest version holding a checkpoint (before the
+        trainer builds it), so that the run resumes, logs and checkpoints in that version's directory."""
+        self._resume_dir = None
+        config = self.config.get(self.subcommand) if self.subcommand else None
+        if config is None or config.get("ckpt_path") != "last":
+            return
+        from lit_dof.pipeline.resume import pin_logger_version
+
+        logger = config.get("trainer", {}).get("logger")
+        version = pin_logger_version(logger)
+        if version is not None:
+            init_args = logger.init_args
+            self._resume_dir = os.path.join(init_args.save_dir or ".", init_args.name or "", f"version_{version}")
+
+    def before_fit(self) -> None:
+        """Refuse to resume a checkpoint of another experiment (:func:`~lit_dof.pipeline.resume.check_resume`).
+
+        Raises:
+            ResumeMismatchError: ``--ckpt_path`` names (or ``last`` finds) a checkpoint whose model, data or
+                allocator settings differ from this run's.
+        """
+        from lit_dof.pipeline import resume
+
+        path = resume.resumed_checkpoint(self.config[self.subcommand].get("ckpt_path"), self.trainer, self._resume_dir)
+        checkpoint = resume.checkpoint_metadata(path) if path else None
+        if checkpoint is not None and "hyper_parameters" in checkpoint:
+            saved = resume.saved_settings(checkpoint, self.trainer.callbacks)
+            current = resume.current_settings(self.model, self.datamodule, self.trainer.callbacks)
+            resume.check_resume(path, saved, current)
 
 
 def build_cli(args=None, run: bool = True) -> LitDofCLI:

@@ -25,11 +25,13 @@ Trainable = Literal["feature_maps", "attention", "all"]
 class DirectDistillation(LayerwiseDistillation):
     """End-to-end next-token training of the student (same optimizer/schedule settings as the layer-wise phase).
 
-    Args (beyond :class:`~lit_dof.pipeline.layerwise.LayerwiseDistillation`, whose ``loss``/``query_rows``
-    are unused here and whose ``finetune_fraction`` must stay 0 — every step here is end-to-end):
-        trainable: ``"feature_maps"``, ``"attention"`` or ``"all"``.
+    The arguments of LayerwiseDistillation come first; its ``loss``/``query_rows`` are unused here and its
+    ``finetune_fraction`` must stay 0 (every step here is end-to-end); ``kd_temperature`` is the softmax
+    temperature of the ``logit_kd`` term. Its own:
+
+    Args:
+        trainable: ``"feature_maps"`` (only φ), ``"attention"`` (the linearised attention blocks) or ``"all"``.
         logit_kd: weight of the teacher-logit KL term (0: plain next-token loss).
-        (``kd_temperature``, inherited, is that term's softmax temperature.)
     """
 
     def __init__(self, *args, trainable: Trainable = "feature_maps", logit_kd: float = 0.0,

@@ -39,17 +39,23 @@ class _CapturedAll(Exception):
 class LayerwiseDistillation(StudentModule):
     """The paper's layer-wise phase (softmax or L2 kernel loss), as a LightningModule.
 
-    Args (beyond :class:`~lit_dof.pipeline.module.StudentModule`):
-        loss: the layer loss, a :class:`~lit_dof.students.layer_losses.LayerLoss` (configs: its ``class_path``):
+    The arguments of StudentModule (teacher, feature map, window, export, …) come first; its own:
+
+    Args:
+        loss: the layer loss, a LayerLoss (lit_dof.students.layer_losses; configs: its ``class_path``):
             ``SoftmaxRowLoss`` (default) or ``KernelL2Loss`` (paper §3), ``OutputLoss`` (block-output matching,
             Distill-then-Replace), or your own subclass. The legacy strings ``"softmax"``, ``"l2"`` and ``"output"``
-            of saved configs are accepted (:func:`~lit_dof.students.layer_losses.resolve_layer_loss`).
-        lr_z, lr_alpha, lr: learning rates of z, log α and other feature-map parameters.
+            of saved configs are accepted.
+        lr_z: learning rate of the feature maps' projections z.
+        lr_alpha: learning rate of the feature maps' log α.
+        lr: learning rate of every other trainable parameter (DiJiang's diagonal, Hedgehog's projection, …).
         lr_lora: learning rate of the LoRA adapters (``lora``); like every group it is scaled by
             ``finetune_lr_ratio`` in the end-to-end tail, the only phase in which they receive gradients.
-        warmup_steps: linear warm-up length (optimizer steps). min_lr_ratio: cosine floor.
+        warmup_steps: linear warm-up length (optimizer steps).
+        min_lr_ratio: floor of the cosine decay, as a fraction of each learning rate.
         query_rows: score this many random query rows per sequence (``None``: all; see the losses module).
-        betas, weight_decay: Adam settings.
+        betas: Adam's β1, β2.
+        weight_decay: Adam's weight decay (an L2 term on every group).
         finetune_fraction: the last this fraction of the optimizer steps (rounded) train end-to-end against
             the teacher's logits (0: layer-wise only, the paper's recipe; 1: end-to-end only).
         finetune_lr_ratio: learning rates of that tail, as a fraction of ``lr_z``/``lr_alpha``/``lr``.

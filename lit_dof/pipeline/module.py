@@ -31,7 +31,7 @@ class StudentModule(L.LightningModule):
     """Base of the layer-wise and direct phases.
 
     Args:
-        teacher: alias, directory, ``.gguf`` file or hub id (:func:`lit_dof.load_teacher`).
+        teacher: alias, directory, ``.gguf`` file or hub id (as lit_dof.load_teacher reads it).
         feature_map: ``(head_dim, num_heads, feature_dim) -> FeatureMap`` — in YAML a ``class_path`` with
             optional ``init_args`` (e.g. ``lit_dof.attention.PerformerFeatureMap``).
         feature_dim: M for every layer when no allocator callback sets the dims (default: the head size).
@@ -40,24 +40,24 @@ class StudentModule(L.LightningModule):
         chunk_size: chunk size of the linear-attention kernel.
         window: 0 for pure linear attention; w ≥ 1 for sliding-window + linear attention (the last w tokens
             exact softmax, the feature map's linear attention for older ones; see
-            :class:`~lit_dof.attention.SlidingWindowLinearAttention`).
+            lit_dof.attention.SlidingWindowLinearAttention).
         sink_tokens: with a window, the first tokens of every sequence also attended exactly (attention sinks).
         far_term: with a window, keep the linear far term (``False``: the window and sinks alone, a control
             with nothing to train).
         learn_mix: with a window, train a per-head log-weight of the far term.
-        lora: low-rank adapters on the teacher's projections (:class:`~lit_dof.students.lora.LoRA`), trained
+        lora: low-rank adapters on the teacher's projections (lit_dof.students.lora.LoRA), trained
             by the end-to-end objective and merged into the weights at export; ``None``: none.
         seq_len: training block length in tokens (linked from ``data.seq_len`` by the CLI).
         export_dir: where ``fit`` writes the student (default ``<log_dir>/student``); ``""`` disables.
         seed: seed of the twins' initial values, one derived seed per layer
-            (:func:`~lit_dof.students.surgery.layer_seed`), so every rank builds the same twins whatever random
+            (lit_dof.students.surgery.layer_seed), so every rank builds the same twins whatever random
             numbers it drew before (ranks capture different DoF batches); default: the run's seed
             (``seed_everything``, read as ``torch.initial_seed()``).
         teacher_dtype: dtype the teacher's weights are loaded in: ``"auto"`` (default) follows the trainer's
             precision (``bf16-true`` → ``"bfloat16"``, ``16-true`` → ``"float16"``, anything else, the mixed
             precisions included, → ``"float32"``), or ``"float32"``, ``"bfloat16"``, ``"float16"``. Under a
             true-half precision Lightning converts the teacher to that dtype anyway. The feature maps are
-            float32 whatever this is (master weights; see :class:`~lit_dof.attention.FeatureMap`).
+            float32 whatever this is (master weights; see lit_dof.attention.FeatureMap).
 
     Checkpoints hold what training changes (:meth:`state_dict`): the frozen teacher is reloaded from the
     teacher on resume, so loading is never strict.
@@ -225,7 +225,10 @@ class StudentModule(L.LightningModule):
         return state
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        from lit_dof.pipeline.resume import factory_name
+
         checkpoint["lit_dof_feature_dims"] = self.student.feature_dims
+        checkpoint["lit_dof_feature_map"] = factory_name(self.feature_map)  # not a hyperparameter (a factory)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         dims = checkpoint.get("lit_dof_feature_dims")

@@ -8,7 +8,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 
 
 class ShardedDataParallelStrategy(ModelParallelStrategy):
-    """:class:`~lightning.pytorch.strategies.ModelParallelStrategy` for FSDP2 without tensor parallelism.
+    """Lightning's ModelParallelStrategy for FSDP2 without tensor parallelism.
 
     Lightning's ``data_parallel_size="auto"`` is the number of nodes and its ``tensor_parallel_size="auto"``
     the devices per node, so a config that shards over every device cannot be written without knowing the

@@ -20,7 +20,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-# The run writes where it is launched from (the configs' runs/…/checkpoints are relative): launch every node
+# The run writes where it is launched from (the configs' runs/…/version_N/checkpoints are relative): launch every node
 # from the same directory on storage that every node sees.
 
 NNODES=${NNODES:-1}

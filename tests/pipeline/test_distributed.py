@@ -149,11 +149,16 @@ def _assert_twins_only_checkpoint(path: Path, step: int) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("reference", ["fsdp2"], indirect=True)
-def test_shipped_fsdp_config_resumes_to_more_steps(reference):
+def test_shipped_fsdp_config_resumes_to_more_steps(reference, tmp_path):
     """The bar: ``trainer/fsdp.yaml`` with only the CPU flags fits (the reference) and a second fit with
-    ``--ckpt_path last`` and a larger ``max_steps`` resumes from its last checkpoint and reaches it."""
-    strategy, run, _ = reference
-    last = run / "runs" / "fsdp" / "checkpoints" / "last.ckpt"
+    ``--ckpt_path last`` and a larger ``max_steps`` resumes from its last checkpoint, in the same version
+    directory, and reaches it."""
+    import shutil
+
+    strategy, reference_run, _ = reference
+    run = tmp_path / "run"
+    shutil.copytree(reference_run, run)  # the resumed fit continues (and re-exports) in place: keep the reference
+    last = run / "fsdp" / "version_0" / "checkpoints" / "last.ckpt"
     _assert_twins_only_checkpoint(last, step=STEPS)
     done = _fit(run, strategy, ["--ckpt_path=last"], steps=STEPS + 2)
     assert f"Restoring states from the checkpoint path at {last.resolve()}" in done.stdout + done.stderr

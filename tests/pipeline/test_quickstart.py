@@ -32,4 +32,5 @@ def test_quickstart_config_runs_on_smollm2(tmp_path, smollm2_dir, monkeypatch):
     assert student.feature_dims == [max(8, m) for m in report["allocations"]["dof"]]
     assert cli.trainer.global_step == 2
     assert 10 < float(cli.trainer.callback_metrics["val/ppl_teacher"]) < 100
-    assert (tmp_path / "runs" / "quickstart" / "checkpoints" / "last.ckpt").is_file()
+    assert log_dir.resolve() == (tmp_path / "runs" / "quickstart" / "version_0").resolve()
+    assert (log_dir / "checkpoints" / "last.ckpt").is_file()  # the run's own, not one every quickstart shares

@@ -166,7 +166,7 @@ def test_rehearsal_fsdp_bf16_true(teacher, tmp_path):
     """The shipped fsdp.yaml (bf16-true, sharded at LlamaDecoderLayer) on 2 CPU processes."""
     _fit_two_processes(teacher, tmp_path, "fsdp.yaml", "bf16-true")
     _assert_rehearsal(tmp_path, torch.bfloat16)
-    assert (tmp_path / "runs" / "fsdp" / "checkpoints" / "last.ckpt").is_dir()  # DCP folder, in the cwd
+    assert (tmp_path / "fsdp" / "version_0" / "checkpoints" / "last.ckpt").is_dir()  # DCP folder, in the run's own
 
 
 @pytest.mark.slow
@@ -176,7 +176,7 @@ def test_rehearsal_ddp(teacher, tmp_path, precision):
     with the replicated bf16 teacher docs/scale.md suggests for 8B under DDP (bf16-true)."""
     _fit_two_processes(teacher, tmp_path, "ddp.yaml", precision)
     _assert_rehearsal(tmp_path, torch.bfloat16 if precision == "bf16-true" else torch.float32)
-    assert (tmp_path / "runs" / "ddp" / "checkpoints" / "last.ckpt").is_file()
+    assert (tmp_path / "ddp" / "version_0" / "checkpoints" / "last.ckpt").is_file()
 
 
 @pytest.mark.slow

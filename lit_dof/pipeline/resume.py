@@ -1,0 +1,198 @@
+"""Runs that keep to themselves: checkpoints live in the run's own log directory (``<save_dir>/<name>/version_N/
+checkpoints``, Lightning's default when a ``ModelCheckpoint`` has no ``dirpath``), ``--ckpt_path last``
+continues the newest version that holds a checkpoint in that same directory (its TensorBoard curves and
+``config.yaml`` go on where they stopped), and a checkpoint written by another experiment is refused.
+
+    lit-dof fit --config configs/quickstart.yaml                   # runs/quickstart/version_0 (checkpoints inside)
+    lit-dof fit --config configs/quickstart.yaml --ckpt_path last  # continues runs/quickstart/version_0
+
+An experiment is what :func:`run_settings` collects: the model's and the data module's hyperparameters (their
+class included), the feature-map factory and the allocator's settings. Settings that change nothing a
+checkpoint holds (:data:`FREE_ON_RESUME`, the DoF estimator's: a resumed run rebuilds the checkpoint's feature
+dims from its ``dof.json``, and the module refuses other dims) may differ.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+LAST_CHECKPOINT = "last*.ckpt"
+"""The ``ModelCheckpoint(save_last=True)`` files ``--ckpt_path last`` chooses from (``last.ckpt``, ``last-v1.ckpt``)."""
+
+FREE_ON_RESUME = frozenset({"model._instantiator", "data._instantiator", "model.export_dir", "data.num_workers"})
+"""Settings a resumed run may change: where the student is exported, how many loader workers tokenise."""
+
+
+class ResumeMismatchError(ValueError):
+    """``--ckpt_path`` names a checkpoint of another experiment (other model, data or allocator settings)."""
+
+
+def checkpointed_version(root: str | os.PathLike) -> int | None:
+    """The newest ``version_N`` under ``root`` (a logger's ``<save_dir>/<name>``) holding a last checkpoint.
+
+    Args:
+        root: the logger's run folder.
+
+    Returns:
+        N, or ``None`` when no version holds ``checkpoints/last*.ckpt``.
+    """
+    versions = [int(folder.name.removeprefix("version_")) for folder in Path(root).glob("version_*")
+                if folder.name.removeprefix("version_").isdigit()
+                and any((folder / "checkpoints").glob(LAST_CHECKPOINT))]  # fmt: skip
+    return max(versions, default=None)
+
+
+def pin_logger_version(logger: Any) -> int | None:
+    """Point a parsed logger (``trainer.logger``: ``class_path`` + ``init_args`` with ``save_dir``, ``name`` and
+    ``version``, as TensorBoardLogger and CSVLogger have) at the newest version holding a checkpoint, so that
+    ``--ckpt_path last`` resumes there and the run keeps logging into that version.
+
+    Args:
+        logger: the parsed ``trainer.logger`` value (a jsonargparse namespace); anything else is left alone.
+
+    Returns:
+        the version set, or ``None`` (another kind of logger, an explicit version, or nothing to resume).
+    """
+    init_args = getattr(logger, "init_args", None)
+    if init_args is None or not hasattr(init_args, "save_dir") or getattr(init_args, "version", None) is not None:
+        return None
+    root = Path(init_args.save_dir or ".") / (getattr(init_args, "name", None) or "")
+    version = checkpointed_version(root)
+    if version is not None:
+        init_args.version = version
+    return version
+
+
+def resumed_checkpoint(ckpt_path: str | None, trainer, resume_dir: str | None) -> Path | None:
+    """The checkpoint a fit with ``ckpt_path`` will load: for ``"last"`` the newest last checkpoint of the
+    trainer's ``ModelCheckpoint`` folders (a callback's ``dirpath``, else ``<resume_dir>/checkpoints``), as
+    Lightning chooses it; else the path itself when it exists.
+
+    Args:
+        ckpt_path: the ``--ckpt_path`` value (``None``: no resume).
+        trainer: the trainer about to fit.
+        resume_dir: the version directory :func:`pin_logger_version` chose (``None``: none).
+
+    Returns:
+        the checkpoint, or ``None`` (nothing to resume, or ``best``/``hpc``/a registry name).
+    """
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    if ckpt_path != "last":
+        return Path(ckpt_path) if ckpt_path and os.path.exists(ckpt_path) else None
+    folders = [callback.dirpath or (resume_dir and os.path.join(resume_dir, "checkpoints"))
+               for callback in trainer.checkpoint_callbacks if isinstance(callback, ModelCheckpoint)]  # fmt: skip
+    found = [path for folder in folders if folder for path in Path(folder).glob(LAST_CHECKPOINT)]
+    return max(found, key=lambda path: path.stat().st_mtime, default=None)
+
+
+def checkpoint_metadata(path: str | os.PathLike) -> dict | None:
+    """A checkpoint's dictionary without reading its tensors: a file memory-mapped, a sharded (DCP) folder's
+    ``meta.pt``; ``None`` when there is none to read."""
+    import torch
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "meta.pt"
+        if not path.is_file():
+            return None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except RuntimeError:  # not a zip-format checkpoint: no mmap
+        return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def factory_name(factory: Any) -> str:
+    """A stable description of a feature-map factory: a class's dotted name; for a partial (jsonargparse's
+    ``class_path`` + ``init_args``, whose class is one of its positional arguments) that class's with the keywords."""
+    if isinstance(factory, functools.partial):
+        target = next((arg for arg in factory.args if isinstance(arg, type)), factory.func)
+        keywords = ", ".join(f"{k}={v!r}" for k, v in sorted(factory.keywords.items()))
+        return f"{factory_name(target)}({keywords})"
+    if isinstance(factory, type) or callable(factory) and hasattr(factory, "__qualname__"):
+        return f"{factory.__module__}.{factory.__qualname__}"
+    return repr(factory)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with namespaces as dicts and tuples as lists, so a saved value compares equal to a parsed one."""
+    if hasattr(value, "as_dict"):
+        value = value.as_dict()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def run_settings(model: dict, data: dict | None, allocator: dict | None, feature_map: str | None) -> dict[str, Any]:
+    """The settings that make an experiment, flat: ``model.<key>``, ``data.<key>``, ``allocator.<key>``.
+
+    Args:
+        model: the model's hyperparameters (``hparams``, or a checkpoint's ``hyper_parameters``).
+        data: the data module's (``datamodule_hyper_parameters``); ``None``: none recorded.
+        allocator: the allocator's settings (its callback state); ``None``: none recorded.
+        feature_map: the feature-map factory's :func:`factory_name`; ``None``: none recorded.
+
+    Returns:
+        ``{"model.lr_z": 0.02, …}``.
+    """
+    settings = {f"model.{k}": _plain(v) for k, v in (model or {}).items()}
+    settings.update({f"data.{k}": _plain(v) for k, v in (data or {}).items()})
+    settings.update({f"allocator.{k}": _plain(v) for k, v in (allocator or {}).items()})
+    if feature_map is not None:
+        settings["model.feature_map"] = feature_map
+    return settings
+
+
+def _allocator(callbacks: list) -> Any:
+    from lit_dof.pipeline.callbacks import FeatureDimAllocator
+
+    return next((callback for callback in callbacks if isinstance(callback, FeatureDimAllocator)), None)
+
+
+def saved_settings(checkpoint: dict, callbacks: list) -> dict[str, Any]:
+    """The :func:`run_settings` a checkpoint recorded (``callbacks``: the current trainer's, to find the
+    allocator's state by its key)."""
+    allocator = _allocator(callbacks)
+    return run_settings(checkpoint["hyper_parameters"], checkpoint.get("datamodule_hyper_parameters"),
+                        checkpoint.get("callbacks", {}).get(allocator.state_key) if allocator else None,
+                        checkpoint.get("lit_dof_feature_map"))  # fmt: skip
+
+
+def current_settings(model, datamodule, callbacks: list) -> dict[str, Any]:
+    """The :func:`run_settings` of the run about to fit."""
+    allocator, feature_map = _allocator(callbacks), getattr(model, "feature_map", None)
+    return run_settings(dict(model.hparams), dict(datamodule.hparams) if datamodule is not None else None,
+                        allocator.state_dict() if allocator else None,
+                        factory_name(feature_map) if feature_map is not None else None)  # fmt: skip
+
+
+def check_resume(path: str | os.PathLike, saved: dict[str, Any], current: dict[str, Any]) -> None:
+    """Refuse to resume the checkpoint at ``path`` when its experiment differs from the current one.
+
+    Only keys recorded on both sides are compared (a setting added since the checkpoint was written is new, not
+    different); :data:`FREE_ON_RESUME` may differ.
+
+    Args:
+        path: the checkpoint (for the message).
+        saved: its :func:`run_settings`.
+        current: the current run's.
+
+    Raises:
+        ResumeMismatchError: some setting differs; the message names each (saved → now) and the fix.
+    """
+    differ = sorted(key for key in saved.keys() & current.keys()
+                    if key not in FREE_ON_RESUME and saved[key] != current[key])  # fmt: skip
+    if not differ:
+        return
+    changes = "; ".join(f"{key}: {saved[key]!r} in the checkpoint, {current[key]!r} now" for key in differ)
+    config = Path(path).resolve().parent.parent / "config.yaml"
+    where = f" (its settings: {config})" if config.is_file() else ""
+    raise ResumeMismatchError(
+        f"{path} is a checkpoint of another experiment: {changes}. Resume it with its own settings{where}, or "
+        "start this experiment afresh without --ckpt_path (it gets a new version directory, checkpoints included)."
+    )
