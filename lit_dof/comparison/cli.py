@@ -1,5 +1,7 @@
 """``lit-dof compare``: run (or resume) the comparison grid and write its report; SIGTERM stops it as Ctrl-C does.
 
+Example::
+
     lit-dof compare --rows '[teacher, performer, fix, dof]' --budgets '[64]' --out runs/compare
 """
 

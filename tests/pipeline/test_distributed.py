@@ -168,8 +168,8 @@ def test_distributed_dof_equals_one_process_over_the_union(reference):
 
     from torch.utils.data import DataLoader
 
-    from lit_dof.data.datamodule import PackedBlocks
     from lit_dof.data.corpus import iter_documents
+    from lit_dof.data.datamodule import PackedBlocks
     from lit_dof.dof.report import collect_samples, dof_report
     from lit_dof.teacher.loading import load_teacher
     from tests.conftest import TINYSTORIES, WIKIPEDIA

@@ -13,7 +13,6 @@ from lit_dof.pipeline.cli import build_cli
 from lit_dof.students import load_student
 from tests.pipeline.conftest import fit_args
 
-
 _SAFETENSORS = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
 _CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="16-mixed needs a GPU (Lightning runs bf16 on a CPU)")
 
