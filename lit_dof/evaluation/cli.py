@@ -11,6 +11,7 @@ the numbers and their provenance (versions, settings, wall time) as JSON, atomic
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from lit_dof.devices import device_errors_exit, resolve_device, resolve_model_dtype
 from lit_dof.evaluation.loading import load_model
@@ -36,7 +37,7 @@ def format_table(results: dict) -> str:
 
 def evaluate(
     model: str = DEFAULT_TEACHER,
-    tasks: list[str] = list(TASKS),
+    tasks: Sequence[str] = TASKS,
     data_dir: str | None = None,
     limit: int | float | None = None,
     batch_size: int = 16,

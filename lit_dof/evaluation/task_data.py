@@ -82,10 +82,12 @@ def arc(data_dir: str | Path, subset: str = "Easy", split: str = "Test") -> list
 
 
 def arc_easy(data_dir: str | Path) -> list[dict]:
+    """ARC-Easy test documents: :func:`arc` with ``subset="Easy"``, the reader of ``arc_easy``."""
     return arc(data_dir, "Easy")
 
 
 def arc_challenge(data_dir: str | Path) -> list[dict]:
+    """ARC-Challenge test documents: :func:`arc` with ``subset="Challenge"``, the reader of ``arc_challenge``."""
     return arc(data_dir, "Challenge")
 
 
@@ -154,7 +156,7 @@ def mmlu(data_dir: str | Path, split: str = "test", per_subject: int | None = No
         for row in rows[:per_subject] if per_subject else rows:
             question, options, answer = row[0], row[1:5], row[5].strip()
             prompt = (f"The following are multiple choice questions (with answers) about {_subject_title(subject)}.\n\n"
-                      f"{question.strip()}\n" + "".join(f"{l}. {o}\n" for l, o in zip("ABCD", options)) + "Answer:")  # fmt: skip
+                      f"{question.strip()}\n" + "".join(f"{letter}. {o}\n" for letter, o in zip("ABCD", options)) + "Answer:")  # fmt: skip
             docs.append({"query": prompt, "choices": ["A", "B", "C", "D"], "gold": "ABCD".index(answer), "subject": subject})
     return docs
 

@@ -1,9 +1,9 @@
-"""The LightningCLI of ``lit-dof fit|validate|test|predict`` with the DoF callbacks and linked data/model
+r"""The LightningCLI of ``lit-dof fit|validate|test|predict`` with the DoF callbacks and linked data/model
 arguments, and ``lit-dof plan`` (the ``lit-dof`` command itself, which lists and dispatches every subcommand,
 is :mod:`lit_dof.cli`).
 
     lit-dof fit --config configs/quickstart.yaml
-    lit-dof fit --config configs/models/smollm2-135m.yaml --config configs/methods/fix.yaml \\
+    lit-dof fit --config configs/models/smollm2-135m.yaml --config configs/methods/fix.yaml \
         --config configs/trainer/cpu.yaml
     lit-dof fit --config configs/quickstart.yaml --print_config
     lit-dof plan --config configs/models/llama-3-8b.yaml --config configs/trainer/fsdp.yaml --trainer.devices 8

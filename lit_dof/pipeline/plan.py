@@ -242,7 +242,7 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     a, b = arch, _DTYPE_BYTES[run.teacher_dtype]
     B, T, W, L = run.batch_size, run.seq_len, run.world_size, a.linear_layers
     R = min(run.query_rows or T, T)
-    Hq, Hk, d, h, I, V = a.heads, a.kv_heads, a.head_dim, a.hidden, a.intermediate, a.vocab
+    Hq, Hk, d, h, ffn, V = a.heads, a.kv_heads, a.head_dim, a.hidden, a.intermediate, a.vocab
     budget = run.budget or d
     sum_m = sum(run.feature_dims) if run.feature_dims else L * budget
     max_m = max(run.feature_dims) if run.feature_dims else (run.max_dim or run.max_ratio * budget)
@@ -255,7 +255,7 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     twins = maps * (d + 1) * sum_m * 4  # z (H, M, d) and log α (H, M) per layer, float32 master weights
     optimizer = 3 * twins  # gradients + Adam's two moments
     # No-grad forward of one decoder layer: residual, norm, q/k/v, attention output, gate/up/act of the MLP.
-    layer_act = tokens * (4 * h + (Hq + 2 * Hk) * d + 3 * I) * b
+    layer_act = tokens * (4 * h + (Hq + 2 * Hk) * d + 3 * ffn) * b
     if not run.on_gpu:
         layer_act += B * Hq * T * T * 4  # CPU SDPA with a mask materialises the score matrix
     logits = tokens * V * b
