@@ -242,7 +242,7 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     a, b = arch, _DTYPE_BYTES[run.teacher_dtype]
     B, T, W, L = run.batch_size, run.seq_len, run.world_size, a.linear_layers
     R = min(run.query_rows or T, T)
-    Hq, Hk, d, h, ffn, V = a.heads, a.kv_heads, a.head_dim, a.hidden, a.intermediate, a.vocab
+    Hq, Hk, d, h, ffn, V = a.heads, a.kv_heads, a.head_dim, a.hidden, a.intermediate, a.vocab  # ffn: I, the MLP width
     budget = run.budget or d
     sum_m = sum(run.feature_dims) if run.feature_dims else L * budget
     max_m = max(run.feature_dims) if run.feature_dims else (run.max_dim or run.max_ratio * budget)
@@ -299,7 +299,7 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     # -- end-to-end tail: backward through every layer (frozen weights, twins' gradients flow through all)
     # Frozen linears save nothing; the two RMSNorms keep their float32 input (4h), the MLP's SiLU input, SiLU
     # output and up projection (3I in the teacher's dtype), the twin its values and chunked-kernel state.
-    saved = tokens * (8 * h + 3 * I * b + Hk * d * 4)
+    saved = tokens * (8 * h + 3 * ffn * b + Hk * d * 4)
     tail_layer = saved + _twin_activations(B, T, Hq, Hk, d, budget) + band
     tail = Phase("tail", tokens=tokens * W * run.accumulate, runs=run.finetune_fraction > 0)
     tail.device.update(static)
