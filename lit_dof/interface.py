@@ -60,6 +60,7 @@ class AttentionSlot(nn.Module):
         return self.linear is not None and not self.use_softmax
 
     def extra_repr(self) -> str:
+        """Whether the layer currently runs the teacher's softmax attention, for ``print(module)``."""
         return f"use_softmax={self.use_softmax}"
 
 

@@ -85,6 +85,7 @@ class HeadGroupedAttention(Float32Parameters):
             self._q_index.append([h * group + g for h in heads for g in range(group)])
 
     def extra_repr(self) -> str:
+        """Query heads, KV heads (GQA) and each KV head's feature dimension M, for ``print(module)``."""
         return f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_dims={self.head_dims}"
 
     @property

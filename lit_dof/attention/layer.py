@@ -91,6 +91,7 @@ class CausalLinearAttention(Float32Parameters):
         return self.feature_map.num_heads == self.num_kv_heads
 
     def extra_repr(self) -> str:
+        """Query heads, KV heads (GQA) and the kernel's chunk size, for ``print(module)``."""
         return f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, chunk_size={self.chunk_size}"
 
     def log_features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:

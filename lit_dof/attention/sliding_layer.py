@@ -57,6 +57,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         self.log_mix = nn.Parameter(torch.zeros(num_heads, dtype=torch.float32)) if far_term and learn_mix else None
 
     def extra_repr(self) -> str:
+        """The linear layer's fields plus the sliding window, sink tokens and far term, for ``print(module)``."""
         far = "linear" if self.far_term else "none"
         return f"{super().extra_repr()}, window={self.window}, sink_tokens={self.sink_tokens}, far_term={far}"
 

@@ -176,12 +176,14 @@ class Comparison:
         return ["--trainer.accelerator=gpu", f"--trainer.devices=[{device.index or 0}]"] if device.type == "cuda" else []
 
     def device_label(self) -> str:
+        """A short name of :attr:`device` for reports (:func:`lit_dof.devices.device_label`)."""
         from lit_dof.devices import device_label
 
         return device_label(self.device)
 
     # -- evaluation -------------------------------------------------------------------------------------------
     def teacher_source(self) -> str:
+        """The teacher: :attr:`teacher` when set, else ``model.init_args.teacher`` of the base config."""
         if self.teacher:
             return self.teacher
         import yaml
@@ -189,6 +191,12 @@ class Comparison:
         return yaml.safe_load(Path(self.base_config).read_text())["model"]["init_args"]["teacher"]
 
     def model_source(self, row: Row, budget: int) -> str:
+        """What a cell evaluates: the teacher for the teacher row, else the student its fit exported.
+
+        Args:
+            row: the method.
+            budget: the feature budget M of the cell.
+        """
         if row.kind == "teacher":
             return self.teacher_source()
         cell = self.cell_dir(row, budget)

@@ -175,6 +175,11 @@ class WikipediaDataModule(L.LightningDataModule):
         self._checked = False
 
     def setup(self, stage: str | None = None) -> None:
+        """Load the tokenizer and, once, check that a local corpus holds enough blocks for this world size.
+
+        Raises:
+            FileNotFoundError: ``path`` is set but is not a file.
+        """
         if self.path is not None and not os.path.isfile(self.path):
             raise FileNotFoundError(f"corpus file {self.path} does not exist; fix --data.path or ${CORPUS_ENV}")
         if self.tokenizer is None:
@@ -204,12 +209,18 @@ class WikipediaDataModule(L.LightningDataModule):
         return trainer.global_step * trainer.accumulate_grad_batches
 
     def train_dataloader(self) -> DataLoader:
+        """Packed ``seq_len``-token training blocks, this rank's share, skipping batches already consumed on resume."""
         rank, world = self._rank()
         data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "train", self.val_every, rank=rank,
                             world_size=world, skip_batches=self._consumed_batches(), batch_size=self.batch_size)  # fmt: skip
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
+        """The first ``val_blocks`` held-out blocks, cut to a multiple of the world size, this rank's equal share.
+
+        Raises:
+            ValueError: fewer validation blocks than ranks.
+        """
         rank, world = self._rank()
         if self.val_blocks < world:
             raise ValueError(f"val_blocks={self.val_blocks} is fewer than the {world} ranks: every rank needs a "
@@ -222,10 +233,12 @@ class WikipediaDataModule(L.LightningDataModule):
         return DataLoader(_Blocks(blocks[rank::world]), batch_size=self.batch_size)
 
     def predict_dataloader(self) -> DataLoader:
+        """Up to ``predict_blocks`` training blocks, this rank's share: the samples of the DoF capture."""
         rank, world = self._rank()
         data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "train", self.val_every, rank=rank,
                             world_size=world, max_blocks=self.predict_blocks)  # fmt: skip
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def test_dataloader(self) -> DataLoader:
+        """The validation blocks (:meth:`val_dataloader`)."""
         return self.val_dataloader()

@@ -83,6 +83,7 @@ class DoFReport:
         return list(self.allocations[strategy])
 
     def to_dict(self) -> dict:
+        """The report as plain JSON-serialisable containers (``dataclasses.asdict``), as :meth:`save` writes it."""
         return asdict(self)
 
     def save(self, path: str | os.PathLike) -> None:

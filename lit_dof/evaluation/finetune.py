@@ -58,6 +58,11 @@ class TaskFinetuning(L.LightningModule):
         self._sums = torch.zeros(3)
 
     def configure_model(self) -> None:
+        """Load the model (once) and unfreeze the parameters ``trainable`` selects; leave it in train mode.
+
+        Raises:
+            ValueError: ``trainable`` selects no parameter of the model.
+        """
         if self.model is not None:
             return
         from lit_dof.evaluation.loading import load_model
@@ -79,6 +84,11 @@ class TaskFinetuning(L.LightningModule):
         self.model.train()  # from_pretrained returns eval mode; dropout (if any) belongs to fine-tuning
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        """Cross-entropy of the gold option under the softmax over the option log-likelihoods.
+
+        Raises:
+            FloatingPointError: a non-finite loss.
+        """
         matrix = score_matrix(option_scores(self.model, batch), batch)
         loss = torch.nn.functional.cross_entropy(matrix, batch["gold"])
         if not torch.isfinite(loss):
@@ -87,9 +97,11 @@ class TaskFinetuning(L.LightningModule):
         return loss
 
     def on_validation_epoch_start(self) -> None:
+        """Reset the epoch's sums (correct, correct length-normalised, examples)."""
         self._sums = torch.zeros(3)
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
+        """Add the batch's correct answers by summed (acc) and per-token (acc_norm) log-likelihood, and its size."""
         scores = option_scores(self.model, batch)
         matrix = score_matrix(scores, batch)
         normed = score_matrix(scores / batch["lengths"].clamp_min(1), batch)
@@ -98,6 +110,7 @@ class TaskFinetuning(L.LightningModule):
                                     float(len(gold))])  # fmt: skip
 
     def on_validation_epoch_end(self) -> None:
+        """Reduce the sums over ranks, log ``val/acc`` and ``val/acc_norm``; record the epoch (not the sanity check)."""
         sums = self._sums.to(self.device)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(sums)
@@ -109,6 +122,7 @@ class TaskFinetuning(L.LightningModule):
                                  "examples": int(sums[2])})  # fmt: skip
 
     def configure_optimizers(self):
+        """AdamW over the trainable parameters; learning rate warmed up linearly over ``warmup_steps``, then constant."""
         params = [p for p in self.model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
         warmup = max(1, self.warmup_steps)
@@ -125,6 +139,7 @@ class TaskFinetuning(L.LightningModule):
                 "model": self.teacher_name}  # fmt: skip
 
     def on_fit_end(self) -> None:
+        """Write :meth:`summary` to ``<log_dir>/finetune.json`` on rank 0, atomically."""
         from lit_dof.io import atomic_write_json
 
         log_dir = self.trainer.log_dir

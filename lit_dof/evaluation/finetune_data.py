@@ -42,6 +42,11 @@ class MultipleChoiceDataModule(L.LightningDataModule):
         self.tokenizer = None
 
     def setup(self, stage: str | None = None) -> None:
+        """Load the tokenizer and the task's training and evaluation documents (limits applied).
+
+        Raises:
+            FileNotFoundError: no ``data_dir`` and no ``$LIT_DOF_DATA``.
+        """
         if not self.data_dir:
             raise FileNotFoundError("no task data: pass data.init_args.data_dir or set LIT_DOF_DATA")
         self.tokenizer = self.tokenizer or load_tokenizer(self.tokenizer_name)
@@ -55,7 +60,9 @@ class MultipleChoiceDataModule(L.LightningDataModule):
                           collate_fn=lambda b: collate_choices(b, self.tokenizer, self.seq_len))  # fmt: skip
 
     def train_dataloader(self) -> DataLoader:
+        """Training documents, shuffled with the seeded generator, every option of a document in one batch."""
         return self._loader(self.train_docs, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
+        """Evaluation documents in order, every option of a document in one batch."""
         return self._loader(self.eval_docs, shuffle=False)

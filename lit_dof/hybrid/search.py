@@ -53,6 +53,14 @@ class Tolerance:
         return cls(value, relative, higher_is_better=higher_is_better(metric))
 
     def threshold(self, teacher: float) -> float:
+        """The worst passing score: ``teacher`` moved by the tolerance in the losing direction.
+
+        Args:
+            teacher: the all-softmax teacher's score.
+
+        Returns:
+            ``teacher ∓ value`` (absolute) or ``teacher ∓ value·|teacher|`` (relative); ``−`` when higher is better.
+        """
         margin = self.value * abs(teacher) if self.relative else self.value
         return teacher - margin if self.higher_is_better else teacher + margin
 
@@ -61,9 +69,11 @@ class Tolerance:
         return score >= threshold if self.higher_is_better else score <= threshold
 
     def passes(self, score: float, teacher: float) -> bool:
+        """Whether ``score`` is within the tolerance of the teacher's score ``teacher`` (the threshold itself passes)."""
         return self.within(score, self.threshold(teacher))
 
     def better(self, a: float, b: float) -> bool:
+        """Whether score ``a`` is strictly better than score ``b`` in the metric's direction."""
         return a > b if self.higher_is_better else a < b
 
     def best(self, values: Iterable, key: Callable | None = None):
@@ -103,6 +113,7 @@ class SearchResult:
     evaluations: int = 0
 
     def to_json(self) -> dict:
+        """The result as JSON: layer sets as sorted lists, rounds as dicts."""
         return {"teacher_score": self.teacher_score, "threshold": self.threshold,
                 "rounds": [asdict(r) for r in self.rounds], "best": sorted(self.best), "best_score": self.best_score,
                 "most_linear": sorted(self.most_linear), "most_linear_score": self.most_linear_score,

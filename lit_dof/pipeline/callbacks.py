@@ -71,6 +71,8 @@ class DoFEstimator(L.Callback):
         self.report: DoFReport | None = None
 
     def on_teacher_ready(self, trainer: L.Trainer, pl_module, teacher) -> None:
+        """Capture q/k samples on every rank, estimate the degrees of freedom (or load ``report_path``), give every
+        rank rank 0's report and set ``pl_module.dof_report``; rank 0 writes ``<log_dir>/dof.json``."""
         if not self.enabled:
             return
         log_dir = trainer.log_dir  # a collective under DDP (Lightning broadcasts it): every rank asks
@@ -125,6 +127,7 @@ class DoFEstimator(L.Callback):
         return report
 
     def on_fit_start(self, trainer: L.Trainer, pl_module) -> None:
+        """On rank 0, add the per-head DoF heat map, the feature-dimension bar chart and table to TensorBoard."""
         if self.report is None or not trainer.is_global_zero:
             return
         experiment = getattr(trainer.logger, "experiment", None)
@@ -161,6 +164,11 @@ class FeatureDimAllocator(L.Callback):
         self.strategy, self.multiple_of, self.min_dim, self.budget = strategy, multiple_of, min_dim, budget
 
     def on_teacher_ready(self, trainer: L.Trainer, pl_module, teacher) -> None:
+        """Set ``pl_module.feature_dims`` from the DoF report by ``strategy`` (``fix``: C everywhere).
+
+        Raises:
+            ValueError: ``dof``/``dof_clip``/``dof_head`` without a DoF report.
+        """
         report = pl_module.dof_report
         if self.strategy == "fix":
             pl_module.feature_dims = None  # the module's feature_dim (default C) everywhere

@@ -42,6 +42,8 @@ class LitDofCLI(LightningCLI):
     phases, or :class:`~lit_dof.pipeline.capture.TeacherCapture` for ``predict``)."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        """Add the ``dof:`` and ``allocator:`` groups, link teacher → tokenizer and data → model ``seq_len``, and
+        mark ``--optimizer``/``--lr_scheduler`` as refused."""
         parser.add_lightning_class_args(DoFEstimator, "dof")
         parser.add_lightning_class_args(FeatureDimAllocator, "allocator")
         parser.link_arguments("model.init_args.teacher", "data.init_args.tokenizer")

@@ -125,6 +125,12 @@ class LayerwiseDistillation(StudentModule):
         self._finetune_reset_at: int | None = None
 
     def check_teacher(self, teacher: torch.nn.Module) -> None:
+        """Resolve ``position_shift="auto"`` from the teacher and check an explicit shift against it.
+
+        Raises:
+            ValueError: a shift for a teacher without RoPE, or ``position_shift + seq_len`` beyond its
+                ``max_position_embeddings``.
+        """
         super().check_teacher(teacher)
         if not self.position_shift:
             return
@@ -171,9 +177,11 @@ class LayerwiseDistillation(StudentModule):
         return total - round(self.finetune_fraction * total)
 
     def in_finetune(self) -> bool:
+        """Whether this optimizer step belongs to the end-to-end tail (:meth:`finetune_start` onwards)."""
         return self.global_step >= self.finetune_start()
 
     def on_train_batch_start(self, batch, batch_idx: int) -> None:
+        """At the first step of the end-to-end tail, clear Adam's moments (once, also across resumes)."""
         start = self.finetune_start()
         if 0 < start < self._total_steps() and self.global_step == start and self._finetune_reset_at != start:
             # The tail's gradients have another scale than the layer losses': start Adam's moments afresh.
@@ -295,6 +303,12 @@ class LayerwiseDistillation(StudentModule):
         return loss if loss.requires_grad else None
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        """A layer-wise step (the layer losses on the teacher's capture) or, in the tail, :meth:`finetune_step`.
+
+        Returns:
+            the loss to back-propagate (with ``layer_backward``, the surrogate whose backward accumulates each
+            layer's gradients), or ``None`` when nothing is trainable.
+        """
         if self.in_finetune():
             return self.finetune_step(batch, batch_idx)
         captured, fresh = self._layerwise_capture(batch, batch_idx)
@@ -310,6 +324,9 @@ class LayerwiseDistillation(StudentModule):
         return result  # None: nothing trainable (e.g. Performer): just log
 
     def configure_optimizers(self):
+        """Adam with parameter groups ``z``, ``log_alpha``, ``other`` and ``lora`` at their learning rates; linear
+        warm-up then cosine decay to ``min_lr_ratio``; in the tail a second cosine from ``finetune_lr_ratio``.
+        ``None`` when nothing is trainable."""
         groups: dict[str, list] = {"z": [], "log_alpha": [], "other": [], "lora": []}
         for name, parameter in self.trainable_parameters():
             leaf = name.rsplit(".", 1)[-1]

@@ -107,6 +107,8 @@ class StudentModule(L.LightningModule):
 
     # -- building ------------------------------------------------------------------------------------------
     def configure_model(self) -> None:
+        """Load the teacher, run the planning callbacks (DoF estimate, then allocation), build the student with
+        its linear twins, mark the trainable parameters and, on a device mesh, shard it (FSDP2; twins replicated)."""
         if self.student is not None:
             return
         from lit_dof.teacher.loading import load_teacher
@@ -187,6 +189,7 @@ class StudentModule(L.LightningModule):
         _coalesced(twins_now, torch.distributed.broadcast, group_src=0, group=self._replicated_group)
 
     def on_after_backward(self) -> None:
+        """All-reduce (mean) the replicated twins' gradients over the data-parallel group (FSDP2 only)."""
         replicated = [p for p in getattr(self, "_replicated", ()) if p.grad is not None]
         if replicated and torch.distributed.is_initialized():
             _coalesced([p.grad for p in replicated], _all_reduce_mean, group=self._replicated_group)
@@ -225,9 +228,15 @@ class StudentModule(L.LightningModule):
         return state
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Record the student's per-layer feature dimensions M in the checkpoint."""
         checkpoint["lit_dof_feature_dims"] = self.student.feature_dims
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Check that the rebuilt student has the checkpoint's feature dimensions.
+
+        Raises:
+            ValueError: the dimensions differ (another DoF estimate): resume with ``dof.report_path``.
+        """
         dims = checkpoint.get("lit_dof_feature_dims")
         if dims is not None and self.student is not None and dims != self.student.feature_dims:
             raise ValueError(
@@ -237,6 +246,7 @@ class StudentModule(L.LightningModule):
 
     # -- validation: held-out perplexity of teacher and student --------------------------------------------
     def validation_step(self, batch: dict, batch_idx: int) -> None:
+        """Update the student's perplexity and the teacher's per-token NLL (the teacher's computed once per batch)."""
         ids = batch["input_ids"]
         logits = self.student(ids, use_cache=False).logits[:, :-1].float()
         with fp32_region():  # the metric's softmax and sums in float32 under any precision
@@ -255,11 +265,13 @@ class StudentModule(L.LightningModule):
         return float(nll), target.numel()
 
     def on_validation_epoch_start(self) -> None:
+        """Keep the metrics' states in float32 under ``bf16-true``/``16-true``."""
         # bf16-true / 16-true convert the whole module, the metrics' states included: sum in float32 again.
         self.val_ppl_student.set_dtype(torch.float32)
         self.val_nll_teacher.set_dtype(torch.float32)
 
     def on_validation_epoch_end(self) -> None:
+        """Log ``val/ppl_student`` and ``val/ppl_teacher`` (exact over ranks) and reset the metrics."""
         # Each rank scored its share of the validation blocks; the metrics sum NLL and token counts over ranks
         # when computed, so both perplexities are the exact global ones (no average of per-rank perplexities).
         self.log("val/ppl_student", self.val_ppl_student.compute(), prog_bar=True)
@@ -270,6 +282,8 @@ class StudentModule(L.LightningModule):
 
     # -- export -------------------------------------------------------------------------------------------
     def on_fit_end(self) -> None:
+        """Export the student (full weights, LoRA merged) and its tokenizer to ``export_dir`` on rank 0
+        (default ``<log_dir>/student``; ``""``: no export)."""
         if self.export_dir == "" or self.student is None:
             return
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks

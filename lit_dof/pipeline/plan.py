@@ -203,6 +203,7 @@ class RunSettings:
 
     @property
     def on_gpu(self) -> bool:
+        """Whether the run's devices are GPUs (any accelerator but ``cpu``)."""
         return self.accelerator != "cpu"
 
 
@@ -218,9 +219,11 @@ class Phase:
     runs: bool = True
 
     def device_total(self) -> int:
+        """Bytes per device, summed over the terms."""
         return sum(self.device.values())
 
     def host_total(self) -> int:
+        """Host RAM bytes per rank, summed over the terms."""
         return sum(self.host.values())
 
 

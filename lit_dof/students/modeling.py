@@ -193,12 +193,15 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
         return student_cache(self.config.text_config, self.linear_layers)
 
     def get_input_embeddings(self) -> nn.Module:
+        """The teacher's token embedding."""
         return self.model.get_input_embeddings()
 
     def set_input_embeddings(self, value: nn.Module) -> None:
+        """Replace the teacher's token embedding."""
         self.model.set_input_embeddings(value)
 
     def get_output_embeddings(self) -> nn.Module | None:
+        """The teacher's LM head (``None`` where it has none)."""
         return self.model.get_output_embeddings()
 
     def _init_weights(self, module: nn.Module) -> None:

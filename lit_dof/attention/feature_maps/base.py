@@ -47,6 +47,7 @@ class FeatureMap(Float32Parameters, ABC):
         self.check_inputs = check_inputs
 
     def extra_repr(self) -> str:
+        """Head size d, heads H and feature dimension M, for ``print(module)``."""
         return f"head_dim={self.head_dim}, num_heads={self.num_heads}, feature_dim={self.feature_dim}"
 
     def config_kwargs(self) -> dict:

@@ -129,6 +129,7 @@ class PerformerFeatureMap(_PositiveRandomFeatures):
         self.register_buffer("z", orthogonal_gaussian(num_heads, feature_dim, head_dim, self._generator))
 
     def config_kwargs(self) -> dict:
+        """``{"redraw_interval": ...}``; the projection z is a buffer, restored from the checkpoint."""
         return {"redraw_interval": self.redraw_interval}
 
     def redraw(self) -> None:
