@@ -127,9 +127,14 @@ def lit_dof_attention(
 
     Args:
         module: the teacher's attention module (``layer_idx``, optional ``lit_dof`` slot).
-        query: ``(B, Hq, T, d)`` post-RoPE queries. key, value: ``(B, Hk, Tk, d)`` / ``(B, Hk, Tk, D)``.
+        query: ``(B, Hq, T, d)`` post-RoPE queries.
+        key: ``(B, Hk, Tk, d)`` post-RoPE keys.
+        value: ``(B, Hk, Tk, D)`` values.
         attention_mask: the 4-D mask from the registered mask function, or ``None``.
         scaling: the softmax scale the model uses.
+        dropout: attention dropout of the softmax path.
+        **kwargs: the interface's other keywords: the student's cache is taken from them, the rest go to the
+            softmax path.
 
     Returns:
         ``(out (B, T, Hq, D), weights or None)`` like every attention-interface function.

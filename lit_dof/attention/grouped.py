@@ -112,7 +112,10 @@ class HeadGroupedAttention(Float32Parameters):
         """Attend causally, group by group.
 
         Args:
-            q: ``(B, Hq, T, d)``; k: ``(B, Hk, Tk, d)``; v: ``(B, Hk, Tk, D)``; state: from a previous call;
+            q: ``(B, Hq, T, d)`` queries.
+            k: ``(B, Hk, Tk, d)`` keys.
+            v: ``(B, Hk, Tk, D)`` values.
+            state: from a previous call, or ``None``.
             key_padding_mask: ``(B, Tk)`` bool.
 
         Returns:

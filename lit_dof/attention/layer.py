@@ -98,7 +98,8 @@ class CausalLinearAttention(Float32Parameters):
         """Log-features of queries and keys as the kernels consume them (METHOD.md §1).
 
         Args:
-            q: ``(B, Hq, T, d)``; k: ``(B, Hk, Tk, d)``.
+            q: ``(B, Hq, T, d)`` queries.
+            k: ``(B, Hk, Tk, d)`` keys.
 
         Returns:
             ``log φ(q)`` ``(B, Hq, T, M)`` and ``log φ(k)`` ``(B, Hk, Tk, M)`` for maps shared per KV head (a
@@ -146,7 +147,8 @@ class CausalLinearAttention(Float32Parameters):
 
         Args:
             q: ``(B, Hq, T, d)`` queries (after RoPE), already scaled so that the softmax logits are qᵀk/√d.
-            k: ``(B, Hk, Tk, d)`` keys, Tk ≥ T. v: ``(B, Hk, Tk, D)`` values.
+            k: ``(B, Hk, Tk, d)`` keys, Tk ≥ T.
+            v: ``(B, Hk, Tk, D)`` values.
             state: recurrent state after the tokens before these keys, or ``None``.
             key_padding_mask: ``(B, Tk)`` bool, False for padding keys (they get φ = 0 and never contribute).
 

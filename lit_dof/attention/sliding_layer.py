@@ -65,7 +65,8 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         """Log-features with every constant kept (the far terms are added to exact softmax terms).
 
         Args:
-            q: ``(B, Hq, T, d)``; k: ``(B, Hk, Tk, d)``.
+            q: ``(B, Hq, T, d)`` queries.
+            k: ``(B, Hk, Tk, d)`` keys.
 
         Returns:
             ``log φ(q)`` ``(B, Hq, T, M)`` and ``log φ(k)`` ``(B, Hk, Tk, M)`` (maps shared per KV head) or
@@ -91,7 +92,8 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         Args:
             q: ``(B, Hq, T, d)`` queries, scaled so that the softmax logits are qᵀk/√d.
             k: ``(B, Hk, Tk, d)`` keys, Tk ≥ T (the first Tk − T are a prefix without queries, e.g. a softmax
-                KV cache handed over); v: ``(B, Hk, Tk, D)``.
+                KV cache handed over).
+            v: ``(B, Hk, Tk, D)`` values.
             state: :class:`~lit_dof.attention.sliding_window.SlidingWindowState` of the preceding tokens.
             key_padding_mask: ``(B, Tk)`` bool, False for padding keys.
 

@@ -98,7 +98,8 @@ def masked_softmax_part(logits: Tensor, mask: Tensor, values: Tensor) -> tuple[T
     """Normalised softmax output and log-normaliser of one group of attention terms.
 
     Args:
-        logits: ``(..., R, L)`` attention logits. mask: broadcastable to ``logits``, True where a term counts.
+        logits: ``(..., R, L)`` attention logits.
+        mask: broadcastable to ``logits``, True where a term counts.
         values: ``(..., L, D)``.
 
     Returns:
@@ -121,7 +122,10 @@ def merge_normalized(o1: Tensor, log_z1: Tensor, o2: Tensor, log_z2: Tensor) -> 
     ``max(z1, z2)`` (no overflow); rows where both are ``-inf`` give ``o = 0``, ``z = -inf``.
 
     Args:
-        o1, o2: ``(..., R, D)``. log_z1, log_z2: ``(..., R)``.
+        o1: ``(..., R, D)`` output of the first part.
+        log_z1: ``(..., R)`` its log-normaliser.
+        o2: ``(..., R, D)`` output of the second part.
+        log_z2: ``(..., R)`` its log-normaliser.
 
     Returns:
         ``(o (..., R, D), log_z (..., R))``.
@@ -197,7 +201,8 @@ def sliding_window_linear_attention(
 
     Args:
         q: ``(B, Hq, T, d)`` queries (post-RoPE), scaled so that the softmax logits are qᵀk/√d.
-        k: ``(B, Hk, T, d)`` keys; v: ``(B, Hk, T, D)`` values; ``Hq % Hk == 0`` (GQA, keys never repeated).
+        k: ``(B, Hk, T, d)`` keys; ``Hq % Hk == 0`` (GQA, keys never repeated).
+        v: ``(B, Hk, T, D)`` values.
         log_phi_q: ``(B, Hq, T, M)`` query log-features, exact (no dropped per-row constant: the linear terms
             are added to exact softmax terms), or ``None`` for no linear term (the window and sinks alone).
         log_phi_k: ``(B, Hk, T, M)`` key log-features, or ``None`` together with ``log_phi_q``.

@@ -86,7 +86,9 @@ class Comparison:
         ``seed`` defaults to :attr:`seed`.
 
         Args:
-            row: the cell's row. budget: its feature budget C. seed: its seed (default :attr:`seed`).
+            row: the cell's row.
+            budget: its feature budget C.
+            seed: its seed (default :attr:`seed`).
 
         Returns:
             The cell directory (not created).
@@ -106,7 +108,9 @@ class Comparison:
         rebuilt even if the DoF estimate's code or data changed in between.
 
         Args:
-            row: the cell's row. budget: its feature budget C. resume: whether a ``last.ckpt`` exists.
+            row: the cell's row.
+            budget: its feature budget C.
+            resume: whether a ``last.ckpt`` exists.
             dof_report: the first attempt's ``dof.json`` (used only when resuming).
 
         Returns:
@@ -127,7 +131,8 @@ class Comparison:
         """Train the cell's student (or resume it); returns ``fit.json``'s content.
 
         Args:
-            row: the cell's row. budget: its feature budget C.
+            row: the cell's row.
+            budget: its feature budget C.
 
         Returns:
             ``fit.json``'s content (read back when the cell is finished).
@@ -206,7 +211,9 @@ class Comparison:
         """Zero-shot results of the cell's model, one ``eval/<task>.json`` per task (finished tasks skipped).
 
         Args:
-            row: the cell's row. budget: its feature budget C. tasks: the tasks to evaluate.
+            row: the cell's row.
+            budget: its feature budget C.
+            tasks: the tasks to evaluate.
 
         Returns:
             ``{task: eval/<task>.json's content}``.
@@ -245,7 +252,8 @@ class Comparison:
         """Sliding-window perplexity on the held-out documents of the corpus (``ppl.json``).
 
         Args:
-            row: the cell's row. budget: its feature budget C.
+            row: the cell's row.
+            budget: its feature budget C.
 
         Returns:
             ``ppl.json``'s content.
@@ -272,7 +280,8 @@ class Comparison:
         per context, buckets 0–63 / 64–255 / 256–511 / 512–2047 / 2048–4095 / 4096–8191 within the block.
 
         Args:
-            row: the cell's row. budget: its feature budget C.
+            row: the cell's row.
+            budget: its feature budget C.
 
         Returns:
             ``long.json``'s content.
@@ -338,7 +347,9 @@ class Comparison:
         """Fine-tune the cell's model on ``task`` at the teacher-selected learning rate (``finetune/<task>.json``).
 
         Args:
-            row: the cell's row. budget: its feature budget C. task: a task with training data.
+            row: the cell's row.
+            budget: its feature budget C.
+            task: a task with training data.
 
         Returns:
             ``finetune/<task>.json``'s content.

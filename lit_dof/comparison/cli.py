@@ -46,14 +46,18 @@ def compare(
     Args:
         rows: method rows (default: all of :data:`ROWS`, teacher first).
         budgets: per-layer mean feature dims C (the total budget is L · C).
-        out: cell directories. report_dir: where comparison.{json,md,png} go (default: ``out``).
+        out: cell directories.
+        report_dir: where comparison.{json,md,png} go (default: ``out``).
         stages: which of ``fit``, ``ppl``, ``long``, ``eval``, ``finetune`` to run now (the report is always
             rewritten; ``long`` — perplexity by position up to 8192 tokens of context — and ``finetune`` — the
             paper's protocol — are opt-in: they are the costliest stages on a CPU).
         tasks: which tasks the ``eval`` stage runs now (the report always shows all seven; missing cells are –).
-        base_config: shared recipe (default configs/quickstart.yaml). teacher: override its teacher.
-        corpus: corpus file (default ``$LIT_DOF_CORPUS``). data_dir: task data (default ``$LIT_DOF_DATA``).
-        eval_limit: examples per task. mmlu_per_subject: MMLU subset (18 per subject → 1026 questions).
+        base_config: shared recipe (default configs/quickstart.yaml).
+        teacher: override its teacher.
+        corpus: corpus file (default ``$LIT_DOF_CORPUS``).
+        data_dir: task data (default ``$LIT_DOF_DATA``).
+        eval_limit: examples per task.
+        mmlu_per_subject: MMLU subset (18 per subject → 1026 questions).
         ppl_tokens: held-out tokens for the perplexity column.
         fit_args: extra ``lit-dof fit`` arguments for every student.
         finetune_tasks: tasks of the protocol (those with training data offline).

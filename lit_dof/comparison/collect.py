@@ -70,7 +70,10 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
 
     Args:
         comparison: where the cells are (:class:`~lit_dof.comparison.cells.Comparison`).
-        rows: the selected rows. budgets: feature budgets C. tasks: the report's tasks. seeds: training seeds.
+        rows: the selected rows.
+        budgets: feature budgets C.
+        tasks: the report's tasks.
+        seeds: training seeds.
         previous: an earlier ``comparison.json`` to carry cells from (``None``: none).
 
     Returns:

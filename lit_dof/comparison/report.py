@@ -20,8 +20,12 @@ def write_report(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[
     cells of the ``comparison.json`` already there that have no run directory now are kept (:func:`collect`).
 
     Args:
-        comparison: where the cells are. rows: the selected rows. budgets: feature budgets C.
-        report_dir: the report's folder. header: the markdown's first line. seeds: training seeds.
+        comparison: where the cells are.
+        rows: the selected rows.
+        budgets: feature budgets C.
+        report_dir: the report's folder.
+        header: the markdown's first line.
+        seeds: training seeds.
         carry: keep the earlier report's cells that have no run directory now.
 
     Returns:

@@ -73,7 +73,9 @@ def grid(rows: Sequence[Row], budgets: Sequence[int], seeds: Sequence[int]) -> I
     """The cells to run or report, in table order; the teacher once (first budget and seed): it has neither.
 
     Args:
-        rows: the selected rows. budgets: feature budgets C. seeds: training seeds.
+        rows: the selected rows.
+        budgets: feature budgets C.
+        seeds: training seeds.
 
     Yields:
         ``(budget, seed, row)`` per cell.

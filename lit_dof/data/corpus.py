@@ -96,8 +96,12 @@ def check_corpus(path: str | os.PathLike, tokenizer, *, seq_len: int, val_every:
     tokens (documents joined by EOS, the held-out ones every ``val_every``-th). Reads only as far as needed.
 
     Args:
-        path: the corpus file. tokenizer: the teacher's tokenizer.
-        seq_len: tokens per block. val_every: the held-out rule. train_blocks, val_blocks: blocks needed.
+        path: the corpus file.
+        tokenizer: the teacher's tokenizer.
+        seq_len: tokens per block.
+        val_every: the held-out rule (every ``val_every``-th document is held out).
+        train_blocks: training blocks needed.
+        val_blocks: held-out blocks needed.
 
     Returns:
         ``{"train_tokens", "val_tokens", "documents"}`` counted until both needs were met.

@@ -354,7 +354,9 @@ def allocate_head_feature_dims(
         heads_per_map: consecutive heads that share one feature map (the GQA group G when the DoF was pooled
             per query head and the maps are shared per KV head; 1 when they match); a map's DoF is the maximum
             over its heads, as a layer's is over its heads.
-        multiple_of, min_dim, num_samples: as in :func:`allocate_feature_dims`.
+        multiple_of: as in :func:`allocate_feature_dims`.
+        min_dim: as in :func:`allocate_feature_dims`.
+        num_samples: as in :func:`allocate_feature_dims`.
 
     Returns:
         per layer, one M per feature map (``len(head_dof[s]) / heads_per_map`` entries).

@@ -168,8 +168,11 @@ def estimate_model_dof(
         num_samples: J vectors pooled per head.
         relative_to: see :func:`~lit_dof.dof.degrees_of_freedom`.
         pooling: see :func:`~lit_dof.teacher.capture.pooled_vectors`.
+        target_fraction: the mean layer DoF as a fraction of J that ``lam="auto"`` selects.
         multiple_of: round dims to multiples of this.
-        seed: sampling seed. name: model name recorded in the report. progress: show progress bars.
+        seed: sampling seed.
+        name: model name recorded in the report.
+        progress: show progress bars.
 
     Returns:
         :class:`DoFReport` with allocations for ``dof``, ``dof_clip`` and ``fix``.

@@ -30,7 +30,8 @@ def sharded_head_dof(
     Args:
         x: ``(L, H, J, d)`` pooled query/key samples of L layers (identical on every rank, e.g. after
             :meth:`~lit_dof.teacher.capture.QKReservoir.all_gather`).
-        lam, relative_to: as :func:`~lit_dof.dof.estimator.degrees_of_freedom`.
+        lam: the ridge λ, as in :func:`~lit_dof.dof.estimator.degrees_of_freedom`.
+        relative_to: as in :func:`~lit_dof.dof.estimator.degrees_of_freedom`.
         group: the process group (``None``: the default group; one process when torch.distributed is not
             initialised — then every layer is computed here).
         device: where this rank runs its layers' eigen work (e.g. its GPU); results come back to the CPU.

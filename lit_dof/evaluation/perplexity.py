@@ -48,7 +48,8 @@ def sliding_window_perplexity(
     Args:
         model: a causal LM returning ``.logits`` ``(B, T, V)``.
         tokens: ``(N,)`` token ids.
-        window: tokens per forward. stride: window advance (default: ``window``, disjoint blocks).
+        window: tokens per forward.
+        stride: window advance (default: ``window``, disjoint blocks).
         batch_size: windows per forward (windows of one batch share a length; the last may be shorter).
 
     Returns:
@@ -191,7 +192,8 @@ def paired_perplexity_ratio(result: dict, reference: dict, bucket: str | None = 
     deviation of that difference / √blocks (blocks are disjoint stretches of text, treated as independent).
 
     Args:
-        result, reference: outputs of :func:`position_perplexity` on the same tokens and ``block``.
+        result: an output of :func:`position_perplexity`.
+        reference: another, on the same tokens and ``block`` (the ratio's denominator).
         bucket: a key of ``"buckets"`` (e.g. ``"256-511"``), or ``None`` for every scored position.
 
     Returns:

@@ -55,11 +55,14 @@ def search(
         metric: ``accuracy`` (lm-eval's acc), ``acc_norm`` or ``perplexity`` (on ``corpus``).
         corpus: text corpus for ``perplexity`` (its held-out documents; WikiExtractor or plain text).
         block: tokens per perplexity block.
-        search_items, heldout_items: items (or blocks) scored per search evaluation / per held-out evaluation.
-        tolerance, relative: the acceptance rule (:class:`~lit_dof.hybrid.search.Tolerance`): a hybrid passes
-            within ``tolerance`` of the teacher's score (score units, or a fraction of it with ``relative``).
+        search_items: items (or blocks) scored per search evaluation.
+        heldout_items: items (or blocks) scored per held-out evaluation.
+        tolerance: the acceptance rule (:class:`~lit_dof.hybrid.search.Tolerance`): a hybrid passes within
+            ``tolerance`` of the teacher's score (score units, or a fraction of it with ``relative``).
+        relative: ``tolerance`` is a fraction of the teacher's score.
         shortlist: rank the remaining layers by ``loss`` (local loss) or ``dof`` and score only the
             ``shortlist_k`` lowest each round; ``None``: every remaining layer.
+        shortlist_k: layers scored per round with a shortlist.
         max_linear: stop the greedy search after this many swaps.
         confirm_items: validation items the search does not use (0: off). The search's trajectory is re-scored
             on them from its most linear hybrid down, and the exported ``most_linear`` is the most linear

@@ -213,7 +213,8 @@ class StudentModule(L.LightningModule):
         (``get_model_state_dict``), so a twins-only checkpoint loads there too.
 
         Args:
-            *args, **kwargs: those of :meth:`torch.nn.Module.state_dict`.
+            *args: those of :meth:`torch.nn.Module.state_dict`.
+            **kwargs: those of :meth:`torch.nn.Module.state_dict`.
 
         Returns:
             the linear twins' entries (``.lit_dof.``) and the parameters this phase trains.

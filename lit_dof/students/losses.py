@@ -102,7 +102,8 @@ def attention_distillation_loss(
 
     Args:
         twin: the layer's :class:`~lit_dof.attention.CausalLinearAttention` (its feature map gets gradients).
-        q: ``(B, Hq, T, d)`` teacher queries (scaled, post-RoPE); k: ``(B, Hk, T, d)`` teacher keys.
+        q: ``(B, Hq, T, d)`` teacher queries (scaled, post-RoPE).
+        k: ``(B, Hk, T, d)`` teacher keys.
         key_padding: ``(B, T)`` bool, False at padding (padding rows and columns are excluded).
         kind: ``"softmax"`` (KL of attention rows) or ``"l2"`` (squared kernel error, float64).
         query_rows: score this many random query rows per sequence (``None``: all T).
@@ -207,7 +208,9 @@ def attention_output_loss(
 
     Args:
         twin: the layer's :class:`~lit_dof.attention.CausalLinearAttention`.
-        q: ``(B, Hq, T, d)`` teacher queries (scaled, post-RoPE); k: ``(B, Hk, T, d)``; v: ``(B, Hk, T, D)``.
+        q: ``(B, Hq, T, d)`` teacher queries (scaled, post-RoPE).
+        k: ``(B, Hk, T, d)`` teacher keys.
+        v: ``(B, Hk, T, D)`` teacher values.
         out: ``(B, T, Hq, D)`` the teacher's attention output before the output projection (as captured).
         key_padding: ``(B, T)`` bool, False at padding (those rows and keys are excluded).
 
@@ -232,7 +235,8 @@ def logit_distillation_loss(
     Knowledge in a Neural Network", eq. 2, with the usual T² gradient scale).
 
     Args:
-        student_logits, teacher_logits: ``(B, T, V)`` (any float dtype; computed in float32).
+        student_logits: ``(B, T, V)`` (any float dtype; computed in float32).
+        teacher_logits: ``(B, T, V)``, the target distribution.
         attention_mask: ``(B, T)``, 0 at padding (those positions are excluded); ``None``: all count.
         temperature: softmax temperature T > 0.
 

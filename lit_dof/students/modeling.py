@@ -275,9 +275,13 @@ def linearize(
             feature-map class is one (``linearize(m, PerformerFeatureMap, dims)``).
         feature_dims: M_s per attention layer, or one int for all (the "Fix" baseline: the head size).
         softmax_layers: layers kept softmax (hybrids); switch later with ``set_softmax_layers``.
-        share_kv_maps, chunk_size, window, sink_tokens, far_term, learn_mix, seed: see
-            :func:`~lit_dof.students.surgery.attach_linear_attention` (``window > 0``: sliding-window + linear;
-            a ``seed`` makes the twins' initial values independent of the global RNG, one seed per layer).
+        share_kv_maps: one φ per KV head (default) or one per query head.
+        chunk_size: chunk size of the parallel form.
+        window: 0 for linear attention; w ≥ 1 for sliding-window + linear attention.
+        sink_tokens: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
+        far_term: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
+        learn_mix: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
+        seed: makes the twins' initial values independent of the global RNG, one seed per layer.
 
     Returns:
         :class:`LitDofForCausalLM`.

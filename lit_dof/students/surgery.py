@@ -101,7 +101,10 @@ def attach_linear_attention(
         chunk_size: chunk size of the parallel form.
         window: 0 for pure linear attention; w ≥ 1 for sliding-window + linear attention
             (:class:`~lit_dof.attention.SlidingWindowLinearAttention`: the last w tokens exact).
-        sink_tokens, far_term, learn_mix: the sliding-window layer's options (``window > 0`` only).
+        sink_tokens: s, first tokens always attended exactly (``window > 0`` only).
+        far_term: include the linear far term (keys beyond the window and sinks); ``False``: window and sinks
+            alone (``window > 0`` only).
+        learn_mix: give each query head a trainable log-weight β of its far term (``window > 0`` only).
         seed: when given, each layer's feature map draws its initial values from the CPU generator seeded with
             :func:`layer_seed` ``(seed, layer index)``, so processes that consumed different random numbers
             before still build identical twins; ``None``: the global RNG as it stands.

@@ -161,7 +161,8 @@ def load_teacher(
     Args:
         name_or_path: an embedded alias (``"smollm2-135m-instruct"``, the default), a local directory, a
             ``.gguf`` file, or a Hugging Face hub id.
-        dtype: parameter dtype. device: where to put the model (default: CPU).
+        dtype: parameter dtype.
+        device: where to put the model (default: CPU).
         attn_implementation: the teacher's softmax attention (``"sdpa"`` or ``"eager"``).
         cache_dir: where GGUF conversions are kept (default :func:`cache_root`).
 

@@ -100,7 +100,8 @@ class FeatureMap(Float32Parameters, ABC):
         attention row; maps may use that freedom to do less work on the query side.
 
         Args:
-            q: ``(B, H, Tq, D)``; k: ``(B, H, Tk, D)``.
+            q: ``(B, H, Tq, D)`` queries.
+            k: ``(B, H, Tk, D)`` keys.
 
         Returns:
             ``(B, H, Tq, M)`` and ``(B, H, Tk, M)``.
@@ -116,7 +117,8 @@ class FeatureMap(Float32Parameters, ABC):
         """The approximate kernel K̂(x_i, y_j) = Σ_f φ_f(x_i) φ_f(y_j) for all pairs.
 
         Args:
-            x: ``(B, H, T, D)``; y: ``(B, H, S, D)``.
+            x: ``(B, H, T, D)``.
+            y: ``(B, H, S, D)``.
 
         Returns:
             ``(B, H, T, S)``, computed as exp(logsumexp) so it is exact in float32 range.
