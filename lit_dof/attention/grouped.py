@@ -73,7 +73,9 @@ class HeadGroupedAttention(Float32Parameters):
         super().__init__()
         self.num_kv_heads = len(head_dims)
         if self.num_kv_heads < 1 or num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads ({num_heads}) must be a multiple of the number of KV heads ({self.num_kv_heads})")
+            raise ValueError(
+                f"num_heads ({num_heads}) must be a multiple of the number of KV heads ({self.num_kv_heads})"
+            )
         self.num_heads = num_heads
         self.head_dims = [int(m) for m in head_dims]
         group = num_heads // self.num_kv_heads

@@ -129,7 +129,9 @@ class CausalLinearAttention(Float32Parameters):
                 f"tokens as q, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
             )
         if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, Tk):
-            raise ValueError(f"key_padding_mask must have shape (B, Tk) = {(B, Tk)}, got {tuple(key_padding_mask.shape)}")
+            raise ValueError(
+                f"key_padding_mask must have shape (B, Tk) = {(B, Tk)}, got {tuple(key_padding_mask.shape)}"
+            )
         return Tk
 
     def forward(

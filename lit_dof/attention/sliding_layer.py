@@ -48,7 +48,9 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         chunk_size: int = 64,
         decode_max_tokens: int = 1,
     ) -> None:
-        super().__init__(feature_map, num_heads, num_kv_heads, chunk_size=chunk_size, decode_max_tokens=decode_max_tokens)
+        super().__init__(
+            feature_map, num_heads, num_kv_heads, chunk_size=chunk_size, decode_max_tokens=decode_max_tokens
+        )
         self.window = check_positive_int("window", window)
         if isinstance(sink_tokens, bool) or not isinstance(sink_tokens, int) or sink_tokens < 0:
             raise ValueError(f"sink_tokens must be an integer >= 0, got {sink_tokens!r}")

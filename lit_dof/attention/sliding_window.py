@@ -79,7 +79,11 @@ class SlidingWindowState:
         return linear + sum(t.numel() * t.element_size() for t in self._tensors())
 
     def _map(self, fn) -> "SlidingWindowState":
-        linear = None if self.linear is None else LinearAttentionState(*(fn(t) for t in (self.linear.kv, self.linear.k_sum, self.linear.log_scale)))
+        linear = (
+            None
+            if self.linear is None
+            else LinearAttentionState(*(fn(t) for t in (self.linear.kv, self.linear.k_sum, self.linear.log_scale)))
+        )
         return SlidingWindowState(
             linear, fn(self.keys), fn(self.values), None if self.log_phi_k is None else fn(self.log_phi_k),
             fn(self.valid), fn(self.sink_keys), fn(self.sink_values), fn(self.sink_valid), self.seen,
@@ -245,7 +249,9 @@ def sliding_window_linear_attention(
     if prev.keys.shape[2] > window:
         raise ValueError(f"state holds {prev.keys.shape[2]} window keys, more than window={window}")
     P, b = prev.seen, prev.keys.shape[2]
-    valid_new = torch.ones(B, T, dtype=torch.bool, device=q.device) if key_padding_mask is None else key_padding_mask.bool()
+    valid_new = (
+        torch.ones(B, T, dtype=torch.bool, device=q.device) if key_padding_mask is None else key_padding_mask.bool()
+    )
     keys, values = torch.cat([prev.keys, k], 2).to(dtype), torch.cat([prev.values, v], 2).to(dtype)  # stream
     valid = torch.cat([prev.valid, valid_new], 1)  # (B, b + T)
 
@@ -270,7 +276,9 @@ def sliding_window_linear_attention(
     if log_phi_q is not None:
         log_phi = torch.cat([prev.log_phi_k.to(log_phi_k.dtype), log_phi_k], 2) if b else log_phi_k
         log_phi = log_phi.masked_fill(~valid[:, None, :, None], EMPTY_LOG_SCALE)
-        y_lin, log_z_lin, linear = _far_part(log_phi_q, log_phi, values, b, P, window, sink_tokens, prev.linear, chunk_size)
+        y_lin, log_z_lin, linear = _far_part(
+            log_phi_q, log_phi, values, b, P, window, sink_tokens, prev.linear, chunk_size
+        )
         if y_lin is not None:
             if log_mix is not None:
                 log_z_lin = log_z_lin + log_mix.to(log_z_lin.dtype)[None, :, None]

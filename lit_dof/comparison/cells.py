@@ -178,7 +178,9 @@ class Comparison:
         import torch
 
         device = torch.device(self.device)  # validated in __post_init__
-        return ["--trainer.accelerator=gpu", f"--trainer.devices=[{device.index or 0}]"] if device.type == "cuda" else []
+        return (
+            ["--trainer.accelerator=gpu", f"--trainer.devices=[{device.index or 0}]"] if device.type == "cuda" else []
+        )
 
     def device_label(self) -> str:
         """A short name of :attr:`device` for reports (:func:`lit_dof.devices.device_label`)."""
@@ -227,7 +229,9 @@ class Comparison:
             for task in todo:  # one task at a time: a kill loses at most one task's work
                 result = evaluate_model(model, tokenizer, [task], data_dir=self.data_dir, limit=self.eval_limit,
                                         batch_size=self.batch_size, mmlu_per_subject=self.mmlu_per_subject)  # fmt: skip
-                atomic_write_json(folder / f"{task}.json", {**result["tasks"][task], "provenance": result["provenance"]})
+                atomic_write_json(
+                    folder / f"{task}.json", {**result["tasks"][task], "provenance": result["provenance"]}
+                )
         return {t: json.loads((folder / f"{t}.json").read_text()) for t in tasks}
 
     def _measured(self, row: Row, budget: int, name: str, measure) -> dict:
@@ -299,7 +303,9 @@ class Comparison:
         for context in self.long_contexts:
             edges = position_edges(context)
             usable = tokens[: max(context, self.ppl_tokens // context * context)]
-            result["contexts"][str(context)] = position_perplexity(model, usable, block=context, edges=edges, batch_size=1)
+            result["contexts"][str(context)] = position_perplexity(
+                model, usable, block=context, edges=edges, batch_size=1
+            )
         return result
 
     # -- the paper's per-task fine-tuning protocol (METHOD.md §4) -----------------------------------------
@@ -322,7 +328,11 @@ class Comparison:
         start = time.time()
         run_logged(command, folder, f"fine-tuning {source} on {task} (lr {lr})")
         summaries = sorted(folder.glob("runs/*/version_*/finetune.json"), key=os.path.getmtime)
-        result = {**json.loads(summaries[-1].read_text()), "wall_seconds": time.time() - start, "command": portable(command)}
+        result = {
+            **json.loads(summaries[-1].read_text()),
+            "wall_seconds": time.time() - start,
+            "command": portable(command),
+        }
         atomic_write_json(result_path, result)
         return result
 
@@ -359,7 +369,9 @@ class Comparison:
             return json.loads(path.read_text())
         lr = self.finetune_lr(task)
         if row.kind == "teacher":
-            result = self._finetune_run(self.teacher_source(), task, lr, Path(self.out) / "finetune_lr" / task / f"lr{lr:g}")
+            result = self._finetune_run(
+                self.teacher_source(), task, lr, Path(self.out) / "finetune_lr" / task / f"lr{lr:g}"
+            )
         else:
             result = self._finetune_run(self.model_source(row, budget), task, lr, path.parent / task)
         atomic_write_json(path, result)

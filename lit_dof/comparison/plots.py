@@ -49,7 +49,8 @@ def figure(report: dict) -> Figure:
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 3 if relative else 2)
     ax, bx = axes[:2]
-    colors = {row: f"C{i % 10}" for i, row in enumerate(dict.fromkeys(c["row"] for c in report["cells"]))}  # same row, same colour
+    # Same row, same colour.
+    colors = {row: f"C{i % 10}" for i, row in enumerate(dict.fromkeys(c["row"] for c in report["cells"]))}
     scored = has_scores(report)  # else perplexity-only: the budget panel plots perplexity
     metric = "average" if scored else "ppl"
     by_row: dict[str, dict[int, list]] = {}  # row -> budget -> (Σ M, value) of each seed

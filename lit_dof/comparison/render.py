@@ -42,7 +42,9 @@ def markdown(report: dict, header: str = "") -> str:
         fit = c["fit"] or {}
         uses_dof = fit.get("strategy") in ("dof", "dof_clip")
         lam = fit.get("lam") if uses_dof else None
-        lam_text = "–" if lam is None else f"2^{math.log2(lam):.1f}" + (" (auto)" if fit.get("lam_rule") == "auto" else "")
+        lam_text = (
+            "–" if lam is None else f"2^{math.log2(lam):.1f}" + (" (auto)" if fit.get("lam_rule") == "auto" else "")
+        )
         if lam is not None and fit.get("relative_to"):
             lam_text += " · tr(G)/J" if fit["relative_to"] == "trace" else f" · {fit['relative_to']}(G)"
         wall = fit.get("wall_seconds")

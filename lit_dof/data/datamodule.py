@@ -225,7 +225,9 @@ class WikipediaDataModule(L.LightningDataModule):
         if self.val_blocks < world:
             raise ValueError(f"val_blocks={self.val_blocks} is fewer than the {world} ranks: every rank needs a "
                              "validation block; raise --data.init_args.val_blocks")  # fmt: skip
-        data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "val", self.val_every, max_blocks=self.val_blocks)
+        data = PackedBlocks(
+            self.documents, self.tokenizer, self.seq_len, "val", self.val_every, max_blocks=self.val_blocks
+        )
         blocks = list(data)
         blocks = blocks[: len(blocks) // world * world]  # equal shares: a sharded forward is a collective
         # This rank's share, as an iterable: Lightning would otherwise re-split a list with a DistributedSampler

@@ -371,7 +371,9 @@ def allocate_head_feature_dims(
     for s, row in enumerate(head_dof):
         row = list(row)
         if not row or len(row) % heads_per_map:
-            raise ValueError(f"layer {s} has {len(row)} head DoF values, not a multiple of heads_per_map={heads_per_map}")
+            raise ValueError(
+                f"layer {s} has {len(row)} head DoF values, not a multiple of heads_per_map={heads_per_map}"
+            )
         per_map.append([max(row[i : i + heads_per_map]) for i in range(0, len(row), heads_per_map)])
     flat = [x for row in per_map for x in row]
     dims = iter(allocate_feature_dims(flat, head_size, "dof", multiple_of=multiple_of, min_dim=min_dim,

@@ -235,7 +235,9 @@ def dof_report(
     for strategy in STRATEGIES:
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always", DegenerateAllocationWarning)
-            dims = allocate_feature_dims(layer_max, head_size, strategy, multiple_of=multiple_of, num_samples=num_samples)
+            dims = allocate_feature_dims(
+                layer_max, head_size, strategy, multiple_of=multiple_of, num_samples=num_samples
+            )
         caught += [f"{strategy}: {w.message}" for w in record if issubclass(w.category, DegenerateAllocationWarning)]
         it = iter(dims)
         allocations[strategy] = [next(it) if ok else head_size for ok in lin]

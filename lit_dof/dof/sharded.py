@@ -45,7 +45,9 @@ def sharded_head_dof(
         ValueError: as :func:`~lit_dof.dof.estimator.degrees_of_freedom`.
     """
     distributed = split and torch.distributed.is_available() and torch.distributed.is_initialized()
-    rank, world = (torch.distributed.get_rank(group), torch.distributed.get_world_size(group)) if distributed else (0, 1)
+    rank, world = (
+        (torch.distributed.get_rank(group), torch.distributed.get_world_size(group)) if distributed else (0, 1)
+    )
     mine = {}
     for index in tqdm(range(rank, x.shape[0], world), desc="degrees of freedom", unit="layer", disable=not progress):
         layer = x[index] if device is None else x[index].to(device)

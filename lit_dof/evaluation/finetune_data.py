@@ -38,7 +38,8 @@ class MultipleChoiceDataModule(L.LightningDataModule):
         super().__init__()
         self.task, self.tokenizer_name, self.batch_size, self.seq_len = task, tokenizer, batch_size, seq_len
         self.data_dir = data_dir or os.environ.get("LIT_DOF_DATA")
-        self.train_limit, self.eval_limit, self.mmlu_per_subject, self.seed = train_limit, eval_limit, mmlu_per_subject, seed
+        self.train_limit, self.eval_limit = train_limit, eval_limit
+        self.mmlu_per_subject, self.seed = mmlu_per_subject, seed
         self.tokenizer = None
 
     def setup(self, stage: str | None = None) -> None:

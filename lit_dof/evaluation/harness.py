@@ -81,7 +81,9 @@ def evaluate_model(
     if not builtin:
         unknown = sorted(set(tasks) - set(TASKS))
         if unknown:
-            raise ValueError(f"unknown task(s) {unknown}; known: {', '.join(TASKS)} (or pass builtin=True for lm-eval's)")
+            raise ValueError(
+                f"unknown task(s) {unknown}; known: {', '.join(TASKS)} (or pass builtin=True for lm-eval's)"
+            )
     names = list(tasks) if builtin else [f"lit_dof_{t}" for t in tasks]
     config = getattr(model.config, "text_config", None) or model.config
     max_length = max_length or getattr(config, "max_position_embeddings", None) or 2048

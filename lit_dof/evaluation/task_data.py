@@ -64,7 +64,9 @@ def logiqa(data_dir: str | Path, split: str = "Test") -> list[dict]:
         if block[0].strip():
             raise ValueError(f"LogiQA {split}.txt line {start + 1}: expected the blank line that starts a record")
         letter, passage, question = block[1].strip().lower(), block[2].strip(), block[3].strip()
-        options = [option.strip()[2:].strip() if option.strip()[1:2] == "." else option.strip() for option in block[4:8]]
+        options = [
+            option.strip()[2:].strip() if option.strip()[1:2] == "." else option.strip() for option in block[4:8]
+        ]
         prompt = f"Passage: {passage}\nQuestion: {question}\nChoices:\n"
         prompt += "".join(f"{label}. {option}\n" for label, option in zip("ABCD", options)) + "Answer:"
         docs.append({"query": prompt, "choices": options, "gold": "abcd".index(letter)})
@@ -157,7 +159,9 @@ def mmlu(data_dir: str | Path, split: str = "test", per_subject: int | None = No
             question, options, answer = row[0], row[1:5], row[5].strip()
             prompt = (f"The following are multiple choice questions (with answers) about {_subject_title(subject)}.\n\n"
                       f"{question.strip()}\n" + "".join(f"{letter}. {o}\n" for letter, o in zip("ABCD", options)) + "Answer:")  # fmt: skip
-            docs.append({"query": prompt, "choices": ["A", "B", "C", "D"], "gold": "ABCD".index(answer), "subject": subject})
+            docs.append(
+                {"query": prompt, "choices": ["A", "B", "C", "D"], "gold": "ABCD".index(answer), "subject": subject}
+            )
     return docs
 
 

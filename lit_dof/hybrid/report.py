@@ -83,7 +83,9 @@ def markdown(data: dict, command: str | None = None) -> str:
         f"- Tolerance: a hybrid passes if its score is within {tol}: search threshold {fmt(search['threshold'])} "
         f"(teacher {fmt(search['teacher_score'])}), held-out threshold {fmt(data['heldout_threshold'])} "
         f"(teacher {fmt(data['teacher_heldout'])}).",
-        f"- Shortlist: {s['shortlist_k']} lowest {s['shortlist']} per round" if s["shortlist"] else "- Shortlist: none (every remaining layer)",
+        f"- Shortlist: {s['shortlist_k']} lowest {s['shortlist']} per round"
+        if s["shortlist"]
+        else "- Shortlist: none (every remaining layer)",
         f"- Layer DoF from {data['dof_source']}; local losses measured on the search items.",
     ]
     if command:
@@ -94,7 +96,9 @@ def markdown(data: dict, command: str | None = None) -> str:
         chosen = r["chosen"] if r["passed"] else "— (none passes: stop)"
         best_failed = tolerance.best(r["scores"].values())
         score = fmt(r["score"]) if r["passed"] else f"best {fmt(best_failed)}"
-        lines.append(f"| {r['index']} | {chosen} | {score} | {len(r['linear'])}/{L} | {r['evaluations']} | {r['seconds']:.0f} |")
+        lines.append(
+            f"| {r['index']} | {chosen} | {score} | {len(r['linear'])}/{L} | {r['evaluations']} | {r['seconds']:.0f} |"
+        )
     total_min = search["seconds"] / 60
     lines += ["", f"Search: {search['evaluations']} evaluations in {total_min:.1f} min "
               f"({search['evaluations'] / max(total_min, 1e-9):.2f} evaluations/min, prefix cache "
@@ -111,7 +115,10 @@ def markdown(data: dict, command: str | None = None) -> str:
             if entry is None:
                 break
             lines.append(f"| {len(r['linear'])} | {fmt(entry['score'])} | {_verdict(entry['score'], confirm['threshold'], tolerance)} |")
-        lines += ["", f"Confirmation: {len(confirm['scores'])} evaluations in {data['timing'].get('confirm', 0) / 60:.1f} min."]
+        lines += [
+            "",
+            f"Confirmation: {len(confirm['scores'])} evaluations in {data['timing'].get('confirm', 0) / 60:.1f} min.",
+        ]
     lines += ["", "## Exported hybrids (held-out items)", "", "| hybrid | linear layers | which | held-out score | within tolerance |",
               "|---|---|---|---|---|", f"| teacher | 0/{L} | – | {fmt(data['teacher_heldout'])} | – |"]  # fmt: skip
     shown = [(f"{name} (`{entry['path']}`)", entry["linear"]) for name, entry in data["exported"].items()]

@@ -217,7 +217,9 @@ def dof_heatmap(report: DoFReport) -> Figure:
     Returns:
         A figure on its own Agg canvas, outside pyplot (the process's matplotlib backend is left alone).
     """
-    rows = [r if r is not None else [float("nan")] * len(next(x for x in report.head_dof if x)) for r in report.head_dof]
+    rows = [
+        r if r is not None else [float("nan")] * len(next(x for x in report.head_dof if x)) for r in report.head_dof
+    ]
     fig, ax = _figure(figsize=(6, 0.18 * len(rows) + 1.5))
     image = ax.imshow(torch.tensor(rows).numpy(), aspect="auto", cmap="viridis")
     ax.set_xlabel("head")

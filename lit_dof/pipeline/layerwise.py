@@ -109,13 +109,16 @@ class LayerwiseDistillation(StudentModule):
         ):
             raise ValueError(f"position_shift must be an integer >= 0 or 'auto', got {position_shift!r}")
         if finetune_lr_ratio <= 0 or kd_temperature <= 0:
-            raise ValueError(f"finetune_lr_ratio and kd_temperature must be > 0, got {finetune_lr_ratio}, {kd_temperature}")
+            raise ValueError(
+                f"finetune_lr_ratio and kd_temperature must be > 0, got {finetune_lr_ratio}, {kd_temperature}"
+            )
         self.save_hyperparameters(ignore=["feature_map"])
         self.layer_loss = layer_loss
         self.lr_z, self.lr_alpha, self.lr, self.lr_lora = lr_z, lr_alpha, lr, lr_lora
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
         self.query_rows, self.betas, self.weight_decay = query_rows, betas, weight_decay
-        self.finetune_fraction, self.finetune_lr_ratio, self.kd_temperature = finetune_fraction, finetune_lr_ratio, kd_temperature
+        self.finetune_fraction, self.finetune_lr_ratio = finetune_fraction, finetune_lr_ratio
+        self.kd_temperature = kd_temperature
         self.teacher_reuse, self.layer_backward = teacher_reuse, layer_backward
         self.position_shift = position_shift
         self._shift_generator = torch.Generator()
@@ -164,7 +167,9 @@ class LayerwiseDistillation(StudentModule):
         ids, mask = batch["input_ids"], batch.get("attention_mask")
         self._shift_generator.manual_seed(self.global_step * 104729 + batch_idx)
         offsets = torch.randint(0, self.position_shift + 1, (ids.shape[0], 1), generator=self._shift_generator)
-        base = (mask.long().cumsum(-1) - 1).clamp(min=0) if mask is not None else torch.arange(ids.shape[1]).expand_as(ids)
+        base = (
+            (mask.long().cumsum(-1) - 1).clamp(min=0) if mask is not None else torch.arange(ids.shape[1]).expand_as(ids)
+        )
         return base.to(ids.device) + offsets.to(ids.device)
 
     # -- the two phases ----------------------------------------------------------------------------------

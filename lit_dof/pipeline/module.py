@@ -93,7 +93,12 @@ class StudentModule(L.LightningModule):
         self.softmax_layers = list(softmax_layers)
         self.share_kv_maps, self.chunk_size, self.seq_len = share_kv_maps, chunk_size, seq_len
         self.lora = lora
-        self.attention_options = {"window": window, "sink_tokens": sink_tokens, "far_term": far_term, "learn_mix": learn_mix}
+        self.attention_options = {
+            "window": window,
+            "sink_tokens": sink_tokens,
+            "far_term": far_term,
+            "learn_mix": learn_mix,
+        }
         self.export_dir, self.seed = export_dir, seed
         self.teacher_dtype = teacher_dtype
         self.strict_loading = False  # before any load: sharded (DCP) loads read it before on_load_checkpoint
@@ -171,7 +176,9 @@ class StudentModule(L.LightningModule):
         from torch.distributed.fsdp import fully_shard
 
         if self.lora is not None:
-            raise NotImplementedError("LoRA under ModelParallelStrategy (FSDP2) is not supported yet: use DDP for `lora`")
+            raise NotImplementedError(
+                "LoRA under ModelParallelStrategy (FSDP2) is not supported yet: use DDP for `lora`"
+            )
 
         dp = mesh["data_parallel"] if mesh.mesh_dim_names and "data_parallel" in mesh.mesh_dim_names else mesh
         named_twins = [(n, p) for n, p in self.student.named_parameters() if ".lit_dof." in n]
@@ -181,7 +188,8 @@ class StudentModule(L.LightningModule):
             if type(module).__name__ in layer_classes:
                 fully_shard(module, mesh=dp, ignored_params=twins & set(module.parameters()))
         fully_shard(self.student, mesh=dp, ignored_params=twins)
-        self._replicated = [p for _, p in sorted(named_twins, key=lambda item: item[0]) if p.requires_grad]  # same order on every rank
+        # Sorted by name: the same order on every rank.
+        self._replicated = [p for _, p in sorted(named_twins, key=lambda item: item[0]) if p.requires_grad]
         self._replicated_group = dp.get_group()
         twin_states = sorted([(n, t) for n, t in [*named_twins, *self.student.named_buffers()] if ".lit_dof." in n],
                              key=lambda item: item[0])  # fmt: skip
@@ -262,7 +270,9 @@ class StudentModule(L.LightningModule):
     @staticmethod
     @fp32_region()
     def _nll(logits: torch.Tensor, target: torch.Tensor) -> tuple[float, int]:
-        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="sum")
+        nll = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="sum"
+        )
         return float(nll), target.numel()
 
     def on_validation_epoch_start(self) -> None:
@@ -293,7 +303,9 @@ class StudentModule(L.LightningModule):
         if getattr(self, "_replicated_group", None) is not None:  # FSDP2: gather full weights (collective)
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-            state_dict = get_model_state_dict(self.student, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            state_dict = get_model_state_dict(
+                self.student, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
         if self.trainer.is_global_zero:
             if has_adapters(self.student.model):  # plain weights: the exported student loads without peft
                 state_dict = merged_state_dict(self.student)

@@ -319,7 +319,9 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
 
     # -- export: rank 0 gathers the full weights to the host (FSDP) and safetensors serialises them
     export = Phase("export", runs=run.export)
-    export.device.update({"teacher shard": shard, "twins": twins, "gathered tensor": (a.root_params // 2) * b if run.sharded else 0})
+    export.device.update(
+        {"teacher shard": shard, "twins": twins, "gathered tensor": (a.root_params // 2) * b if run.sharded else 0}
+    )
     export.host.update({"full state dict": teacher + twins, "serialisation buffer": teacher + twins})
     phases.append(export)
 
@@ -346,4 +348,5 @@ def _twin_activations(B: int, T: int, Hq: int, Hk: int, d: int, M: int, chunk: i
     """Bytes a twin's chunked linear attention keeps for backward: float32 q/k copies, log-features and
     features of queries and keys (3 each), the intra-chunk score blocks (2 × T·C per head) and the per-chunk
     prefix states (B·Hk·(T/C)·M·d, with the key sums)."""
-    return 4 * B * (T * (Hq + Hk) * d + 3 * T * (Hq + Hk) * M + 2 * Hq * T * min(chunk, T) + Hk * -(-T // chunk) * M * (d + 1))
+    qk = T * (Hq + Hk) * d + 3 * T * (Hq + Hk) * M  # q/k copies, their log-features and features
+    return 4 * B * (qk + 2 * Hq * T * min(chunk, T) + Hk * -(-T // chunk) * M * (d + 1))

@@ -49,7 +49,8 @@ def settings_from_config(config) -> RunSettings:
         devices = len([x for x in devices.split(",") if x.strip()])
     strategy = trainer.strategy
     name = getattr(strategy, "class_path", None) or str(strategy)
-    sharded = name.rsplit(".", 1)[-1] in ("ModelParallelStrategy", "ShardedDataParallelStrategy", "FSDPStrategy") or name.startswith("fsdp")
+    sharding = ("ModelParallelStrategy", "ShardedDataParallelStrategy", "FSDPStrategy")
+    sharded = name.rsplit(".", 1)[-1] in sharding or name.startswith("fsdp")
     class_path = getattr(model, "class_path", "")
     if not class_path.endswith(("LayerwiseDistillation", "DirectDistillation")):
         raise PlanError(f"lit-dof plan covers the distillation phases (LayerwiseDistillation, DirectDistillation), "
@@ -118,7 +119,9 @@ def format_plan(arch: Architecture, run: RunSettings, phases: list[Phase]) -> st
     for phase in phases:
         state = "" if phase.runs else " (not in this run)"
         tokens = f", {phase.tokens} tokens/step" if phase.tokens else ""
-        lines.append(f"phase {phase.name}{state}: device {_gib(phase.device_total())}, host {_gib(phase.host_total())}{tokens}")
+        lines.append(
+            f"phase {phase.name}{state}: device {_gib(phase.device_total())}, host {_gib(phase.host_total())}{tokens}"
+        )
         for where_, terms in (("device", phase.device), ("host", phase.host)):
             lines += [f"  {where_:6s} {term:40s} {_gib(size)}" for term, size in terms.items() if size]
     running = [p for p in phases if p.runs] or phases

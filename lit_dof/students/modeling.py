@@ -84,7 +84,9 @@ class LitDofConfig(PretrainedConfig):
             text_config = dict(text_config)
             text_config = AutoConfig.for_model(text_config.pop("model_type"), **text_config)
         self.text_config = text_config
-        self.feature_dims = [[int(x) for x in m] if isinstance(m, (list, tuple)) else int(m) for m in feature_dims or []]
+        self.feature_dims = [
+            [int(x) for x in m] if isinstance(m, (list, tuple)) else int(m) for m in feature_dims or []
+        ]
         self.feature_map = dict(feature_map or {"class": "lit_dof.attention.feature_maps.prf.LearnedPRF", "kwargs": {}})
         self.softmax_layers = sorted(int(i) for i in softmax_layers)
         self.share_kv_maps = bool(share_kv_maps)

@@ -40,7 +40,9 @@ def feature_map_class(spec: dict) -> type[FeatureMap]:
     try:
         cls = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError, ValueError) as exc:
-        raise ValueError(f"cannot import feature map class {path!r}: {exc}; install/import the package defining it") from exc
+        raise ValueError(
+            f"cannot import feature map class {path!r}: {exc}; install/import the package defining it"
+        ) from exc
     if not (isinstance(cls, type) and issubclass(cls, FeatureMap)):
         raise ValueError(f"{path!r} is not a lit_dof.attention.FeatureMap subclass")
     return cls
@@ -190,7 +192,10 @@ def set_softmax_layers(model: nn.Module, softmax_layers: Iterable[int]) -> list[
 
 def linear_layer_mask(model: nn.Module) -> list[bool]:
     """One bool per attention layer: True where the layer currently runs linear attention."""
-    return [isinstance(s := getattr(layer.module, "lit_dof", None), AttentionSlot) and s.is_linear for layer in attention_layers(model)]
+    return [
+        isinstance(s := getattr(layer.module, "lit_dof", None), AttentionSlot) and s.is_linear
+        for layer in attention_layers(model)
+    ]
 
 
 def linear_modules(model: nn.Module) -> dict[int, CausalLinearAttention | HeadGroupedAttention]:
