@@ -42,7 +42,9 @@ def check_finite(name: str, tensor: Tensor) -> None:
         raise ValueError(f"{name} contains NaN or +inf; check the inputs (and the loss scale) upstream")
 
 
-def check_qkv(log_phi_q: Tensor, log_phi_k: Tensor, v: Tensor, *, finite: bool = True) -> tuple[int, int, int, int, int, int]:
+def check_qkv(
+    log_phi_q: Tensor, log_phi_k: Tensor, v: Tensor, *, finite: bool = True
+) -> tuple[int, int, int, int, int, int]:
     """Validate the inputs of a linear-attention kernel.
 
     Args:

@@ -256,7 +256,9 @@ class LayerwiseDistillation(StudentModule):
             yield index, twin, loss
             del loss
 
-    def _layerwise_backward(self, captured: dict[int, tuple], batch_idx: int, release: bool) -> tuple[torch.Tensor | None, torch.Tensor | None, int]:
+    def _layerwise_backward(
+        self, captured: dict[int, tuple], batch_idx: int, release: bool
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, int]:
         """Per-layer backward: each layer's loss is differentiated (``torch.autograd.grad``) as soon as it is
         computed and its graph freed — and, when ``release``, the layer's captured q/k/v too — so the peak holds
         one layer's loss graph instead of all of them. The gradients come back as the surrogate Σ_p ⟨p, g_p⟩

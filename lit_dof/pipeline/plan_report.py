@@ -58,7 +58,12 @@ def settings_from_config(config) -> RunSettings:
     alloc, dof = config.allocator, config.dof
     budget = alloc.budget or (margs.get("feature_dim") if alloc.strategy == "fix" else None)
     feature_dims = None
-    if dof.enabled and dof.report_path and os.path.isfile(dof.report_path) and alloc.strategy in ("dof", "dof_clip", "fix"):
+    if (
+        dof.enabled
+        and dof.report_path
+        and os.path.isfile(dof.report_path)
+        and alloc.strategy in ("dof", "dof_clip", "fix")
+    ):
         from lit_dof.dof import DoFReport
 
         feature_dims = DoFReport.load(dof.report_path).feature_dims(alloc.strategy)

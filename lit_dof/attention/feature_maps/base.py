@@ -170,7 +170,9 @@ def exponential_log_features(x: Tensor, projection: Tensor, bias: Tensor | None,
     return shift.view(B * H, T, M).baddbmm_(rows, weight).view(B, H, T, M)
 
 
-def orthogonal_gaussian(num_heads: int, feature_dim: int, head_dim: int, generator: torch.Generator | None = None) -> Tensor:
+def orthogonal_gaussian(
+    num_heads: int, feature_dim: int, head_dim: int, generator: torch.Generator | None = None
+) -> Tensor:
     """Orthogonal random features (FAVOR+, Choromanski et al. 2021, §2.4).
 
     Each head's M rows come in blocks of d mutually orthogonal directions, and each row is rescaled to

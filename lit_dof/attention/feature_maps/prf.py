@@ -66,7 +66,9 @@ class LearnedPRF(_PositiveRandomFeatures):
         ValueError: non-positive sizes.
     """
 
-    def __init__(self, head_dim: int, num_heads: int, feature_dim: int, *, seed: int | None = None, check_inputs: bool = True) -> None:
+    def __init__(
+        self, head_dim: int, num_heads: int, feature_dim: int, *, seed: int | None = None, check_inputs: bool = True
+    ) -> None:
         super().__init__(head_dim, num_heads, feature_dim, check_inputs=check_inputs)
         self.seed = seed
         self.z = nn.Parameter(orthogonal_gaussian(num_heads, feature_dim, head_dim, self._generator()))
