@@ -5,12 +5,11 @@
     lit-dof fit --config configs/quickstart.yaml     (LightningCLI: fit, validate, test, predict)
     lit-dof eval --help                              a command's own options
 
-``fit``, ``validate``, ``test`` and ``predict`` are :class:`~lit_dof.pipeline.cli.LitDofCLI` (a LightningCLI:
-repeated ``--config``, ``--print_config``, top-level options before the subcommand as in
-``lit-dof --config run.yaml fit``); ``eval``, ``compare``, ``hybrid``, ``generate`` and ``plan`` are jsonargparse commands
-of their modules; ``configs`` lists, prints and copies the shipped configs (:mod:`lit_dof.config_files`).
-This module imports none of them until one is run, so ``--help``, ``--version`` and ``configs`` answer at
-once. ``python -m lit_dof`` is the same command.
+``fit``, ``validate``, ``test`` and ``predict`` are :class:`~lit_dof.pipeline.cli.LitDofCLI` (a LightningCLI: repeated
+``--config``, ``--print_config``, top-level options before the subcommand as in ``lit-dof --config run.yaml fit``);
+``eval``, ``compare``, ``hybrid``, ``generate`` and ``plan`` are jsonargparse commands of their modules; ``configs``
+lists, prints and copies the shipped configs (:mod:`lit_dof.config_files`). This module imports none of them until one
+is run, so ``--help``, ``--version`` and ``configs`` answer at once. ``python -m lit_dof`` is the same command.
 """
 
 from __future__ import annotations

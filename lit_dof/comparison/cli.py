@@ -85,7 +85,8 @@ def compare(
         raise ValueError(f"unknown stage(s) {bad}; use fit, ppl, long, eval, finetune")
     if not seeds or len(set(seeds)) != len(seeds) or any(not isinstance(s, int) or s < 0 for s in seeds):
         raise ValueError(f"seeds {seeds}: give distinct integers ≥ 0 (e.g. [0, 1, 2])")
-    comparison = Comparison(out=Path(out), base_config=Path(base_config) if base_config else REPO_CONFIGS / "quickstart.yaml",
+    comparison = Comparison(out=Path(out),
+                            base_config=Path(base_config) if base_config else REPO_CONFIGS / "quickstart.yaml",
                             teacher=teacher, corpus=corpus or os.environ.get("LIT_DOF_CORPUS"),
                             data_dir=data_dir or os.environ.get("LIT_DOF_DATA"),
                             eval_limit=eval_limit, mmlu_per_subject=mmlu_per_subject, ppl_tokens=ppl_tokens,

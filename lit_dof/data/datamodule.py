@@ -212,7 +212,8 @@ class WikipediaDataModule(L.LightningDataModule):
         """Packed ``seq_len``-token training blocks, this rank's share, skipping batches already consumed on resume."""
         rank, world = self._rank()
         data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "train", self.val_every, rank=rank,
-                            world_size=world, skip_batches=self._consumed_batches(), batch_size=self.batch_size)  # fmt: skip
+                            world_size=world, skip_batches=self._consumed_batches(),
+                            batch_size=self.batch_size)  # fmt: skip
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:

@@ -1,12 +1,12 @@
 """The paper's evaluation protocol (METHOD.md §4) as a Lightning phase: per-task fine-tuning of a teacher or
 a student on a multiple-choice task, validated by accuracy every epoch.
 
-Every example is scored the way zero-shot evaluation scores it (:mod:`lit_dof.evaluation.multiple_choice`;
-the data: :class:`~lit_dof.evaluation.finetune_data.MultipleChoiceDataModule`). Training minimises the cross-entropy of the gold option under the softmax over the option scores; validation
-reports ``acc`` (argmax of the scores) and ``acc_norm`` (argmax of score / continuation length in
-characters, as lm-eval). The paper fine-tunes 3 epochs and reports the best epoch (MMLU: 1 epoch, the last):
-:class:`TaskFinetuning` records every epoch's accuracy and writes ``finetune.json`` with ``best`` and
-``last`` at the end of ``fit``.
+Every example is scored the way zero-shot evaluation scores it (:mod:`lit_dof.evaluation.multiple_choice`; the data:
+:class:`~lit_dof.evaluation.finetune_data.MultipleChoiceDataModule`). Training minimises the cross-entropy of the gold
+option under the softmax over the option scores; validation reports ``acc`` (argmax of the scores) and ``acc_norm``
+(argmax of score / continuation length in characters, as lm-eval). The paper fine-tunes 3 epochs and reports the best
+epoch (MMLU: 1 epoch, the last): :class:`TaskFinetuning` records every epoch's accuracy and writes ``finetune.json``
+with ``best`` and ``last`` at the end of ``fit``.
 
     lit-dof fit --config configs/finetune/arc_easy.yaml --model.init_args.teacher runs/.../student
 """
@@ -118,11 +118,12 @@ class TaskFinetuning(L.LightningModule):
         self.log("val/acc", acc, prog_bar=True)
         self.log("val/acc_norm", acc_norm)
         if not self.trainer.sanity_checking:
-            self.history.append({"epoch": self.current_epoch, "step": self.global_step, "acc": acc, "acc_norm": acc_norm,
-                                 "examples": int(sums[2])})  # fmt: skip
+            self.history.append({"epoch": self.current_epoch, "step": self.global_step, "acc": acc,
+                                 "acc_norm": acc_norm, "examples": int(sums[2])})  # fmt: skip
 
     def configure_optimizers(self):
-        """AdamW over the trainable parameters; learning rate warmed up linearly over ``warmup_steps``, then constant."""
+        """AdamW over the trainable parameters; learning rate warmed up linearly over ``warmup_steps``, then
+        constant."""
         params = [p for p in self.model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
         warmup = max(1, self.warmup_steps)

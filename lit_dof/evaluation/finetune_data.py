@@ -34,7 +34,8 @@ class MultipleChoiceDataModule(L.LightningDataModule):
 
     def __init__(self, task: str = "arc_easy", data_dir: str | None = None, tokenizer: str = DEFAULT_TEACHER,
                  batch_size: int = 4, seq_len: int = 512, train_limit: int | None = None,
-                 eval_limit: int | None = None, mmlu_per_subject: int | None = None, seed: int = 0) -> None:  # fmt: skip
+                 eval_limit: int | None = None, mmlu_per_subject: int | None = None,
+                 seed: int = 0) -> None:  # fmt: skip
         super().__init__()
         self.task, self.tokenizer_name, self.batch_size, self.seq_len = task, tokenizer, batch_size, seq_len
         self.data_dir = data_dir or os.environ.get("LIT_DOF_DATA")

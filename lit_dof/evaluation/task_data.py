@@ -79,7 +79,8 @@ def arc(data_dir: str | Path, subset: str = "Easy", split: str = "Test") -> list
     for d in _jsonl(_file(data_dir, f"arc/ARC-{subset}-{split}.jsonl")):
         labels = [c["label"] for c in d["question"]["choices"]]
         docs.append({"query": f"Question: {d['question']['stem']}\nAnswer:",
-                     "choices": [c["text"] for c in d["question"]["choices"]], "gold": labels.index(d["answerKey"])})  # fmt: skip
+                     "choices": [c["text"] for c in d["question"]["choices"]],
+                     "gold": labels.index(d["answerKey"])})  # fmt: skip
     return docs
 
 
@@ -158,7 +159,8 @@ def mmlu(data_dir: str | Path, split: str = "test", per_subject: int | None = No
         for row in rows[:per_subject] if per_subject else rows:
             question, options, answer = row[0], row[1:5], row[5].strip()
             prompt = (f"The following are multiple choice questions (with answers) about {_subject_title(subject)}.\n\n"
-                      f"{question.strip()}\n" + "".join(f"{letter}. {o}\n" for letter, o in zip("ABCD", options)) + "Answer:")  # fmt: skip
+                      f"{question.strip()}\n" + "".join(f"{letter}. {o}\n" for letter, o in zip("ABCD", options))
+                      + "Answer:")  # fmt: skip
             docs.append(
                 {"query": prompt, "choices": ["A", "B", "C", "D"], "gold": "ABCD".index(answer), "subject": subject}
             )

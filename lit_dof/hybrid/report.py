@@ -90,7 +90,8 @@ def markdown(data: dict, command: str | None = None) -> str:
     ]
     if command:
         lines += ["", "Command:", "", f"    {command}"]
-    lines += ["", "## Greedy search", "", "| round | layer chosen | search score | linear layers | evaluations | seconds |",
+    lines += ["", "## Greedy search", "",
+              "| round | layer chosen | search score | linear layers | evaluations | seconds |",
               "|---|---|---|---|---|---|"]  # fmt: skip
     for r in data["rounds"]:
         chosen = r["chosen"] if r["passed"] else "— (none passes: stop)"
@@ -102,7 +103,8 @@ def markdown(data: dict, command: str | None = None) -> str:
     total_min = search["seconds"] / 60
     lines += ["", f"Search: {search['evaluations']} evaluations in {total_min:.1f} min "
               f"({search['evaluations'] / max(total_min, 1e-9):.2f} evaluations/min, prefix cache "
-              f"{'on' if s['prefix_cache'] else 'off'}); local losses {data['timing'].get('local_loss', 0):.0f} s."]  # fmt: skip
+              f"{'on' if s['prefix_cache'] else 'off'}); "
+              f"local losses {data['timing'].get('local_loss', 0):.0f} s."]  # fmt: skip
     confirm = data.get("confirm")
     if confirm:
         teacher_confirm = confirm["scores"]["teacher"]["score"]
@@ -114,12 +116,12 @@ def markdown(data: dict, command: str | None = None) -> str:
             entry = confirm["scores"].get(hybrid_key(r["linear"]))
             if entry is None:
                 break
-            lines.append(f"| {len(r['linear'])} | {fmt(entry['score'])} | {_verdict(entry['score'], confirm['threshold'], tolerance)} |")
-        lines += [
-            "",
-            f"Confirmation: {len(confirm['scores'])} evaluations in {data['timing'].get('confirm', 0) / 60:.1f} min.",
-        ]
-    lines += ["", "## Exported hybrids (held-out items)", "", "| hybrid | linear layers | which | held-out score | within tolerance |",
+            verdict = _verdict(entry["score"], confirm["threshold"], tolerance)
+            lines.append(f"| {len(r['linear'])} | {fmt(entry['score'])} | {verdict} |")
+        minutes = data["timing"].get("confirm", 0) / 60
+        lines += ["", f"Confirmation: {len(confirm['scores'])} evaluations in {minutes:.1f} min."]
+    lines += ["", "## Exported hybrids (held-out items)", "",
+              "| hybrid | linear layers | which | held-out score | within tolerance |",
               "|---|---|---|---|---|", f"| teacher | 0/{L} | – | {fmt(data['teacher_heldout'])} | – |"]  # fmt: skip
     shown = [(f"{name} (`{entry['path']}`)", entry["linear"]) for name, entry in data["exported"].items()]
     if confirm and search["most_linear"] != data["exported"]["most_linear"]["linear"]:
@@ -144,12 +146,14 @@ def markdown(data: dict, command: str | None = None) -> str:
     counts = [str(k) for k in data["counts"]]
     costs = ordering_costs(data)
     lines += ["", "## Orderings at equal numbers of linear layers (held-out items)", "",
-              "| ordering | " + " | ".join(f"{k} linear" for k in counts) + " | evaluations to choose | time to choose (s) | held-out evaluations | time to score (s) |",
+              "| ordering | " + " | ".join(f"{k} linear" for k in counts)
+              + " | evaluations to choose | time to choose (s) | held-out evaluations | time to score (s) |",
               "|---|" + "---|" * (len(counts) + 4)]  # fmt: skip
     for name, curve in data["curves"].items():
         cells = [fmt(curve[k]) if k in curve else "–" for k in counts]
         c = costs[name]
-        lines.append(f"| {NAMES[name]} | " + " | ".join(cells) + f" | {c['search_evaluations']} | {c['search_seconds']:.0f} | "
+        lines.append(f"| {NAMES[name]} | " + " | ".join(cells)
+                     + f" | {c['search_evaluations']} | {c['search_seconds']:.0f} | "
                      f"{c['heldout_evaluations']} | {c['heldout_seconds']:.0f} |")  # fmt: skip
     per_count, overall = winners(data)
     lines += ["", "Orders (first = first replaced):", ""]
@@ -160,7 +164,8 @@ def markdown(data: dict, command: str | None = None) -> str:
     if metric != "perplexity":
         p, n = data["teacher_heldout"], s["heldout_items"]
         lines += [f"One held-out item is {1 / n:.4f}; the binomial standard error of one score is "
-                  f"≈ {(p * (1 - p) / n) ** 0.5:.4f}, so smaller differences between orderings are not resolved."]  # fmt: skip
+                  f"≈ {(p * (1 - p) / n) ** 0.5:.4f}, so smaller differences between orderings are "
+                  "not resolved."]  # fmt: skip
     lines += ["", f"Versions: {', '.join(f'{k} {v}' for k, v in data.get('versions', {}).items())}.", ""]
     return "\n".join(lines)
 

@@ -69,7 +69,7 @@ class Tolerance:
         return score >= threshold if self.higher_is_better else score <= threshold
 
     def passes(self, score: float, teacher: float) -> bool:
-        """Whether ``score`` is within the tolerance of the teacher's score ``teacher`` (the threshold itself passes)."""
+        """Whether ``score`` is within the tolerance of the teacher's score ``teacher`` (the threshold passes)."""
         return self.within(score, self.threshold(teacher))
 
     def better(self, a: float, b: float) -> bool:
@@ -198,7 +198,8 @@ def greedy_replacement(
                 chosen = c
         passed = tolerance.passes(scores[chosen], teacher_score)
         round_ = Round(index=len(result.rounds), scores=scores, chosen=chosen if passed else None,
-                       score=scores[chosen] if passed else None, linear=sorted(current | {chosen}) if passed else sorted(current),
+                       score=scores[chosen] if passed else None,
+                       linear=sorted(current | {chosen}) if passed else sorted(current),
                        passed=passed, evaluations=len(candidates))  # fmt: skip
         record(round_)
         if on_round is not None:

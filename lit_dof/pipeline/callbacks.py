@@ -181,8 +181,9 @@ class FeatureDimAllocator(L.Callback):
             pl_module.feature_dims = self._per_head(report, teacher, pl_module)
             return
         lin = [d for d, ok in zip(report.layer_dof, report.linearizable) if ok]
-        dims = iter(allocate_feature_dims(lin, self.budget or report.head_size, self.strategy, multiple_of=self.multiple_of,
-                                          min_dim=self.min_dim, num_samples=report.num_samples))  # fmt: skip
+        dims = iter(allocate_feature_dims(lin, self.budget or report.head_size, self.strategy,
+                                          multiple_of=self.multiple_of, min_dim=self.min_dim,
+                                          num_samples=report.num_samples))  # fmt: skip
         pl_module.feature_dims = [next(dims) if ok else report.head_size for ok in report.linearizable]
 
     def _per_head(self, report: DoFReport, teacher, pl_module) -> list:

@@ -230,11 +230,11 @@ class Phase:
 def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     """The memory of each stage of the run, from ``arch`` and ``run`` alone (closed form, bytes per rank).
 
-    Phases: ``dof`` (capture + estimate, before sharding: the whole teacher on the host under FSDP, on the
-    device otherwise), ``layerwise`` (teacher forward stopped after the last twin, all layers' q/k kept, one
-    layer's loss graph alive at a time — every layer's with ``layer_backward`` off), ``tail`` (end-to-end logit distillation: backward through
-    the whole student), ``validate`` (teacher and student logits), ``export`` (full weights on rank 0).
-    On a CPU run the device terms are host RAM: ``host`` then holds them too.
+    Phases: ``dof`` (capture + estimate, before sharding: the whole teacher on the host under FSDP, on the device
+    otherwise), ``layerwise`` (teacher forward stopped after the last twin, all layers' q/k kept, one layer's loss graph
+    alive at a time — every layer's with ``layer_backward`` off), ``tail`` (end-to-end logit distillation: backward
+    through the whole student), ``validate`` (teacher and student logits), ``export`` (full weights on rank 0). On a CPU
+    run the device terms are host RAM: ``host`` then holds them too.
 
     Raises:
         PlanError: non-positive sizes.
@@ -313,7 +313,8 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     # -- validation: student and teacher logits upcast, Perplexity's float32 softmax
     val = Phase("validate", runs=run.validate)
     val.device.update({"teacher shard": shard, "gathered layers": gathered, "twins": twins,
-                       "activations (one layer, no grad)": layer_act, "logits (both, float32)": 2 * tokens * V * 4 + logits,
+                       "activations (one layer, no grad)": layer_act,
+                       "logits (both, float32)": 2 * tokens * V * 4 + logits,
                        "perplexity softmax": 2 * tokens * V * 4})  # fmt: skip
     phases.append(val)
 

@@ -117,9 +117,11 @@ def format_plan(arch: Architecture, run: RunSettings, phases: list[Phase]) -> st
                  else "; pure linear attention")  # fmt: skip
     lines = [
         (f"teacher {run.teacher}: {arch.params / 1e9:.3f} B parameters, {arch.num_layers} layers "
-         f"({arch.linear_layers} linearised), {arch.heads} heads / {arch.kv_heads} KV heads of {arch.head_dim}, {dtype}"),
+         f"({arch.linear_layers} linearised), {arch.heads} heads / {arch.kv_heads} KV heads of {arch.head_dim}, "
+         f"{dtype}"),
         (f"run: {run.world_size} rank(s) ({run.devices} {run.accelerator} x {run.num_nodes} node(s)), teacher {where}; "
-         f"B {run.batch_size} x T {run.seq_len} tokens per rank, {rows} query rows, {run.loss} loss, feature dims {dims}{attention}"),
+         f"B {run.batch_size} x T {run.seq_len} tokens per rank, {rows} query rows, {run.loss} loss, "
+         f"feature dims {dims}{attention}"),
     ]  # fmt: skip
     for phase in phases:
         state = "" if phase.runs else " (not in this run)"

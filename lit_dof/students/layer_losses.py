@@ -142,7 +142,8 @@ def resolve_layer_loss(loss: LayerLoss | str) -> LayerLoss:
 
 def layer_loss_name(value: Any) -> str:
     """The short name of a loss as a saved config holds it — a legacy string, a class path, ``{class_path: …}``
-    (a mapping or a parsed namespace), a class or an instance — e.g. ``"softmax"``; an unknown class path gives its last component."""
+    (a mapping or a parsed namespace), a class or an instance — e.g. ``"softmax"``; an unknown class path gives
+    its last component."""
     if isinstance(value, LayerLoss) or (isinstance(value, type) and issubclass(value, LayerLoss)):
         return value.name
     if isinstance(value, Mapping):

@@ -123,7 +123,8 @@ def attach_linear_attention(
     softmax = _check_indices(softmax_layers, len(layers))
     if window < 0 or (window == 0 and (sink_tokens or not far_term)):
         raise ValueError(
-            f"sink_tokens={sink_tokens} and far_term={far_term} need a sliding window (window >= 1), got window={window}"
+            f"sink_tokens={sink_tokens} and far_term={far_term} need a sliding window (window >= 1), "
+            f"got window={window}"
         )
     windowed = {"window": window, "sink_tokens": sink_tokens, "far_term": far_term, "learn_mix": learn_mix}
     for layer in layers:
@@ -142,7 +143,8 @@ def attach_linear_attention(
         m = dims[layer.index]
         if isinstance(m, list) and (not share_kv_maps or len(m) != layer.num_kv_heads):
             raise ValueError(f"layer {layer.index}: per-head feature dims need one M per KV head "
-                             f"({layer.num_kv_heads}) and share_kv_maps=True, got {m} (share_kv_maps={share_kv_maps})")  # fmt: skip
+                             f"({layer.num_kv_heads}) and share_kv_maps=True, "
+                             f"got {m} (share_kv_maps={share_kv_maps})")  # fmt: skip
         with torch.device("cpu"), _seeded(None if seed is None else layer_seed(seed, layer.index)):
             if isinstance(m, list):
                 linear = HeadGroupedAttention(build, m, layer.num_heads)
