@@ -90,7 +90,9 @@ def main() -> None:
         with torch.no_grad():
             _, state = layer(*(torch.randn(B, H, min(ctx, 256), d, device=device, dtype=dtype) for _ in range(3)))
             state = LinearAttentionState(state.kv, state.k_sum, state.log_scale)  # same size for any context
-            t_sdpa = timeit(lambda: F.scaled_dot_product_attention(q1, k_cache, v_cache), device, min_time=0.3, max_reps=200)
+            t_sdpa = timeit(
+                lambda: F.scaled_dot_product_attention(q1, k_cache, v_cache), device, min_time=0.3, max_reps=200
+            )
             t_lin = timeit(lambda: layer(q1, k1, v1, state), device, min_time=0.3, max_reps=200)
         step_times[ctx] = t_lin
         print(f"decode   ctx={ctx:6d}  sdpa={t_sdpa * 1e6:9.1f} us  linear={t_lin * 1e6:8.1f} us  sdpa/linear={t_sdpa / t_lin:6.2f}  "

@@ -111,7 +111,9 @@ def main() -> None:
         for name, student in (("linear", linear), ("window+linear", windowed)):
             cache = _student_state(student, L, device)
             rows.append((name, _step_seconds(student, cache, L, device, args.reps), _nbytes(cache)))
-        line = [f"L={L:6d} teacher {1e3 * t_teacher:8.2f} ms/token {1 / t_teacher:7.1f} tok/s {b_teacher / 2**20:9.2f} MiB"]
+        line = [
+            f"L={L:6d} teacher {1e3 * t_teacher:8.2f} ms/token {1 / t_teacher:7.1f} tok/s {b_teacher / 2**20:9.2f} MiB"
+        ]
         for name, t, b in rows:
             line.append(f"{name} {1e3 * t:7.2f} ms {b / 2**20:6.2f} MiB (speedup {t_teacher / t:5.2f}x, "
                         f"cache / {b_teacher / b:7.1f})")  # fmt: skip

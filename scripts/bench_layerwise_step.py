@@ -69,9 +69,14 @@ def _run(tree: Path, args: argparse.Namespace, out: Path) -> dict:
                f"--trainer.max_steps={args.steps}", "--trainer.limit_val_batches=0", "--trainer.enable_progress_bar=false",
                "--trainer.enable_checkpointing=false", "--trainer.logger=false", f"--trainer.callbacks=[{callback}]", "--model.init_args.finetune_fraction=0",
                f"--model.init_args.export_dir={out.parent / 'student'}", *args.args]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(REPO / "scripts"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tree), str(REPO / "scripts"), os.environ.get("PYTHONPATH", "")]),
+    }
     with open(out.parent / "fit.log", "w") as log:
-        code = subprocess.run(command, env=env, cwd=out.parent, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        code = subprocess.run(
+            command, env=env, cwd=out.parent, stdout=log, stderr=subprocess.STDOUT, check=False
+        ).returncode
     if code != 0:
         sys.exit(f"the fit from {tree} failed with code {code}:\n" + (out.parent / "fit.log").read_text()[-3000:])
     record = json.loads(out.read_text())

@@ -36,7 +36,9 @@ def test_chunked_and_recurrent_on_cuda_match_the_cpu_reference(T, scale):
     ref_inputs = [x.double().requires_grad_() for x in (lq, lk, v)]
     (naive_linear_attention(*ref_inputs) * weight).sum().backward()
     for x, r in zip(inputs, ref_inputs):
-        torch.testing.assert_close(x.grad.double().cpu(), r.grad, rtol=1e-4, atol=1e-5 * max(1.0, r.grad.abs().max().item()))
+        torch.testing.assert_close(
+            x.grad.double().cpu(), r.grad, rtol=1e-4, atol=1e-5 * max(1.0, r.grad.abs().max().item())
+        )
     step, step_state = recurrent_linear_attention(*(x.detach() for x in inputs))
     torch.testing.assert_close(step.double().cpu(), ref, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(step_state.kv * step_state.log_scale.exp()[..., None],

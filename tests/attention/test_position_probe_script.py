@@ -50,7 +50,9 @@ def test_unrotating_every_pair_makes_the_student_shift_invariant_and_none_change
     un-rotates nothing."""
     probe, student = _script(), _student()
     blocks = torch.randint(3, 2048, (2, 40), generator=torch.Generator().manual_seed(1))
-    nll = {shift: probe.block_nll(student, blocks, shift, "student", first=8, unrotate_period=0.0) for shift in (0, 300)}
+    nll = {
+        shift: probe.block_nll(student, blocks, shift, "student", first=8, unrotate_period=0.0) for shift in (0, 300)
+    }
     torch.testing.assert_close(nll[300], nll[0], rtol=1e-4, atol=1e-4)
     plain = probe.block_nll(student, blocks, 300, "student", first=8)
     assert not torch.allclose(nll[300], plain, atol=1e-4)

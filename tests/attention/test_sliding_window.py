@@ -78,7 +78,9 @@ def test_float32_matches_reference_with_large_logits():
 
 def test_window_and_sinks_without_linear_term():
     q, k, v, *_ = _inputs(2, 4, 2, 40, seed=4)
-    out, state = sliding_window_linear_attention(q.double(), k.double(), v.double(), None, None, window=6, sink_tokens=3)
+    out, state = sliding_window_linear_attention(
+        q.double(), k.double(), v.double(), None, None, window=6, sink_tokens=3
+    )
     ref = naive_sliding_window_attention(q.double(), k.double(), v.double(), None, None, window=6, sink_tokens=3)
     torch.testing.assert_close(out, ref, **TOL)
     assert state.linear is None and state.log_phi_k is None
@@ -87,7 +89,9 @@ def test_window_and_sinks_without_linear_term():
 def test_window_covering_everything_is_softmax_attention():
     q, k, v, lq, lk, mix = _inputs(1, 2, 2, 30, seed=5)
     out = _run(q.double(), k.double(), v.double(), lq.double(), lk.double(), mix.double(), window=30)
-    logits = (q.double() @ k.double().transpose(-1, -2) / 8**0.5).masked_fill(torch.ones(30, 30).triu(1).bool(), -torch.inf)
+    logits = (q.double() @ k.double().transpose(-1, -2) / 8**0.5).masked_fill(
+        torch.ones(30, 30).triu(1).bool(), -torch.inf
+    )
     torch.testing.assert_close(out, logits.softmax(-1) @ v.double(), **TOL)
 
 

@@ -43,9 +43,11 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     record = json.loads((tmp_path / "cells" / "C16" / "teacher" / "ppl.json").read_text())
     assert str(REPO.parent) not in record["source"] and record["source"].endswith(WIKIPEDIA.name)  # portable
     by_position = record["by_position"]
-    assert by_position["block"] == 300 and set(by_position["buckets"]) == {"0-63", "64-255", "256-299"}  # one short block
+    assert by_position["block"] == 300
+    assert set(by_position["buckets"]) == {"0-63", "64-255", "256-299"}  # one short block
     assert "Perplexity by token position (1 disjoint block of 300" in (tmp_path / "cells" / "comparison.md").read_text()
-    assert cells["teacher"]["gap_closed"] == pytest.approx(1.0) and cells["performer"]["gap_closed"] == pytest.approx(0.0)
+    assert cells["teacher"]["gap_closed"] == pytest.approx(1.0)
+    assert cells["performer"]["gap_closed"] == pytest.approx(0.0)
     fix, dof = cells["fix"]["fit"], cells["dof"]["fit"]
     assert fix["feature_dims"] == [16, 16] and fix["steps"] == 3 and fix["tokens"] == 3 * 2 * 64
     assert dof["feature_dims"] != [16, 16] and dof["total_features"] >= 31  # L · C up to rounding, + the min_dim floor
@@ -153,7 +155,8 @@ def test_an_interrupted_fit_attempt_still_counts_towards_the_wall_time(tmp_path,
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 3))
     with pytest.raises(RuntimeError, match="failed with code 3"):
         runner.fit(ROWS["fix"], 16)
-    assert [a["returncode"] for a in json.loads((tmp_path / "C16" / "fix" / "fit_attempts.json").read_text())] == [None, 3]
+    attempts = json.loads((tmp_path / "C16" / "fix" / "fit_attempts.json").read_text())
+    assert [a["returncode"] for a in attempts] == [None, 3]
     report = collect(runner, [ROWS["fix"]], [16])
     assert report["pending"] == ["fix (fit failed with code 3: see fix/fit.log)"]
 
@@ -441,7 +444,9 @@ def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
     def measure(row):
         folder = runs / "C64" / row / "eval"
         folder.mkdir(parents=True)
-        (folder / "wsc273.json").write_text(json.dumps({"acc": sum(hits[row]) / 4, "n": 4, "items": {"acc": hits[row]}}))
+        (folder / "wsc273.json").write_text(
+            json.dumps({"acc": sum(hits[row]) / 4, "n": 4, "items": {"acc": hits[row]}})
+        )
         (folder.parent / "ppl.json").write_text(json.dumps({"ppl": 10.0 + len(row), "tokens": 8, "window": 4,
                                                              "stride": 2}))  # fmt: skip
 

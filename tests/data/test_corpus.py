@@ -15,7 +15,9 @@ def test_formats(tmp_path):
     with gzip.open(tmp_path / "b.txt.gz", "wt") as f:
         f.write("only doc\n")
     (tmp_path / "c.jsonl").write_text(json.dumps({"text": "j1"}) + "\n\n" + json.dumps({"text": "j2"}) + "\n")
-    (tmp_path / "d.txt").write_text('<doc id="1" title="T">\nT\n\nBody one.\n</doc>\n<doc id="2" title="E">\nE\n</doc>\n')
+    (tmp_path / "d.txt").write_text(
+        '<doc id="1" title="T">\nT\n\nBody one.\n</doc>\n<doc id="2" title="E">\nE\n</doc>\n'
+    )
     assert list(iter_documents(tmp_path / "a.txt")) == ["first doc\nline two", "second doc"]
     assert list(iter_documents(tmp_path / "b.txt.gz")) == ["only doc"]
     assert list(iter_documents(tmp_path / "c.jsonl")) == ["j1", "j2"]

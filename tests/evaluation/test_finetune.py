@@ -51,7 +51,8 @@ def test_finetune_phase_records_epochs(tmp_path):
                      "--trainer.enable_progress_bar=false", "--model.init_args.selection=last"])  # fmt: skip
     summary = json.loads((tmp_path / "finetune_arc_easy" / "version_0" / "finetune.json").read_text())
     assert [h["epoch"] for h in summary["history"]] == [0, 1] and all(h["examples"] == 6 for h in summary["history"])
-    assert summary["score"] == summary["last"]["acc"] and summary["best"]["acc"] == max(h["acc"] for h in summary["history"])
+    assert summary["score"] == summary["last"]["acc"]
+    assert summary["best"]["acc"] == max(h["acc"] for h in summary["history"])
     assert cli.trainer.global_step == 4
     with pytest.raises(ValueError, match="no training split"):
         task_data.load_train_split("piqa", DATA)

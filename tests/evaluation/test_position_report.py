@@ -28,7 +28,9 @@ def test_position_table_pairs_each_row_with_the_teacher_and_its_reference():
     row = next(line for line in lines if line.startswith("| student |")).split(" | ")
     diffs = [0.1, 0.1, 0.1]  # student − teacher, per block: ratio e^0.1 with a zero standard error
     assert row[4] == f"{math.exp(statistics.mean(diffs)):.3f} ± 0.000"
-    late = [a - b for a, b in zip(student["buckets"]["256-511"]["block_nll"], control["buckets"]["256-511"]["block_nll"])]
+    late = [
+        a - b for a, b in zip(student["buckets"]["256-511"]["block_nll"], control["buckets"]["256-511"]["block_nll"])
+    ]
     ratio, se = math.exp(statistics.mean(late)), statistics.stdev(late) / math.sqrt(3)
     assert row[-1].rstrip(" |") == f"{ratio:.3f} ± {ratio * se:.3f}" and "(swa_sink)" in row[6]
     teacher_row = next(line for line in lines if line.startswith("| teacher |"))

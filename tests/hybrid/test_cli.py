@@ -57,7 +57,8 @@ def test_search_exports_reports_and_resumes(bank, tmp_path):
         assert sorted(map(int, r["scores"])) == sorted(remaining[:2])
     # confirmation: the most linear hybrid passes at once (tolerance 1.0), after the teacher
     assert data["confirm"]["items"] == 8 and list(data["confirm"]["scores"]) == ["teacher", hybrid_key(range(L))]
-    assert data["confirm"]["most_linear"] == list(range(L)) and "Confirmation on 8 validation items" in (out / "hybrid.md").read_text()
+    assert data["confirm"]["most_linear"] == list(range(L))
+    assert "Confirmation on 8 validation items" in (out / "hybrid.md").read_text()
     # exports carry their hybrid configuration
     for name in ("best", "most_linear"):
         exported = load_student(out / name)

@@ -124,7 +124,9 @@ def test_allocator_budget_scales_every_strategy(tmp_path):
     """``allocator.budget`` = mean dim per layer: Fix gets it everywhere, DoF keeps the total L · budget."""
     fix, _ = _run(tmp_path / "fix", "methods/fix.yaml", steps=1, extra=["--allocator.budget=6"])
     assert fix.model.student.feature_dims == [6, 6]
-    dof, log_dir = _run(tmp_path / "dof", "methods/dof.yaml", steps=1, extra=["--allocator.budget=40", "--allocator.min_dim=1"])
+    dof, log_dir = _run(
+        tmp_path / "dof", "methods/dof.yaml", steps=1, extra=["--allocator.budget=40", "--allocator.min_dim=1"]
+    )
     report = json.loads((log_dir / "dof.json").read_text())
     ratio = torch.tensor(report["layer_dof"]) / torch.tensor(report["layer_dof"]).mean()
     assert dof.model.student.feature_dims == [max(1, round(40 * float(r))) for r in ratio]
@@ -166,7 +168,9 @@ def test_end_to_end_tail_follows_the_layerwise_phase(tmp_path):
             z = next(p for g in optimizer.param_groups if g["name"] == "z" for p in g["params"])
             seen[trainer.global_step - 1][0] = float(optimizer.state[z]["step"])  # Adam's own step count
 
-    args = fit_args(tmp_path, steps=4, extra=["--model.init_args.finetune_fraction=0.5", "--model.init_args.finetune_lr_ratio=0.25"])
+    args = fit_args(
+        tmp_path, steps=4, extra=["--model.init_args.finetune_fraction=0.5", "--model.init_args.finetune_lr_ratio=0.25"]
+    )
     cli = build_cli(args[1:], run=False)
     cli.trainer.callbacks.append(Spy())
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)

@@ -15,7 +15,12 @@ from lit_dof.pipeline.plan_report import plan_config
 from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
 from tests.pipeline.conftest import PURE_LINEAR
 
-LLAMA_FSDP = ["--config", str(REPO / "configs/models/llama-3-8b.yaml"), "--config", str(REPO / "configs/trainer/fsdp.yaml")]
+LLAMA_FSDP = [
+    "--config",
+    str(REPO / "configs/models/llama-3-8b.yaml"),
+    "--config",
+    str(REPO / "configs/trainer/fsdp.yaml"),
+]
 MEASURED = [  # a few layer-wise steps only: no DoF estimate, validation, tail or export
     "--config", str(REPO / "configs/quickstart.yaml"), "--config", str(PURE_LINEAR),
     f"--data.init_args.path={WIKIPEDIA}", "--dof.enabled=false",
