@@ -66,8 +66,9 @@ def _peak_rss_bytes() -> int:
 def _run(tree: Path, args: argparse.Namespace, out: Path) -> dict:
     callback = json.dumps({"class_path": "bench_layerwise_step.StepTimer", "init_args": {"out": str(out)}})
     command = [sys.executable, "-m", "lit_dof.pipeline.cli", "fit", "--config", str(tree / args.config),
-               f"--trainer.max_steps={args.steps}", "--trainer.limit_val_batches=0", "--trainer.enable_progress_bar=false",
-               "--trainer.enable_checkpointing=false", "--trainer.logger=false", f"--trainer.callbacks=[{callback}]", "--model.init_args.finetune_fraction=0",
+               f"--trainer.max_steps={args.steps}", "--trainer.limit_val_batches=0",
+               "--trainer.enable_progress_bar=false", "--trainer.enable_checkpointing=false", "--trainer.logger=false",
+               f"--trainer.callbacks=[{callback}]", "--model.init_args.finetune_fraction=0",
                f"--model.init_args.export_dir={out.parent / 'student'}", *args.args]  # fmt: skip
     env = {
         **os.environ,

@@ -71,5 +71,6 @@ def test_wheel_ships_the_configs_and_resolves_them_installed(tmp_path):
     assert out[1] == str(tmp_path / "site" / "lit_dof" / "configs" / "methods" / "dof.yaml")
     assert int(out[2]) == len(shipped_configs())
     listed = subprocess.run([sys.executable, "-m", "lit_dof", "configs", "list"], cwd=tmp_path, capture_output=True,
-                            text=True, check=True, env={**env, "PYTHONPATH": str(tmp_path / "site")}).stdout  # fmt: skip
+                            text=True, check=True,
+                            env={**env, "PYTHONPATH": str(tmp_path / "site")}).stdout  # fmt: skip
     assert [line.split()[0] for line in listed.splitlines()] == shipped_configs()

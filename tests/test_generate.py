@@ -86,7 +86,8 @@ def test_greedy_generate_prints_model_generate_text_and_statistics(capsys, monke
 def test_student_cache_is_constant_in_the_context_while_the_teachers_grows(capsys, student_dir):
     short, long = "Once upon a time", PROMPT + " who loved to play in the park with her big red ball every day"
     runs = {(which, prompt): generate(model=str(source), prompt=prompt, max_new_tokens=8, device="cpu")
-            for which, source in (("teacher", TINYSTORIES), ("student", student_dir)) for prompt in (short, long)}  # fmt: skip
+            for which, source in (("teacher", TINYSTORIES), ("student", student_dir))
+            for prompt in (short, long)}  # fmt: skip
     capsys.readouterr()
     student = [runs["student", p] for p in (short, long)]
     teacher = [runs["teacher", p] for p in (short, long)]

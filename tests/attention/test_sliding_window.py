@@ -117,7 +117,9 @@ def test_padding_keys_are_never_attended(left_pad):
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("splits", [[1] * 30, [7, 1, 1, 12, 1, 8], [3, 27], [20, 10]], ids=["decode", "mixed", "3+27", "20+10"])
+@pytest.mark.parametrize(
+    "splits", [[1] * 30, [7, 1, 1, 12, 1, 8], [3, 27], [20, 10]], ids=["decode", "mixed", "3+27", "20+10"]
+)
 @pytest.mark.parametrize("sinks", [0, 4])
 def test_prefill_then_decode_equals_one_pass(splits, sinks):
     q, k, v, lq, lk, mix = (x.double() for x in _inputs(1, 4, 2, 30, seed=8))
@@ -142,7 +144,8 @@ def test_decode_memory_is_constant_in_the_context_length():
     for t in range(16, 200):
         one = slice(t, t + 1)
         _, state = sliding_window_linear_attention(q[:, :, one], k[:, :, one], v[:, :, one], lq[:, :, one],
-                                                   lk[:, :, one], window=8, sink_tokens=2, log_mix=mix, state=state)  # fmt: skip
+                                                   lk[:, :, one], window=8, sink_tokens=2, log_mix=mix,
+                                                   state=state)  # fmt: skip
         sizes.add(state.nbytes)
     assert len(sizes) == 1
 

@@ -56,7 +56,8 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     for c in cells.values():
         assert c["ppl"] > 1 and len(c["scores"]) == 7 and c["average"] is not None
     table = (tmp_path / "cells" / "comparison.md").read_text()
-    for needle in ("| teacher |", "| performer |", "| fix |", "| dof |", "arc_easy", "wsc273", "gap closed", "λ", "tokens"):
+    needles = ("| teacher |", "| performer |", "| fix |", "| dof |", "arc_easy", "wsc273", "gap closed", "λ", "tokens")
+    for needle in needles:
         assert needle in table
     assert "| 384 |" in table.split("| fix |")[1].splitlines()[0]  # tokens seen: 3 steps × 2 × 64, not "0.00M"
     assert (tmp_path / "cells" / "comparison.png").stat().st_size > 0
@@ -221,9 +222,10 @@ def test_sigterm_to_the_runner_stops_it_like_ctrl_c_and_records_the_attempt(tmp_
 
 def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_path):
     def cell(row, curve, dims):
+        reference = None if row in ("fix", "fix_l2") else "fix_l2" if row.endswith("_l2") else "fix"
         return {"row": row, "note": "", "budget": 64, "kind": "student", "scores": {}, "average": None, "ppl": None,
                 "finetuned": {}, "fit": {"val_curve": curve, "feature_dims": dims, "total_features": sum(dims)},
-                "reference": None if row in ("fix", "fix_l2") else "fix_l2" if row.endswith("_l2") else "fix"}  # fmt: skip
+                "reference": reference}  # fmt: skip
 
     report = {"tasks": ["piqa"], "primary_metric": {"piqa": "acc_norm"}, "cells": [
         cell("fix", [(49, 400.0), (99, 200.0)], [64, 64]),

@@ -45,8 +45,9 @@ def test_training_lowers_the_choice_loss():
 def test_finetune_phase_records_epochs(tmp_path):
     from lit_dof.pipeline.cli import build_cli
 
-    cli = build_cli(["fit", "--config", str(REPO / "configs/finetune/arc_easy.yaml"), f"--model.init_args.teacher={TINYSTORIES}",
-                     f"--data.init_args.data_dir={DATA}", "--data.init_args.train_limit=8", "--data.init_args.eval_limit=6",
+    cli = build_cli(["fit", "--config", str(REPO / "configs/finetune/arc_easy.yaml"),
+                     f"--model.init_args.teacher={TINYSTORIES}", f"--data.init_args.data_dir={DATA}",
+                     "--data.init_args.train_limit=8", "--data.init_args.eval_limit=6",
                      "--trainer.max_epochs=2", f"--trainer.logger.init_args.save_dir={tmp_path}",
                      "--trainer.enable_progress_bar=false", "--model.init_args.selection=last"])  # fmt: skip
     summary = json.loads((tmp_path / "finetune_arc_easy" / "version_0" / "finetune.json").read_text())

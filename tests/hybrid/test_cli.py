@@ -144,8 +144,13 @@ def test_search_runs_in_the_dtype_asked_for_and_records_device_and_dtype(bank, t
     assert all(p.dtype == torch.float32 for m in exported.linear_modules().values() for p in m.parameters())
 
 
-@pytest.mark.parametrize("option, message", [("--device=tpu", "device 'tpu': use auto, cpu, cuda or cuda:N"),
-                                             ("--dtype=float64", "'auto', 'float32', 'bfloat16', 'float16'")])  # fmt: skip
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("--device=tpu", "device 'tpu': use auto, cpu, cuda or cuda:N"),
+        ("--dtype=float64", "'auto', 'float32', 'bfloat16', 'float16'"),
+    ],
+)
 def test_bad_device_or_dtype_is_refused_before_the_bank_loads(capsys, tmp_path, option, message):
     from lit_dof.hybrid.cli import main
 

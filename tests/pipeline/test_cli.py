@@ -75,7 +75,11 @@ def test_method_swap_is_config_only(tmp_path, method, feature_map, strategy):
 
 @pytest.mark.parametrize(
     "method, sinks, far_term",
-    [("methods/swa_linear.yaml", 0, True), ("methods/swa_sink_linear.yaml", 4, True), ("methods/swa_sink.yaml", 4, False)],
+    [
+        ("methods/swa_linear.yaml", 0, True),
+        ("methods/swa_sink_linear.yaml", 4, True),
+        ("methods/swa_sink.yaml", 4, False),
+    ],
 )
 def test_sliding_window_methods_fit_and_export(tmp_path, method, sinks, far_term):
     """Window + linear recipes train the feature maps and the far-term weights in the windowed configuration
@@ -259,8 +263,8 @@ def test_layerwise_teacher_pass_stops_early_and_can_serve_several_steps(tmp_path
     capture of those batches gives."""
     from lit_dof.pipeline.layerwise import LayerwiseDistillation
 
-    cli = build_cli(fit_args(tmp_path, steps=4, extra=["--model.init_args.teacher_reuse=2",
-                                                       "--model.init_args.finetune_fraction=0"])[1:], run=False)  # fmt: skip
+    extra = ["--model.init_args.teacher_reuse=2", "--model.init_args.finetune_fraction=0"]
+    cli = build_cli(fit_args(tmp_path, steps=4, extra=extra)[1:], run=False)
     calls = []
     original = LayerwiseDistillation._teacher_forward
 
@@ -284,8 +288,8 @@ def test_layerwise_teacher_pass_stops_early_and_can_serve_several_steps(tmp_path
         build_cli(fit_args(tmp_path / "bad", steps=1, extra=["--model.init_args.teacher_reuse=0"]))
     # under gradient accumulation every micro-batch gets its own teacher pass (teacher_reuse counts batches)
     calls.clear()
-    cli = build_cli(fit_args(tmp_path / "acc", steps=2, extra=["--trainer.accumulate_grad_batches=2",
-                                                                 "--model.init_args.finetune_fraction=0"])[1:], run=False)  # fmt: skip
+    extra = ["--trainer.accumulate_grad_batches=2", "--model.init_args.finetune_fraction=0"]
+    cli = build_cli(fit_args(tmp_path / "acc", steps=2, extra=extra)[1:], run=False)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     assert [step for step, logits in calls if not logits] == [0, 0, 1, 1]
 

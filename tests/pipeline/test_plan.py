@@ -38,8 +38,8 @@ CASES = {
                            "--model.init_args.layer_backward=false"],
     # the quickstart's layer-wise step on the embedded SmolLM2 (B 2 x T 512, 128 rows): weights + one graph
     "smollm2": [],
-    # end-to-end steps of a sliding-window + linear student (window 64, 4 sinks, the shipped recipe): every layer's activations,
-    # the exact band's logits included, alive for one backward
+    # end-to-end steps of a sliding-window + linear student (window 64, 4 sinks, the shipped recipe): every layer's
+    # activations, the exact band's logits included, alive for one backward
     "tinystories-tail-window": [f"--model.init_args.teacher={TINYSTORIES}", "--data.init_args.seq_len=512",
                                 "--data.init_args.batch_size=8", "--model.init_args.window=64",
                                 "--model.init_args.sink_tokens=4", "--model.init_args.finetune_fraction=1",
@@ -82,7 +82,8 @@ def test_layerwise_estimate_matches_measured_peak(case, tmp_path, request):
 def test_llama_3_8b_fsdp_on_8_gpus_fits_offline():
     """The bar: the shipped 8B recipe under fsdp.yaml on 8 GPUs plans below 80 GiB per GPU with no network
     (the architecture comes from configs/models/llama-3-8b/config.json), in a fresh process."""
-    result = subprocess.run([sys.executable, "-m", "lit_dof.pipeline.cli", "plan", *LLAMA_FSDP, "--trainer.devices", "8"],
+    result = subprocess.run([sys.executable, "-m", "lit_dof.pipeline.cli", "plan", *LLAMA_FSDP,
+                             "--trainer.devices", "8"],
                             cwd=REPO, env=_env(HF_HUB_OFFLINE="1", HF_HOME=str(REPO / "no-such-hf-home")),
                             capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
     last = result.stdout.strip().splitlines()[-1]
@@ -105,8 +106,8 @@ def test_sharded_plan_shrinks_with_devices_and_nodes(capsys):
     assert peaks == sorted(peaks, reverse=True) and len(set(peaks)) == len(peaks)
     assert tokens == [2048, 4096, 16384, 32768]
     ddp = [REPO / "configs/models/llama-3-8b.yaml", REPO / "configs/trainer/ddp.yaml"]
-    replicated = {plan_main(["--config", str(ddp[0]), "--config", str(ddp[1]), "--trainer.devices", str(n)]).splitlines()[-1]
-                  for n in (1, 8)}  # fmt: skip
+    replicated = {plan_main(["--config", str(ddp[0]), "--config", str(ddp[1]), "--trainer.devices", str(n)])
+                  .splitlines()[-1] for n in (1, 8)}  # fmt: skip
     assert len(replicated) == 1
     capsys.readouterr()
 

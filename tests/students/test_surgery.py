@@ -102,7 +102,9 @@ def test_feature_map_factory_controls_heads_and_dims():
     assert new and all(n.split(".")[-1] in ("z", "log_alpha") for n in new)
 
 
-@pytest.mark.parametrize("dims, match", [(0, "positive integer"), ([8, -1, 8], "layer 1"), ([8, 8], "3 attention layers")])
+@pytest.mark.parametrize(
+    "dims, match", [(0, "positive integer"), ([8, -1, 8], "layer 1"), ([8, 8], "3 attention layers")]
+)
 def test_bad_feature_dims_are_named(dims, match):
     with pytest.raises(ValueError, match=match):
         linearize(tiny_model("llama"), LearnedPRF, dims)
