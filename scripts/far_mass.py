@@ -110,7 +110,7 @@ def main() -> None:
         }
         ratio = values["log_ratio"][values["log_ratio"].isfinite()]
         print(f"{lo:>5}-{hi - 1:<6} | {values['teacher'].mean():17.3f} | {values['student'].mean():17.3f} | "
-              f"{ratio.mean():+.2f} (median {ratio.median():+.2f})")  # fmt: skip
+              f"{ratio.mean():+.2f} (median {ratio.median():+.2f})")
     if args.per_layer:
         part = slice((len(buckets) - 1) * args.queries, len(buckets) * args.queries)
         print(f"per layer, positions {buckets[-1][0]}-{buckets[-1][1] - 1}: "
@@ -118,7 +118,7 @@ def main() -> None:
         for index, r in sorted(results.items()):
             ratio = r["log_ratio"][:, part]
             print(f"  {index:2d}  {r['teacher'][:, part].mean():.3f}  {r['student'][:, part].mean():.3f}  "
-                  f"{ratio[ratio.isfinite()].mean():+.2f}")  # fmt: skip
+                  f"{ratio[ratio.isfinite()].mean():+.2f}")
 
 
 if __name__ == "__main__":

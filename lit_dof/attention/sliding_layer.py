@@ -122,4 +122,4 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         return sliding_window_linear_attention(
             q, k, v, log_q, log_k, window=self.window, sink_tokens=self.sink_tokens, log_mix=self.log_mix,
             state=state, key_padding_mask=key_padding_mask, chunk_size=self.chunk_size,
-        )  # fmt: skip
+        )  # fmt: skip  # packed args

@@ -87,7 +87,7 @@ class SlidingWindowState:
         return SlidingWindowState(
             linear, fn(self.keys), fn(self.values), None if self.log_phi_k is None else fn(self.log_phi_k),
             fn(self.valid), fn(self.sink_keys), fn(self.sink_values), fn(self.sink_valid), self.seen,
-        )  # fmt: skip
+        )  # fmt: skip  # packed args
 
     def index_select(self, dim: int, index: Tensor) -> "SlidingWindowState":
         """Select batch rows (``dim=0``), e.g. for beam-search reordering."""
@@ -238,7 +238,7 @@ def sliding_window_linear_attention(
     Hk = k.shape[1]
     if k.shape != (B, Hk, T, d) or v.shape[:3] != (B, Hk, T) or Hk == 0 or Hq % Hk:
         raise ValueError(f"expected q (B, Hq, T, d), k (B, Hk, T, d), v (B, Hk, T, D) with Hq a multiple of Hk, "
-                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")  # fmt: skip
+                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if (log_phi_q is None) != (log_phi_k is None):
         raise ValueError("pass both log_phi_q and log_phi_k (linear far term) or neither (window and sinks only)")
     if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, T):
@@ -267,7 +267,7 @@ def sliding_window_linear_attention(
         outside = torch.arange(sink_k.shape[2], device=q.device)[None, :] <= positions[:, None] - window  # (T, s')
         logits = (qg @ sink_k.to(dtype).transpose(-1, -2)[:, :, None]) / math.sqrt(d)  # (B, Hk, G, T, s')
         o_s, log_z_s = masked_softmax_part(logits, outside[None, None, None] & sink_ok[:, None, None, None, :],
-                                           sink_v.to(dtype)[:, :, None])  # fmt: skip
+                                           sink_v.to(dtype)[:, :, None])
         o, log_z = merge_normalized(o, log_z, o_s, log_z_s)
     o, log_z = o.reshape(B, Hq, T, -1), log_z.reshape(B, Hq, T)
 
@@ -289,14 +289,14 @@ def sliding_window_linear_attention(
         linear, keys[:, :, -keep:].to(k.dtype), values[:, :, -keep:].to(v.dtype),
         None if log_phi is None else log_phi[:, :, -keep:], valid[:, -keep:],
         sink_k, sink_v, sink_ok, P + T,
-    )  # fmt: skip
+    )  # fmt: skip  # packed args
     return o.to(v.dtype), new_state
 
 
 def _far_part(
     log_phi_q: Tensor, log_phi: Tensor, values: Tensor, b: int, P: int, window: int, sinks: int,
     linear: LinearAttentionState | None, chunk_size: int,
-) -> tuple[Tensor | None, Tensor | None, LinearAttentionState | None]:  # fmt: skip
+) -> tuple[Tensor | None, Tensor | None, LinearAttentionState | None]:  # fmt: skip  # packed signature
     """Linear attention of T queries over the stream delayed by w tokens (keys of position < s excluded).
 
     The stream holds b buffered then T new tokens; stream index j is position P − b + j. Query i sees stream
@@ -312,7 +312,7 @@ def _far_part(
     lk, lv = log_phi[:, :, j0 : j0 + count], values[:, :, j0 : j0 + count]
     if linear is None:  # the first `first` queries have no far key at all: run the others alone
         y, state, log_z = chunked_linear_attention(log_phi_q[:, :, first:], lk, lv, chunk_size=chunk_size,
-                                                   check_inputs=False, return_log_normalizer=True)  # fmt: skip
+                                                   check_inputs=False, return_log_normalizer=True)
         y = F.pad(y, (0, 0, T - count, 0))
         log_z = F.pad(log_z, (T - count, 0), value=float("-inf"))
         return y, log_z, state

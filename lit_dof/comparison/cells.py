@@ -228,7 +228,8 @@ class Comparison:
             model, tokenizer = load_model(self.model_source(row, budget), device=self.device)
             for task in todo:  # one task at a time: a kill loses at most one task's work
                 result = evaluate_model(model, tokenizer, [task], data_dir=self.data_dir, limit=self.eval_limit,
-                                        batch_size=self.batch_size, mmlu_per_subject=self.mmlu_per_subject)  # fmt: skip
+                                        batch_size=self.batch_size,
+                                        mmlu_per_subject=self.mmlu_per_subject)  # fmt: skip  # packed args
                 atomic_write_json(
                     folder / f"{task}.json", {**result["tasks"][task], "provenance": result["provenance"]}
                 )
@@ -271,7 +272,7 @@ class Comparison:
         from lit_dof.evaluation.perplexity import corpus_perplexity, heldout_documents, position_perplexity, text_tokens
 
         result = corpus_perplexity(model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window,
-                                   stride=self.ppl_stride)  # fmt: skip
+                                   stride=self.ppl_stride)
         tokens = text_tokens(heldout_documents(corpus), tokenizer, self.ppl_tokens)
         block = min(self.ppl_window, tokens.numel())  # a stream shorter than the window is one block
         edges = [e for e in (0, 64, 256) if e < block] + [block]
@@ -317,7 +318,7 @@ class Comparison:
         folder.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "lit_dof.pipeline.cli", "fit", "--config",
                    str(REPO_CONFIGS / "finetune" / "arc_easy.yaml"), f"--data.init_args.task={task}",
-                   f"--model.init_args.teacher={source}", f"--model.init_args.lr={lr}"]  # fmt: skip
+                   f"--model.init_args.teacher={source}", f"--model.init_args.lr={lr}"]  # fmt: skip  # compact list
         if self.data_dir:
             command.append(f"--data.init_args.data_dir={self.data_dir}")
         if task == "mmlu":  # the paper: MMLU 1 epoch, last
@@ -347,10 +348,10 @@ class Comparison:
         """
         folder = Path(self.out) / "finetune_lr" / task
         scores = {lr: self._finetune_run(self.teacher_source(), task, lr, folder / f"lr{lr:g}")["score"]
-                  for lr in self.finetune_lrs}  # fmt: skip
+                  for lr in self.finetune_lrs}
         best = max(scores, key=lambda lr: scores[lr])
         atomic_write_json(folder / "selected.json", {"task": task, "scores": {f"{k:g}": v for k, v in scores.items()},
-                                                      "lr": best})  # fmt: skip
+                                                      "lr": best})
         return best
 
     def finetune(self, row: Row, budget: int, task: str) -> dict:

@@ -92,7 +92,7 @@ def compare(
                             eval_limit=eval_limit, mmlu_per_subject=mmlu_per_subject, ppl_tokens=ppl_tokens,
                             fit_args=tuple(fit_args), finetune_lrs=tuple(finetune_lrs),
                             finetune_args=tuple(finetune_args), device=device,
-                            batch_size=eval_batch_size)  # fmt: skip
+                            batch_size=eval_batch_size)  # fmt: skip  # packed args
     selected = [ROWS[name] for name in rows]
     for budget, seed, row in grid(selected, budgets, seeds):
         seeded = replace(comparison, seed=seed)

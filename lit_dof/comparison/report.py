@@ -15,7 +15,8 @@ from lit_dof.io import atomic_write_json, atomic_write_text
 
 
 def write_report(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], report_dir: Path,
-                 header: str = "", seeds: Sequence[int] = (0,), carry: bool = True) -> dict:  # fmt: skip
+                 header: str = "", seeds: Sequence[int] = (0,),
+                 carry: bool = True) -> dict:  # fmt: skip  # packed signature
     """``comparison.json``, ``comparison.md`` and ``comparison.png`` in ``report_dir`` (atomic). With ``carry``,
     cells of the ``comparison.json`` already there that have no run directory now are kept (:func:`collect`).
 

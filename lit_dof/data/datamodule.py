@@ -66,7 +66,7 @@ class PackedBlocks(IterableDataset):
 
     def __init__(self, documents, tokenizer, seq_len: int, split: str, val_every: int, *, rank: int = 0,
                  world_size: int = 1, skip_batches: int = 0, batch_size: int = 1,
-                 max_blocks: int | None = None) -> None:  # fmt: skip
+                 max_blocks: int | None = None) -> None:  # fmt: skip  # packed signature
         super().__init__()
         self.documents, self.tokenizer, self.seq_len = documents, tokenizer, seq_len
         self.split, self.val_every = split, val_every
@@ -189,7 +189,7 @@ class WikipediaDataModule(L.LightningDataModule):
         if self.path is not None and not self._checked:  # before the teacher loads (configure_model comes later)
             _, world = self._rank()
             check_corpus(self.path, self.tokenizer, seq_len=self.seq_len, val_every=self.val_every,
-                         train_blocks=self.batch_size * world, val_blocks=self.val_blocks)  # fmt: skip
+                         train_blocks=self.batch_size * world, val_blocks=self.val_blocks)  # fmt: skip  # packed args
             self._checked = True
 
     def documents(self) -> Iterator[str]:
@@ -213,7 +213,7 @@ class WikipediaDataModule(L.LightningDataModule):
         rank, world = self._rank()
         data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "train", self.val_every, rank=rank,
                             world_size=world, skip_batches=self._consumed_batches(),
-                            batch_size=self.batch_size)  # fmt: skip
+                            batch_size=self.batch_size)  # fmt: skip  # packed args
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
@@ -225,7 +225,7 @@ class WikipediaDataModule(L.LightningDataModule):
         rank, world = self._rank()
         if self.val_blocks < world:
             raise ValueError(f"val_blocks={self.val_blocks} is fewer than the {world} ranks: every rank needs a "
-                             "validation block; raise --data.init_args.val_blocks")  # fmt: skip
+                             "validation block; raise --data.init_args.val_blocks")
         data = PackedBlocks(
             self.documents, self.tokenizer, self.seq_len, "val", self.val_every, max_blocks=self.val_blocks
         )
@@ -239,7 +239,7 @@ class WikipediaDataModule(L.LightningDataModule):
         """Up to ``predict_blocks`` training blocks, this rank's share: the samples of the DoF capture."""
         rank, world = self._rank()
         data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "train", self.val_every, rank=rank,
-                            world_size=world, max_blocks=self.predict_blocks)  # fmt: skip
+                            world_size=world, max_blocks=self.predict_blocks)  # fmt: skip  # packed args
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def test_dataloader(self) -> DataLoader:

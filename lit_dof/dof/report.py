@@ -188,7 +188,7 @@ def estimate_model_dof(
     report = dof_report(
         model, reservoir, tokens, lam, relative_to=relative_to, pooling=pooling, target_fraction=target_fraction,
         multiple_of=multiple_of, seed=seed, name=name, progress=progress,
-    )  # fmt: skip
+    )  # fmt: skip  # packed args
     report.seconds["capture"] = time.perf_counter() - start - report.seconds["dof"]
     return report
 
@@ -228,7 +228,7 @@ def dof_report(
     else:
         lam_value, rule = float(lam), ("relative" if relative_to else "absolute")
     heads = sharded_head_dof(x, lam_value, relative_to=relative_to, device=device, split=split_across_ranks,
-                             progress=progress)  # (L', H)  # fmt: skip
+                             progress=progress)  # (L', H)
     layer_max = layer_dof(heads)
     head_size = layers[0].head_dim
     allocations, caught = {}, []
@@ -246,7 +246,7 @@ def dof_report(
     with warnings.catch_warnings():  # the per-layer allocation above has already reported the DoF's state
         warnings.simplefilter("ignore", DegenerateAllocationWarning)
         it = iter(allocate_head_feature_dims(heads.tolist(), head_size, heads_per_map=group, multiple_of=multiple_of,
-                                             num_samples=num_samples))  # fmt: skip
+                                             num_samples=num_samples))
     allocations["dof_head"] = [next(it) if ok else head_size for ok in lin]
     for message in caught:
         warnings.warn(message, DegenerateAllocationWarning, stacklevel=3)
@@ -260,4 +260,4 @@ def dof_report(
         layer_dof=[next(it_layers) if ok else None for ok in lin],
         linearizable=lin, allocations=allocations, warnings=caught,
         seconds={"dof": time.perf_counter() - start}, versions=library_versions(),
-    )  # fmt: skip
+    )  # fmt: skip  # packed args

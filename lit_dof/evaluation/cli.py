@@ -74,7 +74,7 @@ def evaluate(
     where, parameters = resolve_device(device), resolve_model_dtype(dtype)
     loaded, tokenizer = load_model(model, device=where, dtype=parameters)
     results = evaluate_model(loaded, tokenizer, tasks, data_dir=data_dir, limit=limit, batch_size=batch_size,
-                             mmlu_per_subject=mmlu_per_subject, builtin=builtin)  # fmt: skip
+                             mmlu_per_subject=mmlu_per_subject, builtin=builtin)  # fmt: skip  # packed args
     results["provenance"]["model"] = model
     results["provenance"]["dtype"] = str(next(loaded.parameters()).dtype).removeprefix("torch.")
     results["provenance"]["data_dir"] = str(data_dir or os.environ.get("LIT_DOF_DATA"))

@@ -44,7 +44,7 @@ class TaskFinetuning(L.LightningModule):
 
     def __init__(self, teacher: str = DEFAULT_TEACHER, trainable: Trainable = "all", lr: float = 1e-5,
                  weight_decay: float = 0.0, warmup_steps: int = 10, seq_len: int = 512,
-                 selection: Literal["best", "last"] = "best") -> None:  # fmt: skip
+                 selection: Literal["best", "last"] = "best") -> None:  # fmt: skip  # packed signature
         super().__init__()
         if trainable not in ("all", "attention", "feature_maps"):
             raise ValueError(f"trainable must be 'all', 'attention' or 'feature_maps', got {trainable!r}")
@@ -107,7 +107,7 @@ class TaskFinetuning(L.LightningModule):
         normed = score_matrix(scores / batch["lengths"].clamp_min(1), batch)
         gold = batch["gold"]
         self._sums += torch.tensor([float((matrix.argmax(-1) == gold).sum()), float((normed.argmax(-1) == gold).sum()),
-                                    float(len(gold))])  # fmt: skip
+                                    float(len(gold))])
 
     def on_validation_epoch_end(self) -> None:
         """Reduce the sums over ranks, log ``val/acc`` and ``val/acc_norm``; record the epoch (not the sanity check)."""
@@ -119,7 +119,7 @@ class TaskFinetuning(L.LightningModule):
         self.log("val/acc_norm", acc_norm)
         if not self.trainer.sanity_checking:
             self.history.append({"epoch": self.current_epoch, "step": self.global_step, "acc": acc,
-                                 "acc_norm": acc_norm, "examples": int(sums[2])})  # fmt: skip
+                                 "acc_norm": acc_norm, "examples": int(sums[2])})  # fmt: skip  # packed args
 
     def configure_optimizers(self):
         """AdamW over the trainable parameters; learning rate warmed up linearly over ``warmup_steps``, then
@@ -137,7 +137,7 @@ class TaskFinetuning(L.LightningModule):
         chosen = best if self.selection == "best" else last
         return {"history": self.history, "best": best, "last": last, "selection": self.selection,
                 "score": chosen["acc"] if chosen else None, "lr": self.lr, "trainable": self.trainable,
-                "model": self.teacher_name}  # fmt: skip
+                "model": self.teacher_name}  # fmt: skip  # compact dict
 
     def on_fit_end(self) -> None:
         """Write :meth:`summary` to ``<log_dir>/finetune.json`` on rank 0, atomically."""

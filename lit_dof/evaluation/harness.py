@@ -93,7 +93,7 @@ def evaluate_model(
     model.eval()
     with torch.no_grad():
         raw = lm_eval.simple_evaluate(model=lm, tasks=names, task_manager=manager, limit=limit, num_fewshot=0,
-                                      log_samples=True)  # fmt: skip
+                                      log_samples=True)
     seconds = time.perf_counter() - start
     results = {}
     for task, name in zip(tasks, names):
@@ -107,13 +107,15 @@ def evaluate_model(
         samples = sorted(raw.get("samples", {}).get(name, []), key=lambda sample: sample["doc_id"])
         entry["items"] = {m: [float(sample[m]) for sample in samples] for m in METRICS if samples and m in samples[0]}
         results[task] = entry
-    return {"tasks": results, "provenance": provenance(tasks=list(tasks), limit=limit, batch_size=batch_size,
-                                                     mmlu_per_subject=mmlu_per_subject, seconds=seconds,
-                                                     device=device_label(next(model.parameters()).device))}  # fmt: skip
+    device = device_label(next(model.parameters()).device)
+    info = provenance(tasks=list(tasks), limit=limit, batch_size=batch_size, mmlu_per_subject=mmlu_per_subject,
+                      seconds=seconds, device=device)  # fmt: skip  # packed args
+    return {"tasks": results, "provenance": info}
 
 
 def provenance(**extra) -> dict:
     """Versions and machine of a measurement, plus ``extra`` (wall time in seconds, settings)."""
     versions = library_versions(("lit-dof", "lm_eval", "transformers", "torch", "datasets", "lightning"))
     return {"versions": versions, "python": platform.python_version(), "machine": platform.machine(),
-            "cpu_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(), **extra}  # fmt: skip
+            "cpu_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(),
+            **extra}  # fmt: skip  # compact dict

@@ -26,7 +26,7 @@ TASKS = ("piqa", "logiqa", "arc_easy", "arc_challenge", "winogrande", "wsc273", 
 """The seven task names, in the paper's column order."""
 
 EXPECTED_COUNTS = {"piqa": 1838, "logiqa": 651, "arc_easy": 2376, "arc_challenge": 1172, "winogrande": 1267,
-                   "wsc273": 273, "mmlu": 14042}  # fmt: skip
+                   "wsc273": 273, "mmlu": 14042}  # fmt: skip  # compact dict
 """Evaluation-set sizes of the original releases (SOURCES.md)."""
 
 
@@ -51,7 +51,7 @@ def piqa(data_dir: str | Path) -> list[dict]:
     if len(labels) != len(docs):
         raise ValueError(f"PIQA: {len(docs)} questions but {len(labels)} labels")
     return [{"query": f"Question: {d['goal']}\nAnswer:", "choices": [d["sol1"], d["sol2"]], "gold": int(y)}
-            for d, y in zip(docs, labels)]  # fmt: skip
+            for d, y in zip(docs, labels)]
 
 
 def logiqa(data_dir: str | Path, split: str = "Test") -> list[dict]:
@@ -80,7 +80,7 @@ def arc(data_dir: str | Path, subset: str = "Easy", split: str = "Test") -> list
         labels = [c["label"] for c in d["question"]["choices"]]
         docs.append({"query": f"Question: {d['question']['stem']}\nAnswer:",
                      "choices": [c["text"] for c in d["question"]["choices"]],
-                     "gold": labels.index(d["answerKey"])})  # fmt: skip
+                     "gold": labels.index(d["answerKey"])})  # fmt: skip  # packed args
     return docs
 
 
@@ -100,7 +100,8 @@ def winogrande(data_dir: str | Path, split: str = "dev") -> list[dict]:
     for d in _jsonl(_file(data_dir, f"winogrande/{split}.jsonl")):
         blank = d["sentence"].index("_")
         docs.append({"contexts": [d["sentence"][:blank] + d["option1"], d["sentence"][:blank] + d["option2"]],
-                     "continuation": d["sentence"][blank + 1 :].strip(), "gold": int(d["answer"]) - 1})  # fmt: skip
+                     "continuation": d["sentence"][blank + 1 :].strip(),
+                     "gold": int(d["answer"]) - 1})  # fmt: skip  # packed args
     return docs
 
 
@@ -150,7 +151,7 @@ def mmlu(data_dir: str | Path, split: str = "test", per_subject: int | None = No
     files = sorted(folder.glob(f"*_{split}.csv"))
     if not files:
         raise FileNotFoundError(f"no MMLU files {folder}/*_{split}.csv: point data_dir at a folder laid out like "
-                                "../shared/data (mmlu/{dev,val,test}/<subject>_<split>.csv)")  # fmt: skip
+                                "../shared/data (mmlu/{dev,val,test}/<subject>_<split>.csv)")
     docs = []
     for path in files:
         subject = path.name[: -len(f"_{split}.csv")]
@@ -160,7 +161,7 @@ def mmlu(data_dir: str | Path, split: str = "test", per_subject: int | None = No
             question, options, answer = row[0], row[1:5], row[5].strip()
             prompt = (f"The following are multiple choice questions (with answers) about {_subject_title(subject)}.\n\n"
                       f"{question.strip()}\n" + "".join(f"{letter}. {o}\n" for letter, o in zip("ABCD", options))
-                      + "Answer:")  # fmt: skip
+                      + "Answer:")
             docs.append(
                 {"query": prompt, "choices": ["A", "B", "C", "D"], "gold": "ABCD".index(answer), "subject": subject}
             )
@@ -187,7 +188,7 @@ def load_train_split(name: str, data_dir: str | Path) -> list[dict]:
     """
     if name not in TRAIN_SPLITS:
         raise ValueError(f"no training split for {name!r} in this data (PIQA's train file is missing from the "
-                         f"snapshot, WSC273 has none); tasks with one: {', '.join(TRAIN_SPLITS)}")  # fmt: skip
+                         f"snapshot, WSC273 has none); tasks with one: {', '.join(TRAIN_SPLITS)}")
     return TRAIN_SPLITS[name](data_dir)
 
 
@@ -198,7 +199,7 @@ def load_task(name: str, data_dir: str | Path, **options) -> list[dict]:
         ValueError: an unknown task name (lists the known ones); FileNotFoundError: a missing file.
     """
     readers = {"piqa": piqa, "logiqa": logiqa, "arc_easy": arc_easy, "arc_challenge": arc_challenge,
-               "winogrande": winogrande, "wsc273": wsc273, "mmlu": mmlu}  # fmt: skip
+               "winogrande": winogrande, "wsc273": wsc273, "mmlu": mmlu}  # fmt: skip  # compact dict
     if name not in readers:
         raise ValueError(f"unknown task {name!r}; known: {', '.join(TASKS)}")
     return readers[name](data_dir, **options)

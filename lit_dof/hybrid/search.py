@@ -117,7 +117,7 @@ class SearchResult:
         return {"teacher_score": self.teacher_score, "threshold": self.threshold,
                 "rounds": [asdict(r) for r in self.rounds], "best": sorted(self.best), "best_score": self.best_score,
                 "most_linear": sorted(self.most_linear), "most_linear_score": self.most_linear_score,
-                "evaluations": self.evaluations}  # fmt: skip
+                "evaluations": self.evaluations}  # fmt: skip  # compact dict
 
 
 def greedy_replacement(
@@ -161,7 +161,7 @@ def greedy_replacement(
     # Until a swap passes, both answers are the teacher itself.
     result = SearchResult(teacher_score=teacher_score, threshold=tolerance.threshold(teacher_score),
                           best=frozenset(), best_score=teacher_score, most_linear=frozenset(),
-                          most_linear_score=teacher_score)  # fmt: skip
+                          most_linear_score=teacher_score)  # fmt: skip  # packed args
     found_hybrid = False
     current: frozenset = frozenset()
 
@@ -200,7 +200,7 @@ def greedy_replacement(
         round_ = Round(index=len(result.rounds), scores=scores, chosen=chosen if passed else None,
                        score=scores[chosen] if passed else None,
                        linear=sorted(current | {chosen}) if passed else sorted(current),
-                       passed=passed, evaluations=len(candidates))  # fmt: skip
+                       passed=passed, evaluations=len(candidates))  # fmt: skip  # packed args
         record(round_)
         if on_round is not None:
             on_round(round_)

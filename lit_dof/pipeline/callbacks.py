@@ -107,7 +107,8 @@ class DoFEstimator(L.Callback):
         loader = trainer.datamodule.train_dataloader()
         batches = [batch for _, batch in zip(keys, loader)]
         reservoir, tokens = collect_samples(teacher, batches, self.num_samples, pooling=self.pooling, seed=self.seed,
-                                            keys=keys, progress=trainer.is_global_zero, **far)  # fmt: skip
+                                            keys=keys, progress=trainer.is_global_zero,
+                                            **far)  # fmt: skip  # packed args
         if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
             reservoir.all_gather()
             total = torch.tensor([tokens], dtype=torch.float64, device=trainer.strategy.root_device)  # NCCL: on the GPU
@@ -122,7 +123,7 @@ class DoFEstimator(L.Callback):
         report = dof_report(teacher, reservoir, tokens, self.lam, relative_to=self.relative_to, pooling=self.pooling,
                             target_fraction=self.target_fraction, seed=self.seed, name=pl_module.teacher_name,
                             progress=trainer.is_global_zero, split_across_ranks=distributed,
-                            device=trainer.strategy.root_device)  # fmt: skip
+                            device=trainer.strategy.root_device)  # fmt: skip  # packed args
         report.seconds["capture"] = seconds
         return report
 
@@ -156,7 +157,7 @@ class FeatureDimAllocator(L.Callback):
     planning_stage = "allocate"
 
     def __init__(self, strategy: Literal["dof", "dof_clip", "fix", "dof_head"] = "dof", multiple_of: int = 1,
-                 min_dim: int = 1, budget: int | None = None) -> None:  # fmt: skip
+                 min_dim: int = 1, budget: int | None = None) -> None:  # fmt: skip  # packed signature
         if strategy not in ALLOCATOR_STRATEGIES:
             raise ValueError(f"strategy must be one of {ALLOCATOR_STRATEGIES}, got {strategy!r}")
         if budget is not None and budget < 1:
@@ -183,7 +184,7 @@ class FeatureDimAllocator(L.Callback):
         lin = [d for d, ok in zip(report.layer_dof, report.linearizable) if ok]
         dims = iter(allocate_feature_dims(lin, self.budget or report.head_size, self.strategy,
                                           multiple_of=self.multiple_of, min_dim=self.min_dim,
-                                          num_samples=report.num_samples))  # fmt: skip
+                                          num_samples=report.num_samples))  # fmt: skip  # packed args
         pl_module.feature_dims = [next(dims) if ok else report.head_size for ok in report.linearizable]
 
     def _per_head(self, report: DoFReport, teacher, pl_module) -> list:
@@ -195,7 +196,7 @@ class FeatureDimAllocator(L.Callback):
         group = layers[0].num_heads // layers[0].num_kv_heads if report.pooling == "query_head" else 1
         dims = iter(allocate_head_feature_dims(heads, self.budget or report.head_size, heads_per_map=group,
                                                multiple_of=self.multiple_of, min_dim=self.min_dim,
-                                               num_samples=report.num_samples))  # fmt: skip
+                                               num_samples=report.num_samples))  # fmt: skip  # packed args
         return [next(dims) if ok else report.head_size for ok in report.linearizable]
 
 

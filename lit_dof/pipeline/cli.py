@@ -70,7 +70,7 @@ class LitDofCLI(LightningCLI):
         if given:
             command = f"{parser.prog} {subcommand}" if subcommand else parser.prog
             print(f"{command}: error: {'/'.join('--' + key for key in given)} is not supported. {OPTIMIZER_REFUSED}",
-                  file=sys.stderr)  # fmt: skip
+                  file=sys.stderr)
             raise SystemExit(2)
 
 
@@ -113,9 +113,10 @@ def parse_fit_config(args: list[str]):
 
     with warnings.catch_warnings():  # "args and sys.argv both given": plan_main passes sys.argv's tail on purpose
         warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
+        parser_kwargs = {"prog": f"{PROG} plan", "description": COMMANDS["plan"]}
         cli = _ConfigOnlyCLI(L.LightningModule, L.LightningDataModule, subclass_mode_model=True,
                              subclass_mode_data=True, save_config_callback=None, args=args, run=False,
-                             parser_kwargs={"prog": f"{PROG} plan", "description": COMMANDS["plan"]})  # fmt: skip
+                             parser_kwargs=parser_kwargs)  # fmt: skip  # packed args
     return cli.config
 
 

@@ -33,7 +33,7 @@ class DirectDistillation(LayerwiseDistillation):
     """
 
     def __init__(self, *args, trainable: Trainable = "feature_maps", logit_kd: float = 0.0,
-                 **kwargs) -> None:  # fmt: skip
+                 **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if self.finetune_fraction:
             raise ValueError("finetune_fraction is a layer-wise option: every direct step is already end-to-end")

@@ -220,7 +220,7 @@ class LayerwiseDistillation(StudentModule):
         with torch.no_grad(), self.student.teacher_mode(), recording:  # root forward (FSDP)
             try:
                 out = self.student(batch["input_ids"], attention_mask=batch.get("attention_mask"),
-                                   position_ids=positions, use_cache=False).logits  # fmt: skip
+                                   position_ids=positions, use_cache=False).logits  # fmt: skip  # hand-wrapped
             except _CapturedAll:
                 pass
         return out, captured
@@ -304,7 +304,7 @@ class LayerwiseDistillation(StudentModule):
         loss = logit_distillation_loss(logits, teacher_logits, mask, temperature=self.kd_temperature)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite logit distillation loss at step {self.global_step}; "
-                                     "lower finetune_lr_ratio")  # fmt: skip
+                                     "lower finetune_lr_ratio")
         self.log("train/logit_kd", loss.detach(), prog_bar=True)
         self.log("train/tokens", float(ids.numel()), reduce_fx="sum")
         return loss if loss.requires_grad else None

@@ -92,7 +92,7 @@ def resolve_teacher_config(teacher: str):
     except OSError as exc:
         raise PlanError(f"no architecture for teacher {teacher!r}: not a local directory, alias or .gguf file, no "
                         f"configs/models/*/config.json with _name_or_path {teacher!r} (or in ${ARCHITECTURES_ENV}), "
-                        "and not in the Hugging Face cache; ship its config.json there") from exc  # fmt: skip
+                        "and not in the Hugging Face cache; ship its config.json there") from exc
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ def architecture(config) -> Architecture:
     return Architecture(params=params, layer_params=max(per_layer), root_params=params - sum(per_layer),
                         num_layers=len(layers), hidden=hidden, intermediate=intermediate, vocab=text.vocab_size,
                         heads=first.num_heads, kv_heads=first.num_kv_heads, head_dim=first.head_dim,
-                        linear_layers=sum(layer.linearizable for layer in layers))  # fmt: skip
+                        linear_layers=sum(layer.linearizable for layer in layers))  # fmt: skip  # packed args
 
 
 @dataclass(frozen=True)
@@ -241,7 +241,7 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     """
     if run.devices < 1 or run.num_nodes < 1 or run.batch_size < 1 or run.seq_len < 1:
         raise PlanError(f"devices, num_nodes, batch_size and seq_len must be >= 1, got {run.devices}, "
-                        f"{run.num_nodes}, {run.batch_size}, {run.seq_len}")  # fmt: skip
+                        f"{run.num_nodes}, {run.batch_size}, {run.seq_len}")
     a, b = arch, _DTYPE_BYTES[run.teacher_dtype]
     B, T, W, L = run.batch_size, run.seq_len, run.world_size, a.linear_layers
     R = min(run.query_rows or T, T)
@@ -293,7 +293,7 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     layerwise.device.update(static)
     if run.layer_backward:  # one layer's graph at a time, and its gradients gathered until the surrogate backward
         layerwise.device.update({"captured q/k": captured, "loss graph (one layer)": one_graph,
-                                 "per-layer gradients": twins})  # fmt: skip
+                                 "per-layer gradients": twins})
     else:
         layerwise.device.update({"captured q/k": captured, "loss graphs (all layers)": graphs})
     layerwise.device["activations (max of forward, one loss)"] = max(layer_act, loss_now)
@@ -307,7 +307,7 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     tail = Phase("tail", tokens=tokens * W * run.accumulate, runs=run.finetune_fraction > 0)
     tail.device.update(static)
     tail.device.update({"teacher logits": logits, "activations (all layers)": a.num_layers * tail_layer,
-                        "logits + KL graph": logits + tokens * V * 4 * 6})  # fmt: skip
+                        "logits + KL graph": logits + tokens * V * 4 * 6})  # fmt: skip  # packed args
     phases.append(tail)
 
     # -- validation: student and teacher logits upcast, Perplexity's float32 softmax
@@ -315,7 +315,7 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     val.device.update({"teacher shard": shard, "gathered layers": gathered, "twins": twins,
                        "activations (one layer, no grad)": layer_act,
                        "logits (both, float32)": 2 * tokens * V * 4 + logits,
-                       "perplexity softmax": 2 * tokens * V * 4})  # fmt: skip
+                       "perplexity softmax": 2 * tokens * V * 4})  # fmt: skip  # packed args
     phases.append(val)
 
     # -- export: rank 0 gathers the full weights to the host (FSDP) and safetensors serialises them

@@ -121,7 +121,7 @@ def attention_distillation_loss(
     if isinstance(twin, HeadGroupedAttention):  # per-head dims: each group on its heads, weighted by heads
         total = sum(attention_distillation_loss(layer, qg, kg, key_padding, kind=kind, query_rows=query_rows,
                                                 generator=generator) * len(heads)
-                    for layer, qg, kg, heads in twin.split(q, k))  # fmt: skip
+                    for layer, qg, kg, heads in twin.split(q, k))  # fmt: skip  # packed args
         return total / twin.num_heads
     windowed = isinstance(twin, SlidingWindowLinearAttention)
     if windowed and kind == "l2":
@@ -248,7 +248,7 @@ def logit_distillation_loss(
     """
     if student_logits.shape != teacher_logits.shape:
         raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
-                         f"{tuple(teacher_logits.shape)} differ in shape")  # fmt: skip
+                         f"{tuple(teacher_logits.shape)} differ in shape")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     log_q = torch.log_softmax(student_logits.float() / temperature, dim=-1)

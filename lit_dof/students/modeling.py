@@ -141,7 +141,7 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
             self.model, feature_map_factory, config.feature_dims, softmax_layers=config.softmax_layers,
             share_kv_maps=config.share_kv_maps, chunk_size=config.chunk_size, window=config.window,
             sink_tokens=config.sink_tokens, far_term=config.far_term, learn_mix=config.learn_mix, seed=seed,
-        )  # fmt: skip
+        )  # fmt: skip  # packed args
         if teacher is not None and getattr(teacher, "generation_config", None) is not None:
             self.generation_config = teacher.generation_config
         self.post_init()
@@ -231,7 +231,7 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
             past_key_values=past_key_values, inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache,
             logits_to_keep=logits_to_keep, **kwargs,
-        )  # fmt: skip
+        )  # fmt: skip  # packed args
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
         # generate() would build a DynamicCache (growing keys for every layer); give it ours instead.
@@ -301,7 +301,7 @@ def linearize(
         text_config=model.config.get_text_config(decoder=True), feature_dims=dims, softmax_layers=set(softmax_layers),
         share_kv_maps=share_kv_maps, chunk_size=chunk_size, teacher=getattr(model.config, "name_or_path", None) or None,
         window=window, sink_tokens=sink_tokens, far_term=far_term, learn_mix=learn_mix,
-    )  # fmt: skip
+    )  # fmt: skip  # packed args
     student = LitDofForCausalLM(config, teacher=model, feature_map_factory=feature_map_factory, seed=seed)
     twins = [t.groups[0] if isinstance(t, HeadGroupedAttention) else t for t in student.linear_modules().values()]
     if twins:  # record what the factory built (class + behaviour kwargs), so load_student can rebuild it

@@ -138,13 +138,14 @@ def attach_linear_attention(
 
         def build(num_heads: int, num_kv_heads: int, feature_dim: int, head_dim: int = layer.head_dim):
             return cls.from_factory(feature_map_factory, head_dim, feature_dim, num_heads, num_kv_heads,
-                                    share_kv_maps=share_kv_maps, chunk_size=chunk_size, **options)  # fmt: skip
+                                    share_kv_maps=share_kv_maps, chunk_size=chunk_size,
+                                    **options)  # fmt: skip  # packed args
 
         m = dims[layer.index]
         if isinstance(m, list) and (not share_kv_maps or len(m) != layer.num_kv_heads):
             raise ValueError(f"layer {layer.index}: per-head feature dims need one M per KV head "
                              f"({layer.num_kv_heads}) and share_kv_maps=True, "
-                             f"got {m} (share_kv_maps={share_kv_maps})")  # fmt: skip
+                             f"got {m} (share_kv_maps={share_kv_maps})")
         with torch.device("cpu"), _seeded(None if seed is None else layer_seed(seed, layer.index)):
             if isinstance(m, list):
                 linear = HeadGroupedAttention(build, m, layer.num_heads)

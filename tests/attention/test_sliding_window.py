@@ -129,7 +129,7 @@ def test_prefill_then_decode_equals_one_pass(splits, sinks):
         part = slice(start, start + n)
         y, state = sliding_window_linear_attention(q[:, :, part], k[:, :, part], v[:, :, part], lq[:, :, part],
                                                    lk[:, :, part], window=6, sink_tokens=sinks, log_mix=mix,
-                                                   state=state, chunk_size=8)  # fmt: skip
+                                                   state=state, chunk_size=8)  # fmt: skip  # packed args
         outs.append(y)
         start += n
     torch.testing.assert_close(torch.cat(outs, 2), full, **TOL)
@@ -139,13 +139,13 @@ def test_prefill_then_decode_equals_one_pass(splits, sinks):
 def test_decode_memory_is_constant_in_the_context_length():
     q, k, v, lq, lk, mix = _inputs(1, 4, 2, 200, seed=9)
     _, state = sliding_window_linear_attention(q[:, :, :16], k[:, :, :16], v[:, :, :16], lq[:, :, :16], lk[:, :, :16],
-                                               window=8, sink_tokens=2, log_mix=mix)  # fmt: skip
+                                               window=8, sink_tokens=2, log_mix=mix)
     sizes = set()
     for t in range(16, 200):
         one = slice(t, t + 1)
         _, state = sliding_window_linear_attention(q[:, :, one], k[:, :, one], v[:, :, one], lq[:, :, one],
                                                    lk[:, :, one], window=8, sink_tokens=2, log_mix=mix,
-                                                   state=state)  # fmt: skip
+                                                   state=state)  # fmt: skip  # packed args
         sizes.add(state.nbytes)
     assert len(sizes) == 1
 

@@ -60,7 +60,7 @@ def test_check_corpus_counts_until_the_needs_are_met(tmp_path):
     ("empty.txt", b"", "has no documents"),
     ("fake.txt.gz", b"plain text, not gzip\n", "not a readable gzip file"),
     ("bad.jsonl", b'{"text": "ok"}\nnot json\n', "a line is not JSON"),
-])  # fmt: skip
+])  # fmt: skip  # parametrize table
 def test_check_corpus_names_the_file_and_the_problem(tmp_path, name, content, message):
     from lit_dof.data.corpus import check_corpus
 

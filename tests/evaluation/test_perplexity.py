@@ -96,7 +96,7 @@ def test_paired_perplexity_ratio_is_the_ratio_with_the_blocks_standard_error():
 
     def result(nll, bucket):
         return {"block": 8, "ppl": math.exp(sum(nll) / len(nll)), "block_nll": nll,
-                "buckets": {"4-7": {"block_nll": bucket}}}  # fmt: skip
+                "buckets": {"4-7": {"block_nll": bucket}}}  # fmt: skip  # compact dict
 
     a, b = result([2.0, 3.0, 2.5, 4.0], [1.0, 1.0, 1.0, 1.0]), result([1.5, 2.0, 2.5, 2.0], [0.5, 1.5, 0.5, 1.5])
     paired = paired_perplexity_ratio(a, b)

@@ -221,7 +221,7 @@ def test_killed_run_resumes_from_last_with_same_steps(tmp_path):
         path.write_text(yaml.safe_dump({"trainer": {"callbacks": [{
             "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
             "init_args": {"dirpath": str(tmp_path / name / "ckpt"), "save_last": True, "every_n_train_steps": 2,
-                          "save_top_k": 0}}]}}))  # fmt: skip
+                          "save_top_k": 0}}]}}))  # fmt: skip  # packed args
         return ["--config", str(path)]
 
     reference = build_cli(fit_args(tmp_path / "ref", steps=8, extra=checkpoints("ref")))
@@ -248,7 +248,8 @@ def test_capture_phase_feeds_a_fit(tmp_path):
     build_cli(["predict", "--config", str(REPO / "configs/capture.yaml"), f"--model.init_args.teacher={TINYSTORIES}",
                f"--data.init_args.path={WIKIPEDIA}", "--data.init_args.seq_len=64", "--data.init_args.predict_blocks=4",
                "--model.init_args.num_samples=64", f"--model.init_args.output_dir={tmp_path / 'cap'}",
-               "--trainer.enable_progress_bar=false", f"--trainer.logger.init_args.save_dir={tmp_path}"])  # fmt: skip
+               "--trainer.enable_progress_bar=false",
+               f"--trainer.logger.init_args.save_dir={tmp_path}"])  # fmt: skip  # packed args
     samples = torch.load(tmp_path / "cap" / "qk_samples.pt")
     assert sorted(samples) == [0, 1] and samples[0].shape == (8, 64, 16)
     report = json.loads((tmp_path / "cap" / "dof.json").read_text())
@@ -316,7 +317,7 @@ def test_per_layer_backward_gives_the_summed_loss_gradients(tmp_path, monkeypatc
     monkeypatch.setattr(LayerwiseDistillation, "on_before_optimizer_step", record)
     for each in (True, False):
         extra = [f"--model.init_args.layer_backward={str(each).lower()}", "--model.init_args.finetune_fraction=0",
-                 "--model.init_args.window=8", "--trainer.limit_val_batches=0"]  # fmt: skip
+                 "--model.init_args.window=8", "--trainer.limit_val_batches=0"]  # fmt: skip  # compact list
         cli = build_cli(fit_args(tmp_path / str(each), config, steps=1, extra=extra)[1:], run=False)
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     assert left == [0]  # one per-layer step, its capture released layer by layer

@@ -117,7 +117,7 @@ def test_killed_two_process_run_resumes_bit_equal(reference, tmp_path):
         probe = {"out_dir": str(tmp_path / "probe"), "kill_at": kill_at}
         path.write_text(yaml.safe_dump({"trainer": {"callbacks": [
             {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": checkpoint},
-            {"class_path": PROBE, "init_args": probe}]}}))  # fmt: skip
+            {"class_path": PROBE, "init_args": probe}]}}))  # fmt: skip  # packed args
         return ["--config", str(path)]
 
     killed = _fit(tmp_path, strategy, callbacks(KILL_AT), check=False)
