@@ -72,5 +72,5 @@ def test_wheel_ships_the_configs_and_resolves_them_installed(tmp_path):
     assert int(out[2]) == len(shipped_configs())
     listed = subprocess.run([sys.executable, "-m", "lit_dof", "configs", "list"], cwd=tmp_path, capture_output=True,
                             text=True, check=True,
-                            env={**env, "PYTHONPATH": str(tmp_path / "site")}).stdout  # fmt: skip  # hand-wrapped
+                            env={**env, "PYTHONPATH": str(tmp_path / "site")}).stdout  # fmt: skip  # packed args
     assert [line.split()[0] for line in listed.splitlines()] == shipped_configs()

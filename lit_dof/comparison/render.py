@@ -64,7 +64,7 @@ def markdown(report: dict, header: str = "") -> str:
     if finetuned_tasks:
         lines += ["", ("Fine-tuned per task (METHOD.md §4; accuracy of the best epoch, MMLU: last; learning rate "
                        "from the teacher's grid):"), "", "| method | " + " | ".join(finetuned_tasks) + " |",
-                  "|" + "---|" * (len(finetuned_tasks) + 1)]  # fmt: skip  # compact list
+                  "|" + "---|" * (len(finetuned_tasks) + 1)]  # fmt: skip  # markdown table
         for c in report["cells"]:
             if c.get("finetuned"):
                 scores = [_fmt(c["finetuned"].get(t)) for t in finetuned_tasks]
@@ -196,7 +196,7 @@ def _paired_rows(report: dict, paired: list[dict]) -> list[str]:
                   "examples (points of the primary metric, ± paired standard error; – where either cell lacks "
                   "per-example scores; avg: over the tasks, standard error √(Σ SE²) / number of tasks):"), "",
              "| method | vs | C | " + " | ".join(tasks) + " | avg |",
-             "|" + "---|" * (len(tasks) + 4)]  # fmt: skip  # compact list
+             "|" + "---|" * (len(tasks) + 4)]  # fmt: skip  # markdown table
     for c in paired:
         diffs = [c["vs_reference"].get(t) for t in tasks] + [c.get("vs_reference_average")]
         lines.append(f"| {cell_label(c)} | {c['reference']} | {c['budget']} | " + " | ".join(
@@ -228,7 +228,7 @@ def curve_table(report: dict, tail: int = 5) -> list[str]:
     lines = ["", "Validation perplexity during the fit (held-out blocks; step = optimizer step index):", "",
              "| method | vs | C | Σ M | dims | " + " | ".join(str(s) for s in steps) +
              f" | / vs (last) | / vs (mean of last {tail}) |",
-             "|" + "---|" * (len(steps) + 7)]  # fmt: skip  # compact list
+             "|" + "---|" * (len(steps) + 7)]  # fmt: skip  # markdown table
     for c in curved:
         curve, dims = dict(c["fit"]["val_curve"]), c["fit"].get("feature_dims") or []
         reference = reference_curve(c, curves)

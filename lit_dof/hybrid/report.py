@@ -92,7 +92,7 @@ def markdown(data: dict, command: str | None = None) -> str:
         lines += ["", "Command:", "", f"    {command}"]
     lines += ["", "## Greedy search", "",
               "| round | layer chosen | search score | linear layers | evaluations | seconds |",
-              "|---|---|---|---|---|---|"]  # fmt: skip  # compact list
+              "|---|---|---|---|---|---|"]  # fmt: skip  # markdown table
     for r in data["rounds"]:
         chosen = r["chosen"] if r["passed"] else "— (none passes: stop)"
         best_failed = tolerance.best(r["scores"].values())
@@ -111,7 +111,7 @@ def markdown(data: dict, command: str | None = None) -> str:
         lines += ["", f"## Confirmation on {confirm['items']} validation items the search did not use", "",
                   f"Teacher {fmt(teacher_confirm)}, threshold {fmt(confirm['threshold'])}. The search's hybrids, most "
                   "linear first, until one passes; that one is exported as `most_linear`.", "",
-                  "| linear layers | confirmation score | passes |", "|---|---|---|"]  # fmt: skip  # compact list
+                  "| linear layers | confirmation score | passes |", "|---|---|---|"]  # fmt: skip  # markdown table
         for r in reversed([r for r in data["rounds"] if r["passed"]]):
             entry = confirm["scores"].get(hybrid_key(r["linear"]))
             if entry is None:
@@ -123,7 +123,7 @@ def markdown(data: dict, command: str | None = None) -> str:
     lines += ["", "## Exported hybrids (held-out items)", "",
               "| hybrid | linear layers | which | held-out score | within tolerance |",
               "|---|---|---|---|---|",
-              f"| teacher | 0/{L} | – | {fmt(data['teacher_heldout'])} | – |"]  # fmt: skip  # compact list
+              f"| teacher | 0/{L} | – | {fmt(data['teacher_heldout'])} | – |"]  # fmt: skip  # markdown table
     shown = [(f"{name} (`{entry['path']}`)", entry["linear"]) for name, entry in data["exported"].items()]
     if confirm and search["most_linear"] != data["exported"]["most_linear"]["linear"]:
         shown.append(("the search's most linear, before confirmation (not exported)", search["most_linear"]))
@@ -138,7 +138,7 @@ def markdown(data: dict, command: str | None = None) -> str:
                   f"The teacher and the exported hybrids once more, on more items than the orderings' curves "
                   f"(threshold {fmt(verify['threshold'])}).", "",
                   "| hybrid | linear layers | score | within tolerance |", "|---|---|---|---|",
-                  f"| teacher | 0/{L} | {fmt(scores['teacher']['score'])} | – |"]  # fmt: skip  # compact list
+                  f"| teacher | 0/{L} | {fmt(scores['teacher']['score'])} | – |"]  # fmt: skip  # markdown table
         for name, entry in data["exported"].items():
             score = scores[hybrid_key(entry["linear"])]["score"]
             lines.append(f"| {name} | {_layers(entry['linear'], L)} | {fmt(score)} | "
@@ -149,7 +149,7 @@ def markdown(data: dict, command: str | None = None) -> str:
     lines += ["", "## Orderings at equal numbers of linear layers (held-out items)", "",
               "| ordering | " + " | ".join(f"{k} linear" for k in counts)
               + " | evaluations to choose | time to choose (s) | held-out evaluations | time to score (s) |",
-              "|---|" + "---|" * (len(counts) + 4)]  # fmt: skip  # compact list
+              "|---|" + "---|" * (len(counts) + 4)]  # fmt: skip  # markdown table
     for name, curve in data["curves"].items():
         cells = [fmt(curve[k]) if k in curve else "–" for k in counts]
         c = costs[name]

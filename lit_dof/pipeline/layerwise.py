@@ -220,7 +220,7 @@ class LayerwiseDistillation(StudentModule):
         with torch.no_grad(), self.student.teacher_mode(), recording:  # root forward (FSDP)
             try:
                 out = self.student(batch["input_ids"], attention_mask=batch.get("attention_mask"),
-                                   position_ids=positions, use_cache=False).logits  # fmt: skip  # hand-wrapped
+                                   position_ids=positions, use_cache=False).logits  # fmt: skip  # packed args
             except _CapturedAll:
                 pass
         return out, captured
