@@ -5,12 +5,12 @@
     lit-dof fit --config configs/quickstart.yaml     (LightningCLI: fit, validate, test, predict)
     lit-dof eval --help                              a command's own options
 
-``fit``, ``validate``, ``test`` and ``predict`` are :class:`~lit_dof.pipeline.cli.LitDofCLI` (a LightningCLI:
-repeated ``--config``, ``--print_config``, top-level options before the subcommand as in
-``lit-dof --config run.yaml fit``); ``eval``, ``compare``, ``hybrid``, ``generate`` and ``plan`` are jsonargparse commands
-of their modules; ``lm-eval`` is lm-eval's own CLI (:mod:`lit_dof.evaluation.lm_eval_model`); ``configs`` lists, prints and copies the shipped configs (:mod:`lit_dof.config_files`).
-This module imports none of them until one is run, so ``--help``, ``--version`` and ``configs`` answer at
-once. ``python -m lit_dof`` is the same command.
+``fit``, ``validate``, ``test`` and ``predict`` are :class:`~lit_dof.pipeline.cli.LitDofCLI` (a LightningCLI: repeated
+``--config``, ``--print_config``, top-level options before the subcommand as in ``lit-dof --config run.yaml fit``);
+``eval``, ``compare``, ``hybrid``, ``generate`` and ``plan`` are jsonargparse commands of their modules; ``lm-eval`` is
+lm-eval's own CLI (:mod:`lit_dof.evaluation.lm_eval_model`); ``configs`` lists, prints and copies the shipped configs
+(:mod:`lit_dof.config_files`). This module imports none of them until one is run, so ``--help``, ``--version`` and
+``configs`` answer at once. ``python -m lit_dof`` is the same command.
 """
 
 from __future__ import annotations
@@ -93,17 +93,17 @@ def configs_main(args: Sequence[str]) -> None:
 
     parser = argparse.ArgumentParser(prog=f"{PROG} configs", description=COMMANDS["configs"],
                                      epilog="NAME: a path under configs/, with or without .yaml "
-                                            "(quickstart, methods/dof, trainer/gpu.yaml).")  # fmt: skip
+                                            "(quickstart, methods/dof, trainer/gpu.yaml).")
     actions = parser.add_subparsers(title="actions", metavar="ACTION", dest="action", required=True)
     actions.add_parser("list", help="Every shipped config: its name and the first line of its comment.",
-                       description="Every shipped config: its name and the first line of its comment.")  # fmt: skip
+                       description="Every shipped config: its name and the first line of its comment.")
     show = actions.add_parser("show", help="Print a shipped config.", description="Print a shipped config.")
     show.add_argument("name", metavar="NAME", help="the config (e.g. quickstart, methods/dof)")
     copy = actions.add_parser("copy", help="Copy a shipped config for editing; never overwrites a file.",
-                              description="Copy a shipped config for editing; never overwrites a file.")  # fmt: skip
+                              description="Copy a shipped config for editing; never overwrites a file.")
     copy.add_argument("name", metavar="NAME", help="the config (e.g. quickstart, methods/dof)")
     copy.add_argument("dest", metavar="DEST", nargs="?", default=None,
-                      help="the new file, or a directory to copy into (default: the current directory)")  # fmt: skip
+                      help="the new file, or a directory to copy into (default: the current directory)")
     parsed = parser.parse_args(list(args))
     sub = {"show": show, "copy": copy}.get(parsed.action, parser)
     try:
@@ -166,7 +166,8 @@ def run_command(command: str, argv: list[str], lightning_args: list[str] | None)
     """Run ``command`` (a :data:`COMMANDS` name other than ``configs``, or LightningCLI's options first).
 
     Args:
-        command: the first argument. argv: the whole command line, command included.
+        command: the first argument.
+        argv: the whole command line, command included.
         lightning_args: what LightningCLI parses (``None``: ``sys.argv``).
     """
     if command == "eval":

@@ -59,11 +59,11 @@ def parse_messages(messages: str) -> list[dict]:
         parsed = json.loads(text)
     except json.JSONDecodeError as exc:
         raise GenerateUsageError(f"--messages is neither a JSON file nor JSON text ({exc}); expected "
-                                 '\'[{"role": "user", "content": "..."}]\'') from exc  # fmt: skip
+                                 '\'[{"role": "user", "content": "..."}]\'') from exc
     if isinstance(parsed, dict):
         parsed = [parsed]
     if not (isinstance(parsed, list) and parsed
-            and all(isinstance(m, dict) and "role" in m and "content" in m for m in parsed)):  # fmt: skip
+            and all(isinstance(m, dict) and "role" in m and "content" in m for m in parsed)):
         raise GenerateUsageError('--messages must be a non-empty JSON list of {"role": ..., "content": ...} objects')
     return parsed
 
@@ -137,9 +137,9 @@ def prompt_inputs(tokenizer, prompt: str | None, messages: list[dict] | None, mo
         return dict(tokenizer(prompt, return_tensors="pt"))
     if not getattr(tokenizer, "chat_template", None):
         raise GenerateUsageError(f"the tokenizer of {model} has no chat template, so --messages cannot be formatted: "
-                                 "pass the text with --prompt instead")  # fmt: skip
+                                 "pass the text with --prompt instead")
     encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                            return_dict=True)  # fmt: skip
+                                            return_dict=True)
     return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
 
 
@@ -213,7 +213,8 @@ def generate(
     start = time.perf_counter()
     with torch.no_grad():
         out = loaded.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=do_sample, **sampling,
-                              streamer=streamer, pad_token_id=pad, return_dict_in_generate=True)  # fmt: skip
+                              streamer=streamer, pad_token_id=pad,
+                              return_dict_in_generate=True)  # fmt: skip  # packed args
     if where.type == "cuda":
         torch.cuda.synchronize(where)
     seconds = time.perf_counter() - start
@@ -231,10 +232,10 @@ def generate(
     rate = len(new) / seconds if seconds > 0 else float("inf")
     print(f"generate: {len(new)} new tokens in {seconds:.2f} s = {rate:.1f} tokens/s; cache {cache_bytes} bytes at "
           f"context {context} tokens (teacher KV cache at the same context: {teacher_bytes} bytes)",
-          file=sys.stderr, flush=True)  # fmt: skip
+          file=sys.stderr, flush=True)
     return {"text": text, "tokens": new, "prompt_tokens": inputs["input_ids"].shape[1], "seconds": seconds,
             "tokens_per_second": rate, "cache_bytes": cache_bytes, "context_tokens": context,
-            "teacher_kv_bytes": teacher_bytes, "student": student}  # fmt: skip
+            "teacher_kv_bytes": teacher_bytes, "student": student}  # fmt: skip  # compact dict
 
 
 def with_bare_flags(args: list[str], flags: tuple[str, ...] = BARE_FLAGS) -> list[str]:

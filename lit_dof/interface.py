@@ -67,6 +67,7 @@ class AttentionSlot(nn.Module):
         return self.linear is not None and not self.use_softmax
 
     def extra_repr(self) -> str:
+        """Whether the layer currently runs the teacher's softmax attention, for ``print(module)``."""
         return f"use_softmax={self.use_softmax}"
 
 
@@ -99,7 +100,8 @@ def key_padding_from_mask(attention_mask: Tensor | None, key_length: int) -> Ten
 
 
 def find_cache(args: tuple, kwargs: dict) -> Cache | None:
-    """The ``Cache`` passed to an attention module's forward (``cache=``, ``past_key_values=``, ``layer_past=`` or positional)."""
+    """The ``Cache`` passed to an attention module's forward (``cache=``, ``past_key_values=``, ``layer_past=`` or
+    positional)."""
     for value in (*kwargs.values(), *args):
         if isinstance(value, Cache):
             return value
@@ -133,9 +135,14 @@ def lit_dof_attention(
 
     Args:
         module: the teacher's attention module (``layer_idx``, optional ``lit_dof`` slot).
-        query: ``(B, Hq, T, d)`` post-RoPE queries. key, value: ``(B, Hk, Tk, d)`` / ``(B, Hk, Tk, D)``.
+        query: ``(B, Hq, T, d)`` post-RoPE queries.
+        key: ``(B, Hk, Tk, d)`` post-RoPE keys.
+        value: ``(B, Hk, Tk, D)`` values.
         attention_mask: the 4-D mask from the registered mask function, or ``None``.
         scaling: the softmax scale the model uses.
+        dropout: attention dropout of the softmax path.
+        **kwargs: the interface's other keywords: the student's cache is taken from them, the rest go to the
+            softmax path.
 
     Returns:
         ``(out (B, T, Hq, D), weights or None)`` like every attention-interface function.

@@ -109,7 +109,8 @@ class Float32Parameters(nn.Module):
         or gradient that ``fn`` would turn into float16/bfloat16 stays float32 (on ``fn``'s device).
 
         Args:
-            fn: the per-tensor conversion. recurse: apply it to submodules too.
+            fn: the per-tensor conversion.
+            recurse: apply it to submodules too.
 
         Returns:
             this module.

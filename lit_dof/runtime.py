@@ -22,7 +22,8 @@ _M_MMAP_THRESHOLD = -3
 def tune_cpu_allocator(mmap_threshold: int = 1 << 30, trim_threshold: int = 1 << 32) -> bool:
     """Keep freed tensor memory in the process instead of unmapping it (glibc ``mallopt``).
 
-    Process-wide: call it once from an entry point (the ``lit-dof`` command and the benchmarks do), not from library code.
+    Process-wide: call it once from an entry point (the ``lit-dof`` command and the benchmarks do), not from
+    library code.
     Equivalent to the environment variables ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_``.
 
     Args:

@@ -70,7 +70,8 @@ def main() -> None:
             t_sdpa = timeit(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), device)
             t_lin = timeit(lambda: layer(q, k, v), device)
         fwd_ratio[T] = t_sdpa / t_lin
-        print(f"fwd      T={T:6d}  sdpa={t_sdpa * 1e3:9.2f} ms  linear={t_lin * 1e3:8.2f} ms  sdpa/linear={fwd_ratio[T]:6.2f}")
+        print(f"fwd      T={T:6d}  sdpa={t_sdpa * 1e3:9.2f} ms  linear={t_lin * 1e3:8.2f} ms  "
+              f"sdpa/linear={fwd_ratio[T]:6.2f}")
     for T in args.lengths:
         qg, kg, vg = (x.clone().requires_grad_() for x in inputs[T])
 
@@ -81,7 +82,8 @@ def main() -> None:
             layer(qg, kg, vg)[0].sum().backward()
 
         t_sdpa, t_lin = timeit(sdpa_fb, device), timeit(lin_fb, device)
-        print(f"fwd+bwd  T={T:6d}  sdpa={t_sdpa * 1e3:9.2f} ms  linear={t_lin * 1e3:8.2f} ms  sdpa/linear={t_sdpa / t_lin:6.2f}")
+        print(f"fwd+bwd  T={T:6d}  sdpa={t_sdpa * 1e3:9.2f} ms  linear={t_lin * 1e3:8.2f} ms  "
+              f"sdpa/linear={t_sdpa / t_lin:6.2f}")
 
     step_times = {}
     for ctx in args.decode_contexts:
@@ -90,11 +92,13 @@ def main() -> None:
         with torch.no_grad():
             _, state = layer(*(torch.randn(B, H, min(ctx, 256), d, device=device, dtype=dtype) for _ in range(3)))
             state = LinearAttentionState(state.kv, state.k_sum, state.log_scale)  # same size for any context
-            t_sdpa = timeit(lambda: F.scaled_dot_product_attention(q1, k_cache, v_cache), device, min_time=0.3, max_reps=200)
+            t_sdpa = timeit(
+                lambda: F.scaled_dot_product_attention(q1, k_cache, v_cache), device, min_time=0.3, max_reps=200
+            )
             t_lin = timeit(lambda: layer(q1, k1, v1, state), device, min_time=0.3, max_reps=200)
         step_times[ctx] = t_lin
-        print(f"decode   ctx={ctx:6d}  sdpa={t_sdpa * 1e6:9.1f} us  linear={t_lin * 1e6:8.1f} us  sdpa/linear={t_sdpa / t_lin:6.2f}  "
-              f"state_bytes={state.nbytes}")
+        print(f"decode   ctx={ctx:6d}  sdpa={t_sdpa * 1e6:9.1f} us  linear={t_lin * 1e6:8.1f} us  "
+              f"sdpa/linear={t_sdpa / t_lin:6.2f}  state_bytes={state.nbytes}")
     if len(step_times) > 1:
         lo, hi = min(step_times), max(step_times)
         print(f"decode_step_ratio_ctx{hi}_vs_ctx{lo}={step_times[hi] / step_times[lo]:.2f}")

@@ -55,7 +55,7 @@ class StepTimer(L.Callback):
         import lit_dof
 
         record = {"seconds": self.seconds, "peak_before": self._peak_before, "peak_after": _peak_rss_bytes(),
-                  "lit_dof": str(Path(lit_dof.__file__).parent)}  # fmt: skip
+                  "lit_dof": str(Path(lit_dof.__file__).parent)}  # fmt: skip  # compact dict
         Path(self.out).write_text(json.dumps(record))
 
 
@@ -66,12 +66,18 @@ def _peak_rss_bytes() -> int:
 def _run(tree: Path, args: argparse.Namespace, out: Path) -> dict:
     callback = json.dumps({"class_path": "bench_layerwise_step.StepTimer", "init_args": {"out": str(out)}})
     command = [sys.executable, "-m", "lit_dof.pipeline.cli", "fit", "--config", str(tree / args.config),
-               f"--trainer.max_steps={args.steps}", "--trainer.limit_val_batches=0", "--trainer.enable_progress_bar=false",
-               "--trainer.enable_checkpointing=false", "--trainer.logger=false", f"--trainer.callbacks=[{callback}]", "--model.init_args.finetune_fraction=0",
-               f"--model.init_args.export_dir={out.parent / 'student'}", *args.args]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(REPO / "scripts"), os.environ.get("PYTHONPATH", "")])}
+               f"--trainer.max_steps={args.steps}", "--trainer.limit_val_batches=0",
+               "--trainer.enable_progress_bar=false", "--trainer.enable_checkpointing=false", "--trainer.logger=false",
+               f"--trainer.callbacks=[{callback}]", "--model.init_args.finetune_fraction=0",
+               f"--model.init_args.export_dir={out.parent / 'student'}", *args.args]  # fmt: skip  # compact list
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tree), str(REPO / "scripts"), os.environ.get("PYTHONPATH", "")]),
+    }
     with open(out.parent / "fit.log", "w") as log:
-        code = subprocess.run(command, env=env, cwd=out.parent, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        code = subprocess.run(
+            command, env=env, cwd=out.parent, stdout=log, stderr=subprocess.STDOUT, check=False
+        ).returncode
     if code != 0:
         sys.exit(f"the fit from {tree} failed with code {code}:\n" + (out.parent / "fit.log").read_text()[-3000:])
     record = json.loads(out.read_text())
@@ -94,7 +100,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_layerwise_") as scratch:
         before_tree = Path(scratch) / "before"
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(before_tree), args.before],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip  # packed args
         try:
             results: dict[str, list[dict]] = {"before": [], "after": []}
             for repeat in range(args.repeats):
@@ -108,10 +114,10 @@ def main() -> None:
     for side, runs in results.items():
         steps = [s for run in runs for s in run["seconds"][args.warmup :]]
         summary[side] = {"step": statistics.median(steps), "peak": max(r["peak_after"] for r in runs),
-                         "raised": max(r["peak_after"] - r["peak_before"] for r in runs)}  # fmt: skip
+                         "raised": max(r["peak_after"] - r["peak_before"] for r in runs)}
         print(f"{side:>6} ({args.before if side == 'before' else 'working tree'}): {summary[side]['step']:.3f} s/step "
               f"(median of {len(steps)}), peak RSS {summary[side]['peak'] / 2**30:.2f} GiB, raised by the steps "
-              f"{summary[side]['raised'] / 2**30:.2f} GiB")  # fmt: skip
+              f"{summary[side]['raised'] / 2**30:.2f} GiB")
     step_ratio = summary["before"]["step"] / summary["after"]["step"]
     rss_ratio = summary["before"]["peak"] / summary["after"]["peak"]
     print(f"step_time_ratio={step_ratio:.3f} peak_rss_ratio={rss_ratio:.3f}")

@@ -22,13 +22,22 @@ from lit_dof.teacher.loading import load_teacher
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teacher", default=DEFAULT_TEACHER)
-    parser.add_argument("--corpus", default=os.path.join(os.environ.get("LIT_DOF_DATA", "../shared/data"), "wikipedia/enwiki_wikiextractor_AA.txt.gz"))
+    parser.add_argument(
+        "--corpus",
+        default=os.path.join(
+            os.environ.get("LIT_DOF_DATA", "../shared/data"), "wikipedia/enwiki_wikiextractor_AA.txt.gz"
+        ),
+    )
     parser.add_argument("--sequences", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--num-samples", type=int, default=1024)
     parser.add_argument("--pooling", default="query_head", choices=["kv_head", "query_head"])
-    parser.add_argument("--lam", nargs="+", default=["auto", "2**-4", "2**64", "trace:2**-8"],
-                        help="λ rules: 'auto', an absolute value (python expression), or 'trace:VALUE' / 'max_eigenvalue:VALUE'")
+    parser.add_argument(
+        "--lam",
+        nargs="+",
+        default=["auto", "2**-4", "2**64", "trace:2**-8"],
+        help="λ rules: 'auto', an absolute value (python expression), or 'trace:VALUE' / 'max_eigenvalue:VALUE'",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
@@ -50,11 +59,14 @@ def main() -> None:
         rel, _, value = rule.rpartition(":")
         lam = "auto" if value == "auto" else float(eval(value, {}))  # noqa: S307 - CLI arithmetic like 2**64
         t0 = time.perf_counter()
-        report = dof_report(model, reservoir, tokens, lam, relative_to=rel or None, pooling=args.pooling, name=args.teacher)
+        report = dof_report(
+            model, reservoir, tokens, lam, relative_to=rel or None, pooling=args.pooling, name=args.teacher
+        )
         dims = report.feature_dims("dof")
         lay = [x for x in report.layer_dof if x is not None]
-        print(f"lam={rule} (abs {report.lam:.3g}, log2 {torch.tensor(report.lam).log2().item():.1f}): layer DoF {min(lay):.1f}..{max(lay):.1f}, "
-              f"dof dims {min(dims)}..{max(dims)} (spread {max(dims) - min(dims)}), warnings={len(report.warnings)}, {time.perf_counter() - t0:.1f} s")
+        print(f"lam={rule} (abs {report.lam:.3g}, log2 {torch.tensor(report.lam).log2().item():.1f}): "
+              f"layer DoF {min(lay):.1f}..{max(lay):.1f}, dof dims {min(dims)}..{max(dims)} "
+              f"(spread {max(dims) - min(dims)}), warnings={len(report.warnings)}, {time.perf_counter() - t0:.1f} s")
         print("  dims:", dims)
         first = first or report
     if args.out:

@@ -89,14 +89,14 @@ def unrotated_far_features(student, period: float, positions: torch.Tensor):
 
 
 def block_nll(student, blocks: torch.Tensor, shift: int, mode: str, first: int, batch_size: int = 4,
-              unrotate_period: float | None = None) -> torch.Tensor:  # fmt: skip
+              unrotate_period: float | None = None) -> torch.Tensor:  # fmt: skip  # packed signature
     """Mean NLL per block ``(N,)`` over positions ≥ ``first`` with position ids ``shift + arange(T)``.
 
     ``mode``: ``"teacher"``, ``"control"`` (far terms off) or ``"student"``; ``unrotate_period``: see the module
     docstring (student mode only).
     """
     modes = {"teacher": student.teacher_mode, "control": lambda: _without_far_terms(student),
-             "student": contextlib.nullcontext}  # fmt: skip
+             "student": contextlib.nullcontext}
     N, T = blocks.shape
     out = []
     remedy = contextlib.nullcontext()
@@ -121,7 +121,7 @@ def long_context(student, tokens: torch.Tensor, contexts, unrotate_period: float
         edges = position_edges(context)
         usable = tokens[: max(context, tokens.numel() // context * context)]
         remedy = (unrotated_far_features(student, unrotate_period, torch.arange(context))
-                  if unrotate_period is not None else contextlib.nullcontext())  # fmt: skip
+                  if unrotate_period is not None else contextlib.nullcontext())
         with torch.no_grad(), remedy:
             mine = position_perplexity(student, usable, block=context, edges=edges, batch_size=1)
         with torch.no_grad(), _without_far_terms(student):
@@ -130,7 +130,7 @@ def long_context(student, tokens: torch.Tensor, contexts, unrotate_period: float
         overall, tail = paired_perplexity_ratio(mine, control), paired_perplexity_ratio(mine, control, last)
         print(f"context {context:5d} ({overall['blocks']} blocks): student / control {overall['ratio']:.3f} ± "
               f"{overall['stderr_log']:.3f} (log), positions {last}: {tail['ratio']:.3f} ± {tail['stderr_log']:.3f}",
-              flush=True)  # fmt: skip
+              flush=True)
         result[context] = {"student": mine, "control": control, "ratio": overall, "ratio_last": tail}
     return result
 
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {}
     for shift in args.shifts:
         nll = {mode: block_nll(student, blocks, shift, mode, args.first, unrotate_period=args.unrotate_period)
-               for mode in modes}  # fmt: skip
+               for mode in modes}
         row = {mode: v.mean().item() for mode, v in nll.items()}
         line = f"shift {shift:6d}: " + "  ".join(f"{m} {v:.4f}" for m, v in row.items())
         if sliding:

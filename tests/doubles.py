@@ -22,7 +22,9 @@ class KVState:
     valid: Tensor  # (B, P) bool
 
     def index_select(self, dim, index):
-        return KVState(self.k.index_select(dim, index), self.v.index_select(dim, index), self.valid.index_select(dim, index))
+        return KVState(
+            self.k.index_select(dim, index), self.v.index_select(dim, index), self.valid.index_select(dim, index)
+        )
 
     def repeat_interleave(self, repeats):
         return KVState(*(t.repeat_interleave(repeats, dim=0) for t in (self.k, self.v, self.valid)))

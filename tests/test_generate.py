@@ -24,7 +24,7 @@ from tests.conftest import TINYSTORIES
 pytestmark = pytest.mark.skipif(not TINYSTORIES.is_dir(), reason="needs ../shared/models/TinyStories-656K")
 
 STATS = re.compile(r"generate: (\d+) new tokens in ([\d.]+) s = ([\d.]+) tokens/s; cache (\d+) bytes at context "
-                   r"(\d+) tokens \(teacher KV cache at the same context: (\d+) bytes\)")  # fmt: skip
+                   r"(\d+) tokens \(teacher KV cache at the same context: (\d+) bytes\)")
 PROMPT = "Once upon a time, there was a little girl"
 
 
@@ -62,7 +62,7 @@ def _direct(source, prompt: str, max_new_tokens: int) -> list[int]:
     ids = tokenizer(prompt, return_tensors="pt")
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False,
-                             pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+                             pad_token_id=tokenizer.pad_token_id)
     return out[0, ids["input_ids"].shape[1] :].tolist(), tokenizer
 
 
@@ -72,7 +72,7 @@ def test_greedy_generate_prints_model_generate_text_and_statistics(capsys, monke
     expected, tokenizer = _direct(source, PROMPT, 24)
     for stream in ([], ["--no_stream"]):
         code, out, err = _lit_dof(capsys, monkeypatch, "generate", "--model", source, "--prompt", PROMPT,
-                                  "--max_new_tokens", "24", "--device", "cpu", *stream)  # fmt: skip
+                                  "--max_new_tokens", "24", "--device", "cpu", *stream)  # fmt: skip  # packed args
         assert code == 0, err
         assert out.strip() and out.rstrip("\n") == tokenizer.decode(expected, skip_special_tokens=True)
         stats = STATS.search(err)
@@ -86,7 +86,8 @@ def test_greedy_generate_prints_model_generate_text_and_statistics(capsys, monke
 def test_student_cache_is_constant_in_the_context_while_the_teachers_grows(capsys, student_dir):
     short, long = "Once upon a time", PROMPT + " who loved to play in the park with her big red ball every day"
     runs = {(which, prompt): generate(model=str(source), prompt=prompt, max_new_tokens=8, device="cpu")
-            for which, source in (("teacher", TINYSTORIES), ("student", student_dir)) for prompt in (short, long)}  # fmt: skip
+            for which, source in (("teacher", TINYSTORIES), ("student", student_dir))
+            for prompt in (short, long)}
     capsys.readouterr()
     student = [runs["student", p] for p in (short, long)]
     teacher = [runs["teacher", p] for p in (short, long)]
@@ -99,7 +100,7 @@ def test_student_cache_is_constant_in_the_context_while_the_teachers_grows(capsy
 
     config = AutoConfig.from_pretrained(TINYSTORIES)
     assert [teacher_kv_nbytes(config, t["context_tokens"], torch.float32) for t in teacher] == [
-        t["cache_bytes"] for t in teacher]  # fmt: skip
+        t["cache_bytes"] for t in teacher]
     for s in student:  # the student's teacher figure: the formula at the student's context, > its own cache
         assert s["teacher_kv_bytes"] == teacher_kv_nbytes(config, s["context_tokens"], torch.float32)
         assert s["teacher_kv_bytes"] > s["cache_bytes"]
@@ -112,7 +113,7 @@ def test_messages_without_a_chat_template_are_refused_clearly(capsys, monkeypatc
     messages = json.dumps([{"role": "user", "content": "Tell me a story."}])
     for source in (TINYSTORIES, student_dir):
         code, out, err = _lit_dof(capsys, monkeypatch, "generate", "--model", str(source), "--messages", messages,
-                                  "--device", "cpu")  # fmt: skip
+                                  "--device", "cpu")
         assert code == 2 and not out
         assert "lit-dof generate: error: the tokenizer of" in err and "has no chat template" in err
         assert "--prompt" in err
@@ -123,7 +124,7 @@ def test_messages_go_through_the_chat_template_with_the_generation_prompt(tmp_pa
 
     tokenizer = load_tokenizer(str(TINYSTORIES))
     tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-                               "{% if add_generation_prompt %}assistant:{% endif %}")  # fmt: skip
+                               "{% if add_generation_prompt %}assistant:{% endif %}")
     file = tmp_path / "chat.json"
     file.write_text(json.dumps([{"role": "user", "content": "Tell me a story."}]))
     inputs = prompt_inputs(tokenizer, None, parse_messages(str(file)), "m")
@@ -169,18 +170,18 @@ def test_bad_options_are_refused_before_any_model_loads(capsys, monkeypatch, arg
 def test_cuda_where_there_is_none_is_refused(capsys, monkeypatch):
     _no_loading(monkeypatch)
     code, _, err = _lit_dof(capsys, monkeypatch, "generate", "--model", str(TINYSTORIES), "--prompt", "x",
-                            "--device", "cuda")  # fmt: skip
+                            "--device", "cuda")
     assert code == 2 and "torch sees no CUDA device: use --device cpu" in err
 
 
 def test_bare_boolean_flags_get_a_value():
     assert with_bare_flags(["--do_sample", "--no_stream"]) == ["--do_sample", "true", "--no_stream", "true"]
     assert with_bare_flags(["--do_sample", "false", "--prompt", "--no_stream"]) == [
-        "--do_sample", "false", "--prompt", "--no_stream", "true"]  # fmt: skip
+        "--do_sample", "false", "--prompt", "--no_stream", "true"]  # fmt: skip  # packed assert
 
 
 def test_sampling_is_reproducible_with_a_seed(capsys):
     runs = [generate(model=str(TINYSTORIES), prompt=PROMPT, max_new_tokens=12, do_sample=True, temperature=1.5,
-                     top_k=50, seed=seed, device="cpu") for seed in (1, 1, 2)]  # fmt: skip
+                     top_k=50, seed=seed, device="cpu") for seed in (1, 1, 2)]  # fmt: skip  # compact comprehension
     capsys.readouterr()
     assert runs[0]["tokens"] == runs[1]["tokens"] != runs[2]["tokens"]

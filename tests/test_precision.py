@@ -50,7 +50,7 @@ def test_upcast():
     "precision, dtype",
     [("bf16-true", torch.bfloat16), ("16-true", torch.float16), ("bf16-mixed", torch.float32),
      ("16-mixed", torch.float32), ("32-true", torch.float32), (None, torch.float32)],
-)  # fmt: skip
+)  # fmt: skip  # parametrize table
 def test_precision_dtype(precision, dtype):
     assert precision_dtype(precision) == dtype
     assert resolve_dtype("auto", precision) == dtype
@@ -72,7 +72,7 @@ def test_student_module_teacher_dtype_follows_the_trainer(precision):
     module = LayerwiseDistillation(teacher="unused")
     assert module.resolved_teacher_dtype() == torch.float32  # no trainer yet
     module.trainer = L.Trainer(accelerator="cpu", precision=precision, logger=False, enable_checkpointing=False,
-                               enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+                               enable_progress_bar=False, enable_model_summary=False)  # fmt: skip  # packed args
     assert module.resolved_teacher_dtype() == precision_dtype(precision)
     explicit = LayerwiseDistillation(teacher="unused", teacher_dtype="bfloat16")
     explicit.trainer = module.trainer

@@ -42,7 +42,9 @@ def check_finite(name: str, tensor: Tensor) -> None:
         raise ValueError(f"{name} contains NaN or +inf; check the inputs (and the loss scale) upstream")
 
 
-def check_qkv(log_phi_q: Tensor, log_phi_k: Tensor, v: Tensor, *, finite: bool = True) -> tuple[int, int, int, int, int, int]:
+def check_qkv(
+    log_phi_q: Tensor, log_phi_k: Tensor, v: Tensor, *, finite: bool = True
+) -> tuple[int, int, int, int, int, int]:
     """Validate the inputs of a linear-attention kernel.
 
     Args:
@@ -64,7 +66,8 @@ def check_qkv(log_phi_q: Tensor, log_phi_k: Tensor, v: Tensor, *, finite: bool =
     Bk, Hk, Tk, Mk = log_phi_k.shape
     if (Bk, Tk, Mk) != (B, T, M):
         raise ValueError(
-            f"log_phi_k must have shape (B, Hk, T, M) = ({B}, Hk, {T}, {M}) to match log_phi_q, got {tuple(log_phi_k.shape)}"
+            f"log_phi_k must have shape (B, Hk, T, M) = ({B}, Hk, {T}, {M}) to match log_phi_q, "
+            f"got {tuple(log_phi_k.shape)}"
         )
     if v.shape[:3] != (B, Hk, T):
         raise ValueError(f"v must have shape (B, Hk, T, D) = ({B}, {Hk}, {T}, D), got {tuple(v.shape)}")

@@ -14,18 +14,17 @@ Numerical stability (exact, no approximation): the kernel works on log-features 
   * queries: feature f of query i gets exp(+m_{b,f}) back, so every product φ_f(q)φ_f(k) is unchanged;
     then the whole query row is divided by exp(r_i), r_i = max_f(ℓ_{i,f} + m_{b,f}) — a per-query
     constant that cancels between numerator and denominator.
-So every exponential is ≤ 1 (no overflow for any norm) and nothing is approximated; the kernels compute
-in float32 whatever the input dtype, with autocast off (:func:`lit_dof.precision.fp32_region`: the same
-result under ``bf16-mixed``), and return the output in the values' dtype. The stabiliser m is refreshed once per *block* of
-chunks (``block_size`` tokens), so a query can be scaled by a key up to one block in its future; that
-is exact in real arithmetic, but if that key's feature exceeds all of the query's causal mass by more
-than float32's range (~87 nats of log-feature), the row underflows. Long before that, its *gradient*
-overflows: the backward of y = num/den carries 1/den², which is +inf in float32 once den < ~1e-19, and
-inf · 0 turns the feature maps' gradients into NaN. Such blocks are detected (row normaliser < 1e-12) and
-recomputed with one stabiliser per smaller chunk, recursively down to one per token — the recurrent
-form's stabiliser, which is causal and keeps every row normaliser ≥ 1 (the key attaining a feature's
-running max contributes exp(0) to it). Causality therefore holds exactly in real arithmetic and to
-float32 rounding in practice, and the gradients stay finite.
+So every exponential is ≤ 1 (no overflow for any norm) and nothing is approximated; the kernels compute in float32
+whatever the input dtype, with autocast off (:func:`lit_dof.precision.fp32_region`: the same result under
+``bf16-mixed``), and return the output in the values' dtype. The stabiliser m is refreshed once per *block* of chunks
+(``block_size`` tokens), so a query can be scaled by a key up to one block in its future; that is exact in real
+arithmetic, but if that key's feature exceeds all of the query's causal mass by more than float32's range (~87 nats of
+log-feature), the row underflows. Long before that, its *gradient* overflows: the backward of y = num/den carries
+1/den², which is +inf in float32 once den < ~1e-19, and inf · 0 turns the feature maps' gradients into NaN. Such blocks
+are detected (row normaliser < 1e-12) and recomputed with one stabiliser per smaller chunk, recursively down to one per
+token — the recurrent form's stabiliser, which is causal and keeps every row normaliser ≥ 1 (the key attaining a
+feature's running max contributes exp(0) to it). Causality therefore holds exactly in real arithmetic and to float32
+rounding in practice, and the gradients stay finite.
 
 GQA: the G query heads of a group share the key features and the state, and are folded into the
 query-row dimension of each chunk — keys and values are never repeated.
@@ -152,7 +151,7 @@ def chunked_linear_attention(
                 lq_blk.reshape(B, Hq, S * C, M), lk_blk.reshape(B, Hk, S * C, M), vb[b].view(B, Hk, S * C, D),
                 chunk_size=finer, block_size=finer, initial_state=LinearAttentionState(kv, k_sum, m_ref),
                 check_inputs=False, return_log_normalizer=return_log_normalizer,
-            )  # fmt: skip
+            )  # fmt: skip  # packed args
             y_blk = y_blk.view(B, Hk, G, S, C, D).transpose(2, 3).reshape(B, Hk, S, G * C, D)
             if return_log_normalizer:  # (B, Hq, S·C) -> the block layout (B, Hk, S, G·C, 1)
                 log_zs.append(log_z[0].view(B, Hk, G, S, C).transpose(2, 3).reshape(B, Hk, S, G * C, 1))

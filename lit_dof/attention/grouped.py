@@ -73,7 +73,9 @@ class HeadGroupedAttention(Float32Parameters):
         super().__init__()
         self.num_kv_heads = len(head_dims)
         if self.num_kv_heads < 1 or num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads ({num_heads}) must be a multiple of the number of KV heads ({self.num_kv_heads})")
+            raise ValueError(
+                f"num_heads ({num_heads}) must be a multiple of the number of KV heads ({self.num_kv_heads})"
+            )
         self.num_heads = num_heads
         self.head_dims = [int(m) for m in head_dims]
         group = num_heads // self.num_kv_heads
@@ -85,6 +87,7 @@ class HeadGroupedAttention(Float32Parameters):
             self._q_index.append([h * group + g for h in heads for g in range(group)])
 
     def extra_repr(self) -> str:
+        """Query heads, KV heads (GQA) and each KV head's feature dimension M, for ``print(module)``."""
         return f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_dims={self.head_dims}"
 
     @property
@@ -111,7 +114,10 @@ class HeadGroupedAttention(Float32Parameters):
         """Attend causally, group by group.
 
         Args:
-            q: ``(B, Hq, T, d)``; k: ``(B, Hk, Tk, d)``; v: ``(B, Hk, Tk, D)``; state: from a previous call;
+            q: ``(B, Hq, T, d)`` queries.
+            k: ``(B, Hk, Tk, d)`` keys.
+            v: ``(B, Hk, Tk, D)`` values.
+            state: from a previous call, or ``None``.
             key_padding_mask: ``(B, Tk)`` bool.
 
         Returns:
@@ -122,7 +128,7 @@ class HeadGroupedAttention(Float32Parameters):
         """
         if q.shape[1] != self.num_heads or k.shape[1] != self.num_kv_heads or v.shape[1] != self.num_kv_heads:
             raise ValueError(f"expected q with {self.num_heads} heads and k, v with {self.num_kv_heads}, got q "
-                             f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")  # fmt: skip
+                             f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
         B, _, T, _ = q.shape
         y = v.new_empty(B, self.num_heads, T, v.shape[-1])
         states = []

@@ -91,13 +91,15 @@ class CausalLinearAttention(Float32Parameters):
         return self.feature_map.num_heads == self.num_kv_heads
 
     def extra_repr(self) -> str:
+        """Query heads, KV heads (GQA) and the kernel's chunk size, for ``print(module)``."""
         return f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, chunk_size={self.chunk_size}"
 
     def log_features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Log-features of queries and keys as the kernels consume them (METHOD.md §1).
 
         Args:
-            q: ``(B, Hq, T, d)``; k: ``(B, Hk, Tk, d)``.
+            q: ``(B, Hq, T, d)`` queries.
+            k: ``(B, Hk, Tk, d)`` keys.
 
         Returns:
             ``log φ(q)`` ``(B, Hq, T, M)`` and ``log φ(k)`` ``(B, Hk, Tk, M)`` for maps shared per KV head (a
@@ -127,7 +129,9 @@ class CausalLinearAttention(Float32Parameters):
                 f"tokens as q, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
             )
         if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, Tk):
-            raise ValueError(f"key_padding_mask must have shape (B, Tk) = {(B, Tk)}, got {tuple(key_padding_mask.shape)}")
+            raise ValueError(
+                f"key_padding_mask must have shape (B, Tk) = {(B, Tk)}, got {tuple(key_padding_mask.shape)}"
+            )
         return Tk
 
     def forward(
@@ -145,7 +149,8 @@ class CausalLinearAttention(Float32Parameters):
 
         Args:
             q: ``(B, Hq, T, d)`` queries (after RoPE), already scaled so that the softmax logits are qᵀk/√d.
-            k: ``(B, Hk, Tk, d)`` keys, Tk ≥ T. v: ``(B, Hk, Tk, D)`` values.
+            k: ``(B, Hk, Tk, d)`` keys, Tk ≥ T.
+            v: ``(B, Hk, Tk, D)`` values.
             state: recurrent state after the tokens before these keys, or ``None``.
             key_padding_mask: ``(B, Tk)`` bool, False for padding keys (they get φ = 0 and never contribute).
 

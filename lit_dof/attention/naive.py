@@ -61,7 +61,10 @@ def sliding_window_masks(T: int, window: int, sink_tokens: int = 0, *, device=No
     attention (:mod:`lit_dof.attention.sliding_window`).
 
     Args:
-        T: tokens. window: w ≥ 1, tokens attended exactly (the query's own included). sink_tokens: s ≥ 0.
+        T: tokens.
+        window: w ≥ 1, tokens attended exactly (the query's own included).
+        sink_tokens: s ≥ 0, the first tokens always attended exactly.
+        device: where the masks are made (``None``: torch's default device).
 
     Returns:
         ``(exact, linear)`` bool ``(T, T)`` over (query i, key j): exact where ``j ≤ i`` and (``i − w < j`` or
@@ -90,9 +93,14 @@ def naive_sliding_window_attention(
     ``qᵀk/√d`` on exact pairs and ``β_h + log K̂(q, k)`` on linear pairs (:func:`sliding_window_masks`).
 
     Args:
-        q: ``(B, Hq, T, d)`` scaled queries; k: ``(B, Hk, T, d)``; v: ``(B, Hk, T, D)``.
-        log_phi_q, log_phi_k: exact log-features ``(B, Hq, T, M)``, ``(B, Hk, T, M)``, or both ``None``.
-        window, sink_tokens: w and s. log_mix: ``(Hq,)`` β (``None``: 0).
+        q: ``(B, Hq, T, d)`` scaled queries.
+        k: ``(B, Hk, T, d)`` keys.
+        v: ``(B, Hk, T, D)`` values.
+        log_phi_q: exact query log-features ``(B, Hq, T, M)``, or ``None`` (no linear term).
+        log_phi_k: exact key log-features ``(B, Hk, T, M)``, or ``None`` together with ``log_phi_q``.
+        window: w, tokens attended exactly.
+        sink_tokens: s, first tokens attended exactly.
+        log_mix: ``(Hq,)`` β, log-weight of the linear terms (``None``: 0).
         key_padding_mask: ``(B, T)`` bool, False for padding keys.
 
     Returns:

@@ -16,7 +16,9 @@ from lit_dof.attention.state import LinearAttentionState
 from lit_dof.precision import fp32_region
 
 
-def _step(lq: Tensor, lk: Tensor, v: Tensor, state: LinearAttentionState) -> tuple[Tensor, LinearAttentionState, Tensor]:
+def _step(
+    lq: Tensor, lk: Tensor, v: Tensor, state: LinearAttentionState
+) -> tuple[Tensor, LinearAttentionState, Tensor]:
     """One token, no checks. lq ``(B, Hk, G, M)``, lk ``(B, Hk, M)``, v ``(B, Hk, D)``, all float32.
     Returns ``(y (B, Hk, G, D), state, log_z (B, Hk, G))``."""
     m_new = torch.maximum(state.log_scale, lk.detach())  # (B, Hk, M)

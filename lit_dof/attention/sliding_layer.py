@@ -48,7 +48,9 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         chunk_size: int = 64,
         decode_max_tokens: int = 1,
     ) -> None:
-        super().__init__(feature_map, num_heads, num_kv_heads, chunk_size=chunk_size, decode_max_tokens=decode_max_tokens)
+        super().__init__(
+            feature_map, num_heads, num_kv_heads, chunk_size=chunk_size, decode_max_tokens=decode_max_tokens
+        )
         self.window = check_positive_int("window", window)
         if isinstance(sink_tokens, bool) or not isinstance(sink_tokens, int) or sink_tokens < 0:
             raise ValueError(f"sink_tokens must be an integer >= 0, got {sink_tokens!r}")
@@ -57,6 +59,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         self.log_mix = nn.Parameter(torch.zeros(num_heads, dtype=torch.float32)) if far_term and learn_mix else None
 
     def extra_repr(self) -> str:
+        """The linear layer's fields plus the sliding window, sink tokens and far term, for ``print(module)``."""
         far = "linear" if self.far_term else "none"
         return f"{super().extra_repr()}, window={self.window}, sink_tokens={self.sink_tokens}, far_term={far}"
 
@@ -64,7 +67,8 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         """Log-features with every constant kept (the far terms are added to exact softmax terms).
 
         Args:
-            q: ``(B, Hq, T, d)``; k: ``(B, Hk, Tk, d)``.
+            q: ``(B, Hq, T, d)`` queries.
+            k: ``(B, Hk, Tk, d)`` keys.
 
         Returns:
             ``log φ(q)`` ``(B, Hq, T, M)`` and ``log φ(k)`` ``(B, Hk, Tk, M)`` (maps shared per KV head) or
@@ -90,7 +94,8 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         Args:
             q: ``(B, Hq, T, d)`` queries, scaled so that the softmax logits are qᵀk/√d.
             k: ``(B, Hk, Tk, d)`` keys, Tk ≥ T (the first Tk − T are a prefix without queries, e.g. a softmax
-                KV cache handed over); v: ``(B, Hk, Tk, D)``.
+                KV cache handed over).
+            v: ``(B, Hk, Tk, D)`` values.
             state: :class:`~lit_dof.attention.sliding_window.SlidingWindowState` of the preceding tokens.
             key_padding_mask: ``(B, Tk)`` bool, False for padding keys.
 
@@ -117,4 +122,4 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         return sliding_window_linear_attention(
             q, k, v, log_q, log_k, window=self.window, sink_tokens=self.sink_tokens, log_mix=self.log_mix,
             state=state, key_padding_mask=key_padding_mask, chunk_size=self.chunk_size,
-        )  # fmt: skip
+        )  # fmt: skip  # packed args

@@ -79,11 +79,15 @@ class SlidingWindowState:
         return linear + sum(t.numel() * t.element_size() for t in self._tensors())
 
     def _map(self, fn) -> "SlidingWindowState":
-        linear = None if self.linear is None else LinearAttentionState(*(fn(t) for t in (self.linear.kv, self.linear.k_sum, self.linear.log_scale)))
+        linear = (
+            None
+            if self.linear is None
+            else LinearAttentionState(*(fn(t) for t in (self.linear.kv, self.linear.k_sum, self.linear.log_scale)))
+        )
         return SlidingWindowState(
             linear, fn(self.keys), fn(self.values), None if self.log_phi_k is None else fn(self.log_phi_k),
             fn(self.valid), fn(self.sink_keys), fn(self.sink_values), fn(self.sink_valid), self.seen,
-        )  # fmt: skip
+        )  # fmt: skip  # packed args
 
     def index_select(self, dim: int, index: Tensor) -> "SlidingWindowState":
         """Select batch rows (``dim=0``), e.g. for beam-search reordering."""
@@ -98,7 +102,8 @@ def masked_softmax_part(logits: Tensor, mask: Tensor, values: Tensor) -> tuple[T
     """Normalised softmax output and log-normaliser of one group of attention terms.
 
     Args:
-        logits: ``(..., R, L)`` attention logits. mask: broadcastable to ``logits``, True where a term counts.
+        logits: ``(..., R, L)`` attention logits.
+        mask: broadcastable to ``logits``, True where a term counts.
         values: ``(..., L, D)``.
 
     Returns:
@@ -121,7 +126,10 @@ def merge_normalized(o1: Tensor, log_z1: Tensor, o2: Tensor, log_z2: Tensor) -> 
     ``max(z1, z2)`` (no overflow); rows where both are ``-inf`` give ``o = 0``, ``z = -inf``.
 
     Args:
-        o1, o2: ``(..., R, D)``. log_z1, log_z2: ``(..., R)``.
+        o1: ``(..., R, D)`` output of the first part.
+        log_z1: ``(..., R)`` its log-normaliser.
+        o2: ``(..., R, D)`` output of the second part.
+        log_z2: ``(..., R)`` its log-normaliser.
 
     Returns:
         ``(o (..., R, D), log_z (..., R))``.
@@ -197,7 +205,8 @@ def sliding_window_linear_attention(
 
     Args:
         q: ``(B, Hq, T, d)`` queries (post-RoPE), scaled so that the softmax logits are qᵀk/√d.
-        k: ``(B, Hk, T, d)`` keys; v: ``(B, Hk, T, D)`` values; ``Hq % Hk == 0`` (GQA, keys never repeated).
+        k: ``(B, Hk, T, d)`` keys; ``Hq % Hk == 0`` (GQA, keys never repeated).
+        v: ``(B, Hk, T, D)`` values.
         log_phi_q: ``(B, Hq, T, M)`` query log-features, exact (no dropped per-row constant: the linear terms
             are added to exact softmax terms), or ``None`` for no linear term (the window and sinks alone).
         log_phi_k: ``(B, Hk, T, M)`` key log-features, or ``None`` together with ``log_phi_q``.
@@ -229,7 +238,7 @@ def sliding_window_linear_attention(
     Hk = k.shape[1]
     if k.shape != (B, Hk, T, d) or v.shape[:3] != (B, Hk, T) or Hk == 0 or Hq % Hk:
         raise ValueError(f"expected q (B, Hq, T, d), k (B, Hk, T, d), v (B, Hk, T, D) with Hq a multiple of Hk, "
-                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")  # fmt: skip
+                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if (log_phi_q is None) != (log_phi_k is None):
         raise ValueError("pass both log_phi_q and log_phi_k (linear far term) or neither (window and sinks only)")
     if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, T):
@@ -240,7 +249,9 @@ def sliding_window_linear_attention(
     if prev.keys.shape[2] > window:
         raise ValueError(f"state holds {prev.keys.shape[2]} window keys, more than window={window}")
     P, b = prev.seen, prev.keys.shape[2]
-    valid_new = torch.ones(B, T, dtype=torch.bool, device=q.device) if key_padding_mask is None else key_padding_mask.bool()
+    valid_new = (
+        torch.ones(B, T, dtype=torch.bool, device=q.device) if key_padding_mask is None else key_padding_mask.bool()
+    )
     keys, values = torch.cat([prev.keys, k], 2).to(dtype), torch.cat([prev.values, v], 2).to(dtype)  # stream
     valid = torch.cat([prev.valid, valid_new], 1)  # (B, b + T)
 
@@ -256,7 +267,7 @@ def sliding_window_linear_attention(
         outside = torch.arange(sink_k.shape[2], device=q.device)[None, :] <= positions[:, None] - window  # (T, s')
         logits = (qg @ sink_k.to(dtype).transpose(-1, -2)[:, :, None]) / math.sqrt(d)  # (B, Hk, G, T, s')
         o_s, log_z_s = masked_softmax_part(logits, outside[None, None, None] & sink_ok[:, None, None, None, :],
-                                           sink_v.to(dtype)[:, :, None])  # fmt: skip
+                                           sink_v.to(dtype)[:, :, None])
         o, log_z = merge_normalized(o, log_z, o_s, log_z_s)
     o, log_z = o.reshape(B, Hq, T, -1), log_z.reshape(B, Hq, T)
 
@@ -265,7 +276,9 @@ def sliding_window_linear_attention(
     if log_phi_q is not None:
         log_phi = torch.cat([prev.log_phi_k.to(log_phi_k.dtype), log_phi_k], 2) if b else log_phi_k
         log_phi = log_phi.masked_fill(~valid[:, None, :, None], EMPTY_LOG_SCALE)
-        y_lin, log_z_lin, linear = _far_part(log_phi_q, log_phi, values, b, P, window, sink_tokens, prev.linear, chunk_size)
+        y_lin, log_z_lin, linear = _far_part(
+            log_phi_q, log_phi, values, b, P, window, sink_tokens, prev.linear, chunk_size
+        )
         if y_lin is not None:
             if log_mix is not None:
                 log_z_lin = log_z_lin + log_mix.to(log_z_lin.dtype)[None, :, None]
@@ -276,14 +289,14 @@ def sliding_window_linear_attention(
         linear, keys[:, :, -keep:].to(k.dtype), values[:, :, -keep:].to(v.dtype),
         None if log_phi is None else log_phi[:, :, -keep:], valid[:, -keep:],
         sink_k, sink_v, sink_ok, P + T,
-    )  # fmt: skip
+    )  # fmt: skip  # packed args
     return o.to(v.dtype), new_state
 
 
 def _far_part(
     log_phi_q: Tensor, log_phi: Tensor, values: Tensor, b: int, P: int, window: int, sinks: int,
     linear: LinearAttentionState | None, chunk_size: int,
-) -> tuple[Tensor | None, Tensor | None, LinearAttentionState | None]:  # fmt: skip
+) -> tuple[Tensor | None, Tensor | None, LinearAttentionState | None]:  # fmt: skip  # packed signature
     """Linear attention of T queries over the stream delayed by w tokens (keys of position < s excluded).
 
     The stream holds b buffered then T new tokens; stream index j is position P − b + j. Query i sees stream
@@ -299,7 +312,7 @@ def _far_part(
     lk, lv = log_phi[:, :, j0 : j0 + count], values[:, :, j0 : j0 + count]
     if linear is None:  # the first `first` queries have no far key at all: run the others alone
         y, state, log_z = chunked_linear_attention(log_phi_q[:, :, first:], lk, lv, chunk_size=chunk_size,
-                                                   check_inputs=False, return_log_normalizer=True)  # fmt: skip
+                                                   check_inputs=False, return_log_normalizer=True)
         y = F.pad(y, (0, 0, T - count, 0))
         log_z = F.pad(log_z, (T - count, 0), value=float("-inf"))
         return y, log_z, state

@@ -53,7 +53,9 @@ class LinearAttentionState:
     def index_select(self, dim: int, index: Tensor) -> "LinearAttentionState":
         """Select batch rows (``dim=0``), e.g. for beam-search reordering."""
         return LinearAttentionState(
-            self.kv.index_select(dim, index), self.k_sum.index_select(dim, index), self.log_scale.index_select(dim, index)
+            self.kv.index_select(dim, index),
+            self.k_sum.index_select(dim, index),
+            self.log_scale.index_select(dim, index),
         )
 
     def repeat_interleave(self, repeats: int) -> "LinearAttentionState":

@@ -13,19 +13,18 @@ finished:
   disjoint ``ppl_window`` blocks (``by_position``, buckets 0–63 / 64–255 / 256–511 for 512);
 * ``long.json`` (stage ``long``): perplexity by position in blocks of 512 to 8192 tokens (long context).
 
-:func:`~lit_dof.comparison.report.write_report` gathers every finished cell into ``comparison.json``, ``comparison.md`` (methods ×
-tasks, average, perplexity, budget, λ, J, tokens, wall time, and the fraction of the teacher–Performer
-gap each method closes) and ``comparison.png``: average accuracy vs total feature budget (one line per
-method), validation perplexity vs step, and each curve divided by its reference row's at the same step (the
-λ study's "has the ranking stopped changing"). Every row's reference is Fix trained with the same loss
-(:class:`~lit_dof.comparison.rows.Row`), so paired differences isolate the allocation. With several ``--seeds`` the report adds each
-method's mean and spread over the seeds and its difference from the reference with a standard error over
-the seeds: one training run cannot tell two methods apart when the run-to-run spread is as large as their
-difference.
+:func:`~lit_dof.comparison.report.write_report` gathers every finished cell into ``comparison.json``, ``comparison.md``
+(methods × tasks, average, perplexity, budget, λ, J, tokens, wall time, and the fraction of the teacher–Performer gap
+each method closes) and ``comparison.png``: average accuracy vs total feature budget (one line per method), validation
+perplexity vs step, and each curve divided by its reference row's at the same step (the λ study's "has the ranking
+stopped changing"). Every row's reference is Fix trained with the same loss (:class:`~lit_dof.comparison.rows.Row`), so
+paired differences isolate the allocation. With several ``--seeds`` the report adds each method's mean and spread over
+the seeds and its difference from the reference with a standard error over the seeds: one training run cannot tell two
+methods apart when the run-to-run spread is as large as their difference.
 
-The report is the durable record: ``comparison.json`` keeps each cell's per-example scores, and a re-render
-carries over the cells of the earlier ``comparison.json`` in the report folder whose run directories are
-gone (``--carry``, :func:`~lit_dof.comparison.collect.collect`), so a lost scratch folder costs checkpoints, not results.
+The report is the durable record: ``comparison.json`` keeps each cell's per-example scores, and a re-render carries over
+the cells of the earlier ``comparison.json`` in the report folder whose run directories are gone (``--carry``,
+:func:`~lit_dof.comparison.collect.collect`), so a lost scratch folder costs checkpoints, not results.
 
 Modules, one idea each:
 

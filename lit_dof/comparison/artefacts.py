@@ -124,13 +124,13 @@ def summarise_fit(cell: Path, attempts: list[dict], command: list[str]) -> dict:
     record = {"student": str((run / "student").relative_to(cell)), "feature_dims": dims, "total_features": total,
               "steps": steps, "tokens": steps * int(data["batch_size"]) * int(data["seq_len"]),
               "wall_seconds": sum(a["seconds"] for a in attempts), "attempts": len(attempts),
-              "command": portable(command), "val_curve": validation_curve(cell)}  # fmt: skip
+              "command": portable(command), "val_curve": validation_curve(cell)}  # fmt: skip  # compact dict
     record["strategy"] = (config.get("allocator") or {}).get("strategy")
     dof_path = run / "dof.json"
     if dof_path.is_file():
         dof = json.loads(dof_path.read_text())
         record.update(lam=dof.get("lam"), lam_rule=dof.get("lam_rule"), relative_to=dof.get("relative_to"),
-                      num_samples=dof.get("num_samples"))  # fmt: skip
+                      num_samples=dof.get("num_samples"))  # fmt: skip  # packed args
     return record
 
 
@@ -158,7 +158,7 @@ def read_cell(cell: Path, tasks: Sequence[str]) -> dict:
         devices.add(_eval_device(entry.get("provenance") or {}))
         metric = PRIMARY_METRIC[task]
         scores[task] = {"value": entry.get(metric), "stderr": entry.get(f"{metric}_stderr"), "metric": metric,
-                        "n": entry.get("n")}  # fmt: skip
+                        "n": entry.get("n")}  # fmt: skip  # compact dict
         if (entry.get("items") or {}).get(metric):
             items[task] = entry["items"][metric]
     return {"fit": fit, "ppl": ppl, "long": long, "scores": scores, "items": items, "devices": devices}

@@ -86,7 +86,9 @@ class Comparison:
         ``seed`` defaults to :attr:`seed`.
 
         Args:
-            row: the cell's row. budget: its feature budget C. seed: its seed (default :attr:`seed`).
+            row: the cell's row.
+            budget: its feature budget C.
+            seed: its seed (default :attr:`seed`).
 
         Returns:
             The cell directory (not created).
@@ -106,7 +108,9 @@ class Comparison:
         rebuilt even if the DoF estimate's code or data changed in between.
 
         Args:
-            row: the cell's row. budget: its feature budget C. resume: whether a ``last.ckpt`` exists.
+            row: the cell's row.
+            budget: its feature budget C.
+            resume: whether a ``last.ckpt`` exists.
             dof_report: the first attempt's ``dof.json`` (used only when resuming).
 
         Returns:
@@ -127,7 +131,8 @@ class Comparison:
         """Train the cell's student (or resume it); returns ``fit.json``'s content.
 
         Args:
-            row: the cell's row. budget: its feature budget C.
+            row: the cell's row.
+            budget: its feature budget C.
 
         Returns:
             ``fit.json``'s content (read back when the cell is finished).
@@ -173,15 +178,19 @@ class Comparison:
         import torch
 
         device = torch.device(self.device)  # validated in __post_init__
-        return ["--trainer.accelerator=gpu", f"--trainer.devices=[{device.index or 0}]"] if device.type == "cuda" else []
+        return (
+            ["--trainer.accelerator=gpu", f"--trainer.devices=[{device.index or 0}]"] if device.type == "cuda" else []
+        )
 
     def device_label(self) -> str:
+        """A short name of :attr:`device` for reports (:func:`lit_dof.devices.device_label`)."""
         from lit_dof.devices import device_label
 
         return device_label(self.device)
 
     # -- evaluation -------------------------------------------------------------------------------------------
     def teacher_source(self) -> str:
+        """The teacher: :attr:`teacher` when set, else ``model.init_args.teacher`` of the base config."""
         if self.teacher:
             return self.teacher
         import yaml
@@ -189,6 +198,12 @@ class Comparison:
         return yaml.safe_load(Path(self.base_config).read_text())["model"]["init_args"]["teacher"]
 
     def model_source(self, row: Row, budget: int) -> str:
+        """What a cell evaluates: the teacher for the teacher row, else the student its fit exported.
+
+        Args:
+            row: the method.
+            budget: the feature budget M of the cell.
+        """
         if row.kind == "teacher":
             return self.teacher_source()
         cell = self.cell_dir(row, budget)
@@ -198,7 +213,9 @@ class Comparison:
         """Zero-shot results of the cell's model, one ``eval/<task>.json`` per task (finished tasks skipped).
 
         Args:
-            row: the cell's row. budget: its feature budget C. tasks: the tasks to evaluate.
+            row: the cell's row.
+            budget: its feature budget C.
+            tasks: the tasks to evaluate.
 
         Returns:
             ``{task: eval/<task>.json's content}``.
@@ -211,8 +228,11 @@ class Comparison:
             model, tokenizer = load_model(self.model_source(row, budget), device=self.device)
             for task in todo:  # one task at a time: a kill loses at most one task's work
                 result = evaluate_model(model, tokenizer, [task], data_dir=self.data_dir, limit=self.eval_limit,
-                                        batch_size=self.batch_size, mmlu_per_subject=self.mmlu_per_subject)  # fmt: skip
-                atomic_write_json(folder / f"{task}.json", {**result["tasks"][task], "provenance": result["provenance"]})
+                                        batch_size=self.batch_size,
+                                        mmlu_per_subject=self.mmlu_per_subject)  # fmt: skip  # packed args
+                atomic_write_json(
+                    folder / f"{task}.json", {**result["tasks"][task], "provenance": result["provenance"]}
+                )
         return {t: json.loads((folder / f"{t}.json").read_text()) for t in tasks}
 
     def _measured(self, row: Row, budget: int, name: str, measure) -> dict:
@@ -237,7 +257,8 @@ class Comparison:
         """Sliding-window perplexity on the held-out documents of the corpus (``ppl.json``).
 
         Args:
-            row: the cell's row. budget: its feature budget C.
+            row: the cell's row.
+            budget: its feature budget C.
 
         Returns:
             ``ppl.json``'s content.
@@ -251,7 +272,7 @@ class Comparison:
         from lit_dof.evaluation.perplexity import corpus_perplexity, heldout_documents, position_perplexity, text_tokens
 
         result = corpus_perplexity(model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window,
-                                   stride=self.ppl_stride)  # fmt: skip
+                                   stride=self.ppl_stride)
         tokens = text_tokens(heldout_documents(corpus), tokenizer, self.ppl_tokens)
         block = min(self.ppl_window, tokens.numel())  # a stream shorter than the window is one block
         edges = [e for e in (0, 64, 256) if e < block] + [block]
@@ -264,7 +285,8 @@ class Comparison:
         per context, buckets 0–63 / 64–255 / 256–511 / 512–2047 / 2048–4095 / 4096–8191 within the block.
 
         Args:
-            row: the cell's row. budget: its feature budget C.
+            row: the cell's row.
+            budget: its feature budget C.
 
         Returns:
             ``long.json``'s content.
@@ -282,7 +304,9 @@ class Comparison:
         for context in self.long_contexts:
             edges = position_edges(context)
             usable = tokens[: max(context, self.ppl_tokens // context * context)]
-            result["contexts"][str(context)] = position_perplexity(model, usable, block=context, edges=edges, batch_size=1)
+            result["contexts"][str(context)] = position_perplexity(
+                model, usable, block=context, edges=edges, batch_size=1
+            )
         return result
 
     # -- the paper's per-task fine-tuning protocol (METHOD.md §4) -----------------------------------------
@@ -294,7 +318,7 @@ class Comparison:
         folder.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "lit_dof.pipeline.cli", "fit", "--config",
                    str(REPO_CONFIGS / "finetune" / "arc_easy.yaml"), f"--data.init_args.task={task}",
-                   f"--model.init_args.teacher={source}", f"--model.init_args.lr={lr}"]  # fmt: skip
+                   f"--model.init_args.teacher={source}", f"--model.init_args.lr={lr}"]  # fmt: skip  # compact list
         if self.data_dir:
             command.append(f"--data.init_args.data_dir={self.data_dir}")
         if task == "mmlu":  # the paper: MMLU 1 epoch, last
@@ -305,7 +329,11 @@ class Comparison:
         start = time.time()
         run_logged(command, folder, f"fine-tuning {source} on {task} (lr {lr})")
         summaries = sorted(folder.glob("runs/*/version_*/finetune.json"), key=os.path.getmtime)
-        result = {**json.loads(summaries[-1].read_text()), "wall_seconds": time.time() - start, "command": portable(command)}
+        result = {
+            **json.loads(summaries[-1].read_text()),
+            "wall_seconds": time.time() - start,
+            "command": portable(command),
+        }
         atomic_write_json(result_path, result)
         return result
 
@@ -320,17 +348,19 @@ class Comparison:
         """
         folder = Path(self.out) / "finetune_lr" / task
         scores = {lr: self._finetune_run(self.teacher_source(), task, lr, folder / f"lr{lr:g}")["score"]
-                  for lr in self.finetune_lrs}  # fmt: skip
+                  for lr in self.finetune_lrs}
         best = max(scores, key=lambda lr: scores[lr])
         atomic_write_json(folder / "selected.json", {"task": task, "scores": {f"{k:g}": v for k, v in scores.items()},
-                                                      "lr": best})  # fmt: skip
+                                                      "lr": best})
         return best
 
     def finetune(self, row: Row, budget: int, task: str) -> dict:
         """Fine-tune the cell's model on ``task`` at the teacher-selected learning rate (``finetune/<task>.json``).
 
         Args:
-            row: the cell's row. budget: its feature budget C. task: a task with training data.
+            row: the cell's row.
+            budget: its feature budget C.
+            task: a task with training data.
 
         Returns:
             ``finetune/<task>.json``'s content.
@@ -340,7 +370,9 @@ class Comparison:
             return json.loads(path.read_text())
         lr = self.finetune_lr(task)
         if row.kind == "teacher":
-            result = self._finetune_run(self.teacher_source(), task, lr, Path(self.out) / "finetune_lr" / task / f"lr{lr:g}")
+            result = self._finetune_run(
+                self.teacher_source(), task, lr, Path(self.out) / "finetune_lr" / task / f"lr{lr:g}"
+            )
         else:
             result = self._finetune_run(self.model_source(row, budget), task, lr, path.parent / task)
         atomic_write_json(path, result)

@@ -1,5 +1,7 @@
 """``lit-dof compare``: run (or resume) the comparison grid and write its report; SIGTERM stops it as Ctrl-C does.
 
+Example::
+
     lit-dof compare --rows '[teacher, performer, fix, dof]' --budgets '[64]' --out runs/compare
 """
 
@@ -61,7 +63,8 @@ def compare(
         finetune_tasks: tasks of the protocol (those with training data offline).
         finetune_lrs: the learning-rate grid searched on the teacher, reused for the students.
         finetune_args: extra arguments of every fine-tuning fit (e.g. ``--data.init_args.train_limit=200``).
-        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``, for every stage (see lit_dof.comparison.cells.Comparison).
+        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``, for every stage (see
+            lit_dof.comparison.cells.Comparison).
         eval_batch_size: loglikelihood requests per forward in the ``eval`` stage (results depend on it only
             through float rounding).
         seeds: training seeds of every student row (0: the base config's seeds). With two or more the report
@@ -83,13 +86,14 @@ def compare(
         raise ValueError(f"unknown stage(s) {bad}; use fit, ppl, long, eval, finetune")
     if not seeds or len(set(seeds)) != len(seeds) or any(not isinstance(s, int) or s < 0 for s in seeds):
         raise ValueError(f"seeds {seeds}: give distinct integers ≥ 0 (e.g. [0, 1, 2])")
-    comparison = Comparison(out=Path(out), base_config=Path(base_config) if base_config else REPO_CONFIGS / "quickstart.yaml",
+    comparison = Comparison(out=Path(out),
+                            base_config=Path(base_config) if base_config else REPO_CONFIGS / "quickstart.yaml",
                             teacher=teacher, corpus=corpus or os.environ.get("LIT_DOF_CORPUS"),
                             data_dir=data_dir or os.environ.get("LIT_DOF_DATA"),
                             eval_limit=eval_limit, mmlu_per_subject=mmlu_per_subject, ppl_tokens=ppl_tokens,
                             fit_args=tuple(fit_args), finetune_lrs=tuple(finetune_lrs),
                             finetune_args=tuple(finetune_args), device=device,
-                            batch_size=eval_batch_size)  # fmt: skip
+                            batch_size=eval_batch_size)  # fmt: skip  # packed args
     selected = [ROWS[name] for name in rows]
     for budget, seed, row in grid(selected, budgets, seeds):
         seeded = replace(comparison, seed=seed)

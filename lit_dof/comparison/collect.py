@@ -59,7 +59,7 @@ def _carry(previous: dict, tasks: Sequence[str]) -> tuple[dict, dict]:
 
 
 def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], tasks: Sequence[str] = TASKS,
-            seeds: Sequence[int] = (0,), previous: dict | None = None) -> dict:  # fmt: skip
+            seeds: Sequence[int] = (0,), previous: dict | None = None) -> dict:  # fmt: skip  # packed signature
     """Every finished part of every cell (missing parts are ``None``); ``pending`` names the selected rows with
     no cell yet or with a fit still under way (nothing to show). Cells of one budget and seed are compared
     with each other (gap closed, paired differences); ``seed_summary`` (:func:`seed_summary`) pools the seeds.
@@ -73,7 +73,10 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
 
     Args:
         comparison: where the cells are (:class:`~lit_dof.comparison.cells.Comparison`).
-        rows: the selected rows. budgets: feature budgets C. tasks: the report's tasks. seeds: training seeds.
+        rows: the selected rows.
+        budgets: feature budgets C.
+        tasks: the report's tasks.
+        seeds: training seeds.
         previous: an earlier ``comparison.json`` to carry cells from (``None``: none).
 
     Returns:
@@ -114,7 +117,7 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                       "ppl_setting": _ppl_setting(ppl), "finetuned": finetuned,
                       "by_position": (ppl or {}).get("by_position"), "long": (found["long"] or {}).get("contexts"),
                       "devices": sorted(d for d in found["devices"] if d),
-                      "items": {t: encode_items(v) for t, v in found["items"].items()}})  # fmt: skip
+                      "items": {t: encode_items(v) for t, v in found["items"].items()}})  # fmt: skip  # packed args
     teacher = next((c for c in cells if c["kind"] == "teacher"), None)
     for budget, seed in ((b, s) for b in budgets for s in seeds):
         group = [(c, found) for c, found in zip(cells, items) if c["budget"] == budget and c["seed"] == seed]
@@ -129,13 +132,17 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                 pair_with_reference(c, found, by_row[c["reference"]], tasks)
             prior = c.pop("prior_vs_reference", None)
             reference = next((r for r, _ in group if r["row"] == c["reference"]), None)
-            if prior and reference is not None and reference.get("carried") and \
-                    len(c.get("vs_reference") or {}) < len(prior.get("vs_reference") or {}):  # fmt: skip
+            if (
+                prior
+                and reference is not None
+                and reference.get("carried")
+                and len(c.get("vs_reference") or {}) < len(prior.get("vs_reference") or {})
+            ):
                 c.update({k: v for k, v in prior.items() if v is not None})  # same measurements, no items to re-pair
     if teacher is not None:  # 1 by definition, wherever a gap is defined
         teacher["gap_closed"] = 1.0 if any(c.get("gap_closed") is not None for c in cells if c is not teacher) else None
     report = {"budgets": list(budgets), "seeds": list(seeds), "tasks": list(tasks), "primary_metric": PRIMARY_METRIC,
-              "cells": cells, "pending": pending, "carried": carried}  # fmt: skip
+              "cells": cells, "pending": pending, "carried": carried}  # fmt: skip  # compact dict
     report["seed_summary"] = seed_summary(report)
     return report
 

@@ -40,7 +40,7 @@ def validation_curves(report: dict) -> dict[tuple[str, int, int | None], dict[in
         The curves by cell key.
     """
     return {cell_key(c["row"], c): dict(c["fit"]["val_curve"]) for c in report["cells"]
-            if (c["fit"] or {}).get("val_curve")}  # fmt: skip
+            if (c["fit"] or {}).get("val_curve")}
 
 
 def reference_curve(c: dict, curves: dict) -> dict[int, float]:

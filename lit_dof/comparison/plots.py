@@ -44,12 +44,13 @@ def figure(report: dict) -> Figure:
 
     curves = validation_curves(report)
     relative = [c for c in report["cells"] if c.get("reference") and c["fit"] and c["fit"].get("val_curve")
-                and reference_curve(c, curves)]  # fmt: skip
+                and reference_curve(c, curves)]
     fig = Figure(figsize=(16 if relative else 11, 4))
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 3 if relative else 2)
     ax, bx = axes[:2]
-    colors = {row: f"C{i % 10}" for i, row in enumerate(dict.fromkeys(c["row"] for c in report["cells"]))}  # same row, same colour
+    # Same row, same colour.
+    colors = {row: f"C{i % 10}" for i, row in enumerate(dict.fromkeys(c["row"] for c in report["cells"]))}
     scored = has_scores(report)  # else perplexity-only: the budget panel plots perplexity
     metric = "average" if scored else "ppl"
     by_row: dict[str, dict[int, list]] = {}  # row -> budget -> (Σ M, value) of each seed
@@ -75,7 +76,7 @@ def figure(report: dict) -> Figure:
         ax.legend(fontsize=7 if scored else 6)
     else:
         ax.text(0.5, 0.5, "no seven-task averages yet" if scored else "no perplexities yet", ha="center",
-                va="center", transform=ax.transAxes)  # fmt: skip
+                va="center", transform=ax.transAxes)  # fmt: skip  # packed args
     bx.set_xlabel("optimizer step")
     bx.set_ylabel("held-out perplexity (validation)")
     bx.set_yscale("log")
@@ -88,7 +89,7 @@ def figure(report: dict) -> Figure:
             shared = [(step, value / reference[step]) for step, value in c["fit"]["val_curve"] if step in reference]
             if shared:
                 cx.plot(*zip(*shared), marker="o", color=colors[c["row"]],
-                        label=f"{cell_label(c)} / {c['reference']} (C={c['budget']})")  # fmt: skip
+                        label=f"{cell_label(c)} / {c['reference']} (C={c['budget']})")  # fmt: skip  # packed args
         cx.axhline(1.0, color="k", linestyle="--", label="reference (Fix, same loss)")
         cx.set_xlabel("optimizer step")
         cx.set_ylabel("validation perplexity / reference's (same step)")

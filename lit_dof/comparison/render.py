@@ -44,13 +44,15 @@ def markdown(report: dict, header: str = "") -> str:
     scored = has_scores(report)  # a perplexity-only study (the λ study) drops the task columns
     lines = [header] if header else []
     columns = ["method", *(tasks + ["avg", "gap closed"] if scored else []), "ppl", "C", "Σ M", "λ", "J", "tokens",
-               "fit wall", "note"]  # fmt: skip
+               "fit wall", "note"]  # fmt: skip  # compact list
     lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for c in report["cells"]:
         fit = c["fit"] or {}
         uses_dof = fit.get("strategy") in ("dof", "dof_clip")
         lam = fit.get("lam") if uses_dof else None
-        lam_text = "–" if lam is None else f"2^{math.log2(lam):.1f}" + (" (auto)" if fit.get("lam_rule") == "auto" else "")
+        lam_text = (
+            "–" if lam is None else f"2^{math.log2(lam):.1f}" + (" (auto)" if fit.get("lam_rule") == "auto" else "")
+        )
         if lam is not None and fit.get("relative_to"):
             lam_text += " · tr(G)/J" if fit["relative_to"] == "trace" else f" · {fit['relative_to']}(G)"
         wall = fit.get("wall_seconds")
@@ -59,7 +61,7 @@ def markdown(report: dict, header: str = "") -> str:
         row = [cell_label(c), *scores, _fmt(c["ppl"], 1), str(c["budget"]) if c["kind"] != "teacher" else "–",
                str(fit.get("total_features") or "–"), lam_text, str(fit.get("num_samples") or "–") if uses_dof else "–",
                _fmt_tokens(fit.get("tokens")),
-               f"{wall / 60:.0f} min" if wall else "–", c["note"]]  # fmt: skip
+               f"{wall / 60:.0f} min" if wall else "–", c["note"]]  # fmt: skip  # compact list
         lines.append("| " + " | ".join(row) + " |")
     if report.get("pending"):
         lines += ["", "Not measured yet (re-running the command resumes here): " + ", ".join(report["pending"]) + "."]
@@ -70,7 +72,7 @@ def markdown(report: dict, header: str = "") -> str:
     if finetuned_tasks:
         lines += ["", ("Fine-tuned per task (METHOD.md §4; accuracy of the best epoch, MMLU: last; learning rate "
                        "from the teacher's grid):"), "", "| method | " + " | ".join(finetuned_tasks) + " |",
-                  "|" + "---|" * (len(finetuned_tasks) + 1)]  # fmt: skip
+                  "|" + "---|" * (len(finetuned_tasks) + 1)]  # fmt: skip  # markdown table
         for c in report["cells"]:
             if c.get("finetuned"):
                 scores = [_fmt(c["finetuned"].get(t)) for t in finetuned_tasks]
@@ -82,7 +84,7 @@ def markdown(report: dict, header: str = "") -> str:
     lines += ["", _device_note(report), ""]
     lines.append("Metrics: " + ", ".join(f"{t} {m}" for t, m in report["primary_metric"].items() if t in tasks) +
                  ". gap closed = (avg − Performer avg) / (teacher avg − Performer avg). ppl: sliding-window "
-                 "perplexity on held-out Wikipedia documents" + _ppl_note(report) + ".")  # fmt: skip
+                 "perplexity on held-out Wikipedia documents" + _ppl_note(report) + ".")
     return "\n".join(lines)
 
 
@@ -95,7 +97,7 @@ def _position_sections(report: dict) -> list[str]:
     teacher = next((cell_label(c) for c in report["cells"] if c["kind"] == "teacher"), None)
     models = [{"label": cell_label(c), "by_position": c.get("by_position"), "long": c.get("long"),
                "reference": labels.get((c["reference"], c["budget"], c.get("seed"))) if c.get("reference") else None}
-              for c in report["cells"]]  # fmt: skip
+              for c in report["cells"]]  # fmt: skip  # compact comprehension
     return position_lines(models, teacher) + long_context_lines(models, teacher)
 
 
@@ -103,7 +105,7 @@ def _device_note(report: dict) -> str:
     """Where the cells were measured (fits, perplexity, evaluations): one device for all, or per cell."""
     several = len({c["budget"] for c in report["cells"]}) > 1
     per_cell = {cell_label(c) + (f" (C={c['budget']})" if several else ""): c.get("devices") or ["not recorded"]
-                for c in report["cells"]}  # fmt: skip
+                for c in report["cells"]}
     if len({tuple(d) for d in per_cell.values()}) == 1:
         return "Device: " + " and ".join(next(iter(per_cell.values()))) + " (every cell)."
     return "Devices: " + "; ".join(f"{row}: {' and '.join(d)}" for row, d in per_cell.items()) + "."
@@ -147,10 +149,11 @@ def seed_table(report: dict) -> list[str]:
         if s is None:
             return "–"
         return fmt.format(s["mean"]) + (f" ± {fmt.format(s['stderr']).lstrip('+')} (n={s['n']})"
-                                        if s.get("stderr") is not None else " (n=1)")  # fmt: skip
+                                        if s.get("stderr") is not None else " (n=1)")
 
     columns = ["method", "vs", "C", "seeds", *(["avg"] if scored else []), "ppl", "ppl / vs, per seed",
-               "ppl / vs, over seeds", *(["− vs, per seed", "− vs, over seeds"] if scored else [])]  # fmt: skip
+               "ppl / vs, over seeds", *(["− vs, per seed",
+               "− vs, over seeds"] if scored else [])]  # fmt: skip  # compact list
     legend = (f"{'avg, ppl' if scored else 'ppl'}: mean ± standard deviation over the seeds; ppl / vs: perplexity "
               "divided by the reference row's of the same seed"
               + ("; − vs: the average paired difference from the reference row in points" if scored else "")
@@ -160,10 +163,10 @@ def seed_table(report: dict) -> list[str]:
         ratios = ", ".join(f"{r:.3f} (s{seed})" for seed, r in s["ppl_ratio_per_seed"].items()) or "–"
         cells = [s["row"], s["reference"] or "–", str(s["budget"]), ", ".join(map(str, s["seeds"])),
                  *([spread(s["average"], 3)] if scored else []), spread(s["ppl"], 1), ratios,
-                 over(s["ppl_ratio"], "{:.3f}")]  # fmt: skip
+                 over(s["ppl_ratio"], "{:.3f}")]  # fmt: skip  # compact list
         if scored:  # in points
             points = s["vs_reference"] and {k: v if k == "n" or v is None else 100 * v
-                                            for k, v in s["vs_reference"].items()}  # fmt: skip
+                                            for k, v in s["vs_reference"].items()}
             cells += [", ".join(f"{100 * d:+.1f} (s{seed})" for seed, d in s["vs_reference_per_seed"].items()) or "–",
                       over(points, "{:+.1f}")]
         lines.append("| " + " | ".join(cells) + " |")
@@ -185,7 +188,7 @@ def paired_table(report: dict) -> list[str]:
     paired = [c for c in report["cells"] if c.get("vs_reference")]
     evaluated = {cell_key(c["row"], c) for c in report["cells"] if c.get("scores")}
     unpaired = [c for c in report["cells"] if c.get("scores") and not c.get("vs_reference")
-                and cell_key(c.get("reference"), c) in evaluated]  # fmt: skip
+                and cell_key(c.get("reference"), c) in evaluated]
     lines = _paired_rows(report, paired) if paired else []
     if unpaired:
         lines += ["", "Not paired (one side has no per-example scores, e.g. a reference carried from a report "
@@ -200,7 +203,8 @@ def _paired_rows(report: dict, paired: list[dict]) -> list[str]:
     lines = ["", ("Difference from the reference row (`vs`: Fix with the same loss) at the same budget, on the same "
                   "examples (points of the primary metric, ± paired standard error; – where either cell lacks "
                   "per-example scores; avg: over the tasks, standard error √(Σ SE²) / number of tasks):"), "",
-             "| method | vs | C | " + " | ".join(tasks) + " | avg |", "|" + "---|" * (len(tasks) + 4)]  # fmt: skip
+             "| method | vs | C | " + " | ".join(tasks) + " | avg |",
+             "|" + "---|" * (len(tasks) + 4)]  # fmt: skip  # markdown table
     for c in paired:
         diffs = [c["vs_reference"].get(t) for t in tasks] + [c.get("vs_reference_average")]
         lines.append(f"| {cell_label(c)} | {c['reference']} | {c['budget']} | " + " | ".join(
@@ -231,7 +235,8 @@ def curve_table(report: dict, tail: int = 5) -> list[str]:
     curves = validation_curves(report)
     lines = ["", "Validation perplexity during the fit (held-out blocks; step = optimizer step index):", "",
              "| method | vs | C | Σ M | dims | " + " | ".join(str(s) for s in steps) +
-             f" | / vs (last) | / vs (mean of last {tail}) |", "|" + "---|" * (len(steps) + 7)]  # fmt: skip
+             f" | / vs (last) | / vs (mean of last {tail}) |",
+             "|" + "---|" * (len(steps) + 7)]  # fmt: skip  # markdown table
     for c in curved:
         curve, dims = dict(c["fit"]["val_curve"]), c["fit"].get("feature_dims") or []
         reference = reference_curve(c, curves)
@@ -239,6 +244,6 @@ def curve_table(report: dict, tail: int = 5) -> list[str]:
         cells = [cell_label(c), c.get("reference") or "–", str(c["budget"]), str(sum(dims)) if dims else "–",
                  f"{min(dims)}…{max(dims)}" if dims else "–",
                  *[_fmt(curve.get(s), 1) for s in steps], _fmt(ratios[-1] if ratios else None),
-                 _fmt(mean_of(ratios[-tail:]) if len(ratios) >= tail else None)]  # fmt: skip
+                 _fmt(mean_of(ratios[-tail:]) if len(ratios) >= tail else None)]  # fmt: skip  # compact list
         lines.append("| " + " | ".join(cells) + " |")
     return lines

@@ -15,13 +15,18 @@ from lit_dof.io import atomic_write_json, atomic_write_text
 
 
 def write_report(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], report_dir: Path,
-                 header: str = "", seeds: Sequence[int] = (0,), carry: bool = True) -> dict:  # fmt: skip
+                 header: str = "", seeds: Sequence[int] = (0,),
+                 carry: bool = True) -> dict:  # fmt: skip  # packed signature
     """``comparison.json``, ``comparison.md`` and ``comparison.png`` in ``report_dir`` (atomic). With ``carry``,
     cells of the ``comparison.json`` already there that have no run directory now are kept (:func:`collect`).
 
     Args:
-        comparison: where the cells are. rows: the selected rows. budgets: feature budgets C.
-        report_dir: the report's folder. header: the markdown's first line. seeds: training seeds.
+        comparison: where the cells are.
+        rows: the selected rows.
+        budgets: feature budgets C.
+        report_dir: the report's folder.
+        header: the markdown's first line.
+        seeds: training seeds.
         carry: keep the earlier report's cells that have no run directory now.
 
     Returns:

@@ -12,7 +12,7 @@ REPO_CONFIGS = config_root()
 """The folder the rows' config files are relative to."""
 
 PRIMARY_METRIC = {"piqa": "acc_norm", "logiqa": "acc_norm", "arc_easy": "acc_norm", "arc_challenge": "acc_norm",
-                  "winogrande": "acc", "wsc273": "acc", "mmlu": "acc"}  # fmt: skip
+                  "winogrande": "acc", "wsc273": "acc", "mmlu": "acc"}  # fmt: skip  # compact dict
 """The metric shown per task (lm-eval's usual headline: acc_norm where defined for multi-word choices)."""
 
 
@@ -65,7 +65,7 @@ ROWS: dict[str, Row] = {r.name: r for r in [
     Row("dof_lam2^64", ("methods/dof.yaml",), ("--dof.lam=18446744073709551616",), note="λ = 2^64"),
     Row("dof_rel_trace", ("methods/dof.yaml",), ("--dof.relative_to=trace", "--dof.lam=0.00390625"),
         note="λ = 2^-8 · tr(G)/J"),
-]}  # fmt: skip
+]}  # fmt: skip  # compact comprehension
 """The default rows (``--rows`` picks a subset, in any order)."""
 
 
@@ -73,7 +73,9 @@ def grid(rows: Sequence[Row], budgets: Sequence[int], seeds: Sequence[int]) -> I
     """The cells to run or report, in table order; the teacher once (first budget and seed): it has neither.
 
     Args:
-        rows: the selected rows. budgets: feature budgets C. seeds: training seeds.
+        rows: the selected rows.
+        budgets: feature budgets C.
+        seeds: training seeds.
 
     Yields:
         ``(budget, seed, row)`` per cell.

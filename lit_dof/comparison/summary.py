@@ -34,7 +34,7 @@ def pair_with_reference(c: dict, items: dict, reference: dict, tasks: Sequence[s
         tasks: the report's tasks.
     """
     c["vs_reference"] = {task: dict(zip(("difference", "stderr", "n"), paired_difference(items[task], values)))
-                         for task, values in reference.items() if len(items.get(task, ())) == len(values)}  # fmt: skip
+                         for task, values in reference.items() if len(items.get(task, ())) == len(values)}
     if len(c["vs_reference"]) == len(tasks):
         per_task = list(c["vs_reference"].values())
         c["vs_reference_average"] = {"difference": mean_of(d["difference"] for d in per_task),
@@ -99,5 +99,5 @@ def seed_summary(report: dict) -> list[dict]:
                         "reference": group[0]["reference"], "average": spread_of([c["average"] for c in group]),
                         "ppl": spread_of([c["ppl"] for c in group]),
                         "vs_reference_per_seed": differences, "vs_reference": _over_seeds(differences),
-                        "ppl_ratio_per_seed": ratios, "ppl_ratio": _over_seeds(ratios)})  # fmt: skip
+                        "ppl_ratio_per_seed": ratios, "ppl_ratio": _over_seeds(ratios)})  # fmt: skip  # packed args
     return summary

@@ -66,7 +66,7 @@ class PackedBlocks(IterableDataset):
 
     def __init__(self, documents, tokenizer, seq_len: int, split: str, val_every: int, *, rank: int = 0,
                  world_size: int = 1, skip_batches: int = 0, batch_size: int = 1,
-                 max_blocks: int | None = None) -> None:  # fmt: skip
+                 max_blocks: int | None = None) -> None:  # fmt: skip  # packed signature
         super().__init__()
         self.documents, self.tokenizer, self.seq_len = documents, tokenizer, seq_len
         self.split, self.val_every = split, val_every
@@ -178,6 +178,11 @@ class WikipediaDataModule(L.LightningDataModule):
         self._checked = False
 
     def setup(self, stage: str | None = None) -> None:
+        """Load the tokenizer and, once, check that a local corpus holds enough blocks for this world size.
+
+        Raises:
+            FileNotFoundError: ``path`` is set but is not a file.
+        """
         if self.path is not None and not os.path.isfile(self.path):
             raise FileNotFoundError(f"corpus file {self.path} does not exist; fix --data.path or ${CORPUS_ENV}")
         if self.tokenizer is None:
@@ -187,7 +192,7 @@ class WikipediaDataModule(L.LightningDataModule):
         if self.path is not None and not self._checked:  # before the teacher loads (configure_model comes later)
             _, world = self._rank()
             check_corpus(self.path, self.tokenizer, seq_len=self.seq_len, val_every=self.val_every,
-                         train_blocks=self.batch_size * world, val_blocks=self.val_blocks)  # fmt: skip
+                         train_blocks=self.batch_size * world, val_blocks=self.val_blocks)  # fmt: skip  # packed args
             self._checked = True
 
     def documents(self) -> Iterator[str]:
@@ -207,17 +212,26 @@ class WikipediaDataModule(L.LightningDataModule):
         return trainer.global_step * trainer.accumulate_grad_batches
 
     def train_dataloader(self) -> DataLoader:
+        """Packed ``seq_len``-token training blocks, this rank's share, skipping batches already consumed on resume."""
         rank, world = self._rank()
         data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "train", self.val_every, rank=rank,
-                            world_size=world, skip_batches=self._consumed_batches(), batch_size=self.batch_size)  # fmt: skip
+                            world_size=world, skip_batches=self._consumed_batches(),
+                            batch_size=self.batch_size)  # fmt: skip  # packed args
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
+        """The first ``val_blocks`` held-out blocks, cut to a multiple of the world size, this rank's equal share.
+
+        Raises:
+            ValueError: fewer validation blocks than ranks.
+        """
         rank, world = self._rank()
         if self.val_blocks < world:
             raise ValueError(f"val_blocks={self.val_blocks} is fewer than the {world} ranks: every rank needs a "
-                             "validation block; raise --data.init_args.val_blocks")  # fmt: skip
-        data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "val", self.val_every, max_blocks=self.val_blocks)
+                             "validation block; raise --data.init_args.val_blocks")
+        data = PackedBlocks(
+            self.documents, self.tokenizer, self.seq_len, "val", self.val_every, max_blocks=self.val_blocks
+        )
         blocks = list(data)
         blocks = blocks[: len(blocks) // world * world]  # equal shares: a sharded forward is a collective
         # This rank's share, as an iterable: Lightning would otherwise re-split a list with a DistributedSampler
@@ -225,10 +239,12 @@ class WikipediaDataModule(L.LightningDataModule):
         return DataLoader(_Blocks(blocks[rank::world]), batch_size=self.batch_size)
 
     def predict_dataloader(self) -> DataLoader:
+        """Up to ``predict_blocks`` training blocks, this rank's share: the samples of the DoF capture."""
         rank, world = self._rank()
         data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "train", self.val_every, rank=rank,
-                            world_size=world, max_blocks=self.predict_blocks)  # fmt: skip
+                            world_size=world, max_blocks=self.predict_blocks)  # fmt: skip  # packed args
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def test_dataloader(self) -> DataLoader:
+        """The validation blocks (:meth:`val_dataloader`)."""
         return self.val_dataloader()

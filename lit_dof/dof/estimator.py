@@ -354,7 +354,9 @@ def allocate_head_feature_dims(
         heads_per_map: consecutive heads that share one feature map (the GQA group G when the DoF was pooled
             per query head and the maps are shared per KV head; 1 when they match); a map's DoF is the maximum
             over its heads, as a layer's is over its heads.
-        multiple_of, min_dim, num_samples: as in :func:`allocate_feature_dims`.
+        multiple_of: as in :func:`allocate_feature_dims`.
+        min_dim: as in :func:`allocate_feature_dims`.
+        num_samples: as in :func:`allocate_feature_dims`.
 
     Returns:
         per layer, one M per feature map (``len(head_dof[s]) / heads_per_map`` entries).
@@ -369,11 +371,13 @@ def allocate_head_feature_dims(
     for s, row in enumerate(head_dof):
         row = list(row)
         if not row or len(row) % heads_per_map:
-            raise ValueError(f"layer {s} has {len(row)} head DoF values, not a multiple of heads_per_map={heads_per_map}")
+            raise ValueError(
+                f"layer {s} has {len(row)} head DoF values, not a multiple of heads_per_map={heads_per_map}"
+            )
         per_map.append([max(row[i : i + heads_per_map]) for i in range(0, len(row), heads_per_map)])
     flat = [x for row in per_map for x in row]
     dims = iter(allocate_feature_dims(flat, head_size, "dof", multiple_of=multiple_of, min_dim=min_dim,
-                                      num_samples=num_samples))  # fmt: skip
+                                      num_samples=num_samples))
     return [[next(dims) for _ in row] for row in per_map]
 
 

@@ -83,6 +83,7 @@ class DoFReport:
         return list(self.allocations[strategy])
 
     def to_dict(self) -> dict:
+        """The report as plain JSON-serialisable containers (``dataclasses.asdict``), as :meth:`save` writes it."""
         return asdict(self)
 
     def save(self, path: str | os.PathLike) -> None:
@@ -167,8 +168,11 @@ def estimate_model_dof(
         num_samples: J vectors pooled per head.
         relative_to: see :func:`~lit_dof.dof.degrees_of_freedom`.
         pooling: see :func:`~lit_dof.teacher.capture.pooled_vectors`.
+        target_fraction: the mean layer DoF as a fraction of J that ``lam="auto"`` selects.
         multiple_of: round dims to multiples of this.
-        seed: sampling seed. name: model name recorded in the report. progress: show progress bars.
+        seed: sampling seed.
+        name: model name recorded in the report.
+        progress: show progress bars.
 
     Returns:
         :class:`DoFReport` with allocations for ``dof``, ``dof_clip`` and ``fix``.
@@ -184,7 +188,7 @@ def estimate_model_dof(
     report = dof_report(
         model, reservoir, tokens, lam, relative_to=relative_to, pooling=pooling, target_fraction=target_fraction,
         multiple_of=multiple_of, seed=seed, name=name, progress=progress,
-    )  # fmt: skip
+    )  # fmt: skip  # packed args
     report.seconds["capture"] = time.perf_counter() - start - report.seconds["dof"]
     return report
 
@@ -224,14 +228,16 @@ def dof_report(
     else:
         lam_value, rule = float(lam), ("relative" if relative_to else "absolute")
     heads = sharded_head_dof(x, lam_value, relative_to=relative_to, device=device, split=split_across_ranks,
-                             progress=progress)  # (L', H)  # fmt: skip
+                             progress=progress)  # (L', H)
     layer_max = layer_dof(heads)
     head_size = layers[0].head_dim
     allocations, caught = {}, []
     for strategy in STRATEGIES:
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always", DegenerateAllocationWarning)
-            dims = allocate_feature_dims(layer_max, head_size, strategy, multiple_of=multiple_of, num_samples=num_samples)
+            dims = allocate_feature_dims(
+                layer_max, head_size, strategy, multiple_of=multiple_of, num_samples=num_samples
+            )
         caught += [f"{strategy}: {w.message}" for w in record if issubclass(w.category, DegenerateAllocationWarning)]
         it = iter(dims)
         allocations[strategy] = [next(it) if ok else head_size for ok in lin]
@@ -240,7 +246,7 @@ def dof_report(
     with warnings.catch_warnings():  # the per-layer allocation above has already reported the DoF's state
         warnings.simplefilter("ignore", DegenerateAllocationWarning)
         it = iter(allocate_head_feature_dims(heads.tolist(), head_size, heads_per_map=group, multiple_of=multiple_of,
-                                             num_samples=num_samples))  # fmt: skip
+                                             num_samples=num_samples))
     allocations["dof_head"] = [next(it) if ok else head_size for ok in lin]
     for message in caught:
         warnings.warn(message, DegenerateAllocationWarning, stacklevel=3)
@@ -254,4 +260,4 @@ def dof_report(
         layer_dof=[next(it_layers) if ok else None for ok in lin],
         linearizable=lin, allocations=allocations, warnings=caught,
         seconds={"dof": time.perf_counter() - start}, versions=library_versions(),
-    )  # fmt: skip
+    )  # fmt: skip  # packed args

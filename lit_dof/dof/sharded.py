@@ -30,7 +30,8 @@ def sharded_head_dof(
     Args:
         x: ``(L, H, J, d)`` pooled query/key samples of L layers (identical on every rank, e.g. after
             :meth:`~lit_dof.teacher.capture.QKReservoir.all_gather`).
-        lam, relative_to: as :func:`~lit_dof.dof.estimator.degrees_of_freedom`.
+        lam: the ridge λ, as in :func:`~lit_dof.dof.estimator.degrees_of_freedom`.
+        relative_to: as in :func:`~lit_dof.dof.estimator.degrees_of_freedom`.
         group: the process group (``None``: the default group; one process when torch.distributed is not
             initialised — then every layer is computed here).
         device: where this rank runs its layers' eigen work (e.g. its GPU); results come back to the CPU.
@@ -44,7 +45,9 @@ def sharded_head_dof(
         ValueError: as :func:`~lit_dof.dof.estimator.degrees_of_freedom`.
     """
     distributed = split and torch.distributed.is_available() and torch.distributed.is_initialized()
-    rank, world = (torch.distributed.get_rank(group), torch.distributed.get_world_size(group)) if distributed else (0, 1)
+    rank, world = (
+        (torch.distributed.get_rank(group), torch.distributed.get_world_size(group)) if distributed else (0, 1)
+    )
     mine = {}
     for index in tqdm(range(rank, x.shape[0], world), desc="degrees of freedom", unit="layer", disable=not progress):
         layer = x[index] if device is None else x[index].to(device)

@@ -11,6 +11,7 @@ the numbers and their provenance (versions, settings, wall time) as JSON, atomic
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from lit_dof.devices import device_errors_exit, resolve_device, resolve_model_dtype
 from lit_dof.evaluation.loading import load_model
@@ -36,7 +37,7 @@ def format_table(results: dict) -> str:
 
 def evaluate(
     model: str = DEFAULT_TEACHER,
-    tasks: list[str] = list(TASKS),
+    tasks: Sequence[str] = TASKS,
     data_dir: str | None = None,
     limit: int | float | None = None,
     batch_size: int = 16,
@@ -76,7 +77,7 @@ def evaluate(
     where, parameters = resolve_device(device), resolve_model_dtype(dtype)
     loaded, tokenizer = load_model(model, device=where, dtype=parameters)
     results = evaluate_model(loaded, tokenizer, tasks, data_dir=data_dir, limit=limit, batch_size=batch_size,
-                             mmlu_per_subject=mmlu_per_subject, builtin=builtin)  # fmt: skip
+                             mmlu_per_subject=mmlu_per_subject, builtin=builtin)  # fmt: skip  # packed args
     results["provenance"]["model"] = model
     results["provenance"]["dtype"] = str(next(loaded.parameters()).dtype).removeprefix("torch.")
     results["provenance"]["data_dir"] = str(data_dir or os.environ.get("LIT_DOF_DATA"))

@@ -1,12 +1,12 @@
 """The paper's evaluation protocol (METHOD.md §4) as a Lightning phase: per-task fine-tuning of a teacher or
 a student on a multiple-choice task, validated by accuracy every epoch.
 
-Every example is scored the way zero-shot evaluation scores it (:mod:`lit_dof.evaluation.multiple_choice`;
-the data: :class:`~lit_dof.evaluation.finetune_data.MultipleChoiceDataModule`). Training minimises the cross-entropy of the gold option under the softmax over the option scores; validation
-reports ``acc`` (argmax of the scores) and ``acc_norm`` (argmax of score / continuation length in
-characters, as lm-eval). The paper fine-tunes 3 epochs and reports the best epoch (MMLU: 1 epoch, the last):
-:class:`TaskFinetuning` records every epoch's accuracy and writes ``finetune.json`` with ``best`` and
-``last`` at the end of ``fit``.
+Every example is scored the way zero-shot evaluation scores it (:mod:`lit_dof.evaluation.multiple_choice`; the data:
+:class:`~lit_dof.evaluation.finetune_data.MultipleChoiceDataModule`). Training minimises the cross-entropy of the gold
+option under the softmax over the option scores; validation reports ``acc`` (argmax of the scores) and ``acc_norm``
+(argmax of score / continuation length in characters, as lm-eval). The paper fine-tunes 3 epochs and reports the best
+epoch (MMLU: 1 epoch, the last): :class:`TaskFinetuning` records every epoch's accuracy and writes ``finetune.json``
+with ``best`` and ``last`` at the end of ``fit``.
 
     lit-dof fit --config configs/finetune/arc_easy.yaml --model.init_args.teacher runs/.../student
 """
@@ -46,7 +46,7 @@ class TaskFinetuning(L.LightningModule):
 
     def __init__(self, teacher: str = DEFAULT_TEACHER, trainable: Trainable = "all", lr: float = 1e-5,
                  weight_decay: float = 0.0, warmup_steps: int = 10, seq_len: int = 512,
-                 selection: Literal["best", "last"] = "best") -> None:  # fmt: skip
+                 selection: Literal["best", "last"] = "best") -> None:  # fmt: skip  # packed signature
         super().__init__()
         if trainable not in ("all", "attention", "feature_maps"):
             raise ValueError(f"trainable must be 'all', 'attention' or 'feature_maps', got {trainable!r}")
@@ -60,6 +60,11 @@ class TaskFinetuning(L.LightningModule):
         self._sums = torch.zeros(3)
 
     def configure_model(self) -> None:
+        """Load the model (once) and unfreeze the parameters ``trainable`` selects; leave it in train mode.
+
+        Raises:
+            ValueError: ``trainable`` selects no parameter of the model.
+        """
         if self.model is not None:
             return
         from lit_dof.evaluation.loading import load_model
@@ -81,6 +86,11 @@ class TaskFinetuning(L.LightningModule):
         self.model.train()  # from_pretrained returns eval mode; dropout (if any) belongs to fine-tuning
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        """Cross-entropy of the gold option under the softmax over the option log-likelihoods.
+
+        Raises:
+            FloatingPointError: a non-finite loss.
+        """
         matrix = score_matrix(option_scores(self.model, batch), batch)
         loss = torch.nn.functional.cross_entropy(matrix, batch["gold"])
         if not torch.isfinite(loss):
@@ -89,17 +99,20 @@ class TaskFinetuning(L.LightningModule):
         return loss
 
     def on_validation_epoch_start(self) -> None:
+        """Reset the epoch's sums (correct, correct length-normalised, examples)."""
         self._sums = torch.zeros(3)
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
+        """Add the batch's correct answers by summed (acc) and per-token (acc_norm) log-likelihood, and its size."""
         scores = option_scores(self.model, batch)
         matrix = score_matrix(scores, batch)
         normed = score_matrix(scores / batch["lengths"].clamp_min(1), batch)
         gold = batch["gold"]
         self._sums += torch.tensor([float((matrix.argmax(-1) == gold).sum()), float((normed.argmax(-1) == gold).sum()),
-                                    float(len(gold))])  # fmt: skip
+                                    float(len(gold))])
 
     def on_validation_epoch_end(self) -> None:
+        """Reduce the sums over ranks, log ``val/acc`` and ``val/acc_norm``; record the epoch (not the sanity check)."""
         sums = self._sums.to(self.device)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(sums)
@@ -107,10 +120,12 @@ class TaskFinetuning(L.LightningModule):
         self.log("val/acc", acc, prog_bar=True)
         self.log("val/acc_norm", acc_norm)
         if not self.trainer.sanity_checking:
-            self.history.append({"epoch": self.current_epoch, "step": self.global_step, "acc": acc, "acc_norm": acc_norm,
-                                 "examples": int(sums[2])})  # fmt: skip
+            self.history.append({"epoch": self.current_epoch, "step": self.global_step, "acc": acc,
+                                 "acc_norm": acc_norm, "examples": int(sums[2])})  # fmt: skip  # packed args
 
     def configure_optimizers(self):
+        """AdamW over the trainable parameters; learning rate warmed up linearly over ``warmup_steps``, then
+        constant."""
         params = [p for p in self.model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
         warmup = max(1, self.warmup_steps)
@@ -124,9 +139,10 @@ class TaskFinetuning(L.LightningModule):
         chosen = best if self.selection == "best" else last
         return {"history": self.history, "best": best, "last": last, "selection": self.selection,
                 "score": chosen["acc"] if chosen else None, "lr": self.lr, "trainable": self.trainable,
-                "model": self.teacher_name}  # fmt: skip
+                "model": self.teacher_name}  # fmt: skip  # compact dict
 
     def on_fit_end(self) -> None:
+        """Write :meth:`summary` to ``<log_dir>/finetune.json`` on rank 0, atomically."""
         from lit_dof.io import atomic_write_json
 
         log_dir = self.trainer.log_dir

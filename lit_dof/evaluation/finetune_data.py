@@ -38,14 +38,21 @@ class MultipleChoiceDataModule(L.LightningDataModule):
 
     def __init__(self, task: str = "arc_easy", data_dir: str | None = None, tokenizer: str = DEFAULT_TEACHER,
                  batch_size: int = 4, seq_len: int = 512, train_limit: int | None = None,
-                 eval_limit: int | None = None, mmlu_per_subject: int | None = None, seed: int = 0) -> None:  # fmt: skip
+                 eval_limit: int | None = None, mmlu_per_subject: int | None = None,
+                 seed: int = 0) -> None:  # fmt: skip  # packed signature
         super().__init__()
         self.task, self.tokenizer_name, self.batch_size, self.seq_len = task, tokenizer, batch_size, seq_len
         self.data_dir = data_dir or os.environ.get("LIT_DOF_DATA")
-        self.train_limit, self.eval_limit, self.mmlu_per_subject, self.seed = train_limit, eval_limit, mmlu_per_subject, seed
+        self.train_limit, self.eval_limit = train_limit, eval_limit
+        self.mmlu_per_subject, self.seed = mmlu_per_subject, seed
         self.tokenizer = None
 
     def setup(self, stage: str | None = None) -> None:
+        """Load the tokenizer and the task's training and evaluation documents (limits applied).
+
+        Raises:
+            FileNotFoundError: no ``data_dir`` and no ``$LIT_DOF_DATA``.
+        """
         if not self.data_dir:
             raise FileNotFoundError("no task data: pass data.init_args.data_dir or set LIT_DOF_DATA")
         self.tokenizer = self.tokenizer or load_tokenizer(self.tokenizer_name)
@@ -56,10 +63,13 @@ class MultipleChoiceDataModule(L.LightningDataModule):
     def _loader(self, docs, shuffle: bool) -> DataLoader:
         generator = torch.Generator().manual_seed(self.seed)
         return DataLoader(docs, batch_size=self.batch_size, shuffle=shuffle, generator=generator,
-                          collate_fn=lambda b: collate_choices(b, self.tokenizer, self.seq_len))  # fmt: skip
+                          collate_fn=lambda b: collate_choices(b, self.tokenizer,
+                          self.seq_len))  # fmt: skip  # packed args
 
     def train_dataloader(self) -> DataLoader:
+        """Training documents, shuffled with the seeded generator, every option of a document in one batch."""
         return self._loader(self.train_docs, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
+        """Evaluation documents in order, every option of a document in one batch."""
         return self._loader(self.eval_docs, shuffle=False)

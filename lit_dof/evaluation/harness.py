@@ -88,7 +88,9 @@ def evaluate_model(
     if not builtin:
         unknown = sorted(set(tasks) - set(TASKS))
         if unknown:
-            raise ValueError(f"unknown task(s) {unknown}; known: {', '.join(TASKS)} (or pass builtin=True for lm-eval's)")
+            raise ValueError(
+                f"unknown task(s) {unknown}; known: {', '.join(TASKS)} (or pass builtin=True for lm-eval's)"
+            )
     names = list(tasks) if builtin else [f"lit_dof_{t}" for t in tasks]
     config = getattr(model.config, "text_config", None) or model.config
     max_length = max_length or getattr(config, "max_position_embeddings", None) or 2048
@@ -98,7 +100,7 @@ def evaluate_model(
     model.eval()
     with torch.no_grad():
         raw = lm_eval.simple_evaluate(model=lm, tasks=names, task_manager=manager, limit=limit, num_fewshot=0,
-                                      log_samples=True)  # fmt: skip
+                                      log_samples=True)
     seconds = time.perf_counter() - start
     results = {}
     for task, name in zip(tasks, names):
@@ -112,13 +114,15 @@ def evaluate_model(
         samples = sorted(raw.get("samples", {}).get(name, []), key=lambda sample: sample["doc_id"])
         entry["items"] = {m: [float(sample[m]) for sample in samples] for m in METRICS if samples and m in samples[0]}
         results[task] = entry
-    return {"tasks": results, "provenance": provenance(tasks=list(tasks), limit=limit, batch_size=batch_size,
-                                                     mmlu_per_subject=mmlu_per_subject, seconds=seconds,
-                                                     device=device_label(next(model.parameters()).device))}  # fmt: skip
+    device = device_label(next(model.parameters()).device)
+    info = provenance(tasks=list(tasks), limit=limit, batch_size=batch_size, mmlu_per_subject=mmlu_per_subject,
+                      seconds=seconds, device=device)  # fmt: skip  # packed args
+    return {"tasks": results, "provenance": info}
 
 
 def provenance(**extra) -> dict:
     """Versions and machine of a measurement, plus ``extra`` (wall time in seconds, settings)."""
     versions = library_versions(("lit-dof", "lm_eval", "transformers", "torch", "datasets", "lightning"))
     return {"versions": versions, "python": platform.python_version(), "machine": platform.machine(),
-            "cpu_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(), **extra}  # fmt: skip
+            "cpu_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(),
+            **extra}  # fmt: skip  # compact dict

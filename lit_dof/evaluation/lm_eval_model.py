@@ -1,4 +1,4 @@
-"""lm-eval as users run it: the lm-eval model ``lit_dof`` and ``lit-dof lm-eval``, lm-eval's own CLI.
+r"""lm-eval as users run it: the lm-eval model ``lit_dof`` and ``lit-dof lm-eval``, lm-eval's own CLI.
 
 lm-eval finds models in its registry only (it has no entry-point hook for them), so the model must be
 registered before lm-eval parses its arguments. Importing this module registers :class:`LitDofLM` as
@@ -21,15 +21,15 @@ from collections.abc import Sequence
 
 from lit_dof.evaluation.extra import require_lm_eval
 
-require_lm_eval("the lm-eval model `lit_dof`")
+require_lm_eval("the lm-eval model `lit_dof`")  # before lm_eval's imports: the install line, not a traceback
 
-from lm_eval.api.registry import register_model
-from lm_eval.models.huggingface import HFLM
+from lm_eval.api.registry import register_model  # noqa: E402
+from lm_eval.models.huggingface import HFLM  # noqa: E402
 
-import lit_dof.students  # noqa: F401  (registers the lit_dof config/model with the Auto classes)
-from lit_dof.evaluation.harness import TASK_DIR
-from lit_dof.evaluation.loading import is_student
-from lit_dof.teacher.loading import resolve_source
+import lit_dof.students  # noqa: E402, F401  (registers the lit_dof config/model with the Auto classes)
+from lit_dof.evaluation.harness import TASK_DIR  # noqa: E402
+from lit_dof.evaluation.loading import is_student  # noqa: E402
+from lit_dof.teacher.loading import resolve_source  # noqa: E402
 
 MODEL_NAME = "lit_dof"
 """The name the model is registered under in lm-eval (``--model lit_dof``)."""

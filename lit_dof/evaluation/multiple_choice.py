@@ -51,7 +51,7 @@ def collate_choices(docs: list[dict], tokenizer, max_length: int) -> dict:
         "targets": torch.tensor([t + [-100] * (width - len(t)) for t in targets]),
         "doc_index": torch.tensor(doc_index), "option_index": torch.tensor(option_index),
         "gold": torch.tensor([doc["gold"] for doc in docs]), "lengths": torch.tensor(lengths, dtype=torch.float),
-    }  # fmt: skip
+    }
 
 
 def option_scores(model, batch: dict) -> torch.Tensor:

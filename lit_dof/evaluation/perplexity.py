@@ -42,13 +42,14 @@ def windows(num_tokens: int, window: int, stride: int) -> Iterator[tuple[int, in
 def sliding_window_perplexity(
     model: torch.nn.Module, tokens: torch.Tensor, *, window: int = 512, stride: int | None = None,
     batch_size: int = 4,
-) -> tuple[float, int]:  # fmt: skip
+) -> tuple[float, int]:  # fmt: skip  # packed signature
     """Perplexity of ``model`` on a 1-D token stream.
 
     Args:
         model: a causal LM returning ``.logits`` ``(B, T, V)``.
         tokens: ``(N,)`` token ids.
-        window: tokens per forward. stride: window advance (default: ``window``, disjoint blocks).
+        window: tokens per forward.
+        stride: window advance (default: ``window``, disjoint blocks).
         batch_size: windows per forward (windows of one batch share a length; the last may be shorter).
 
     Returns:
@@ -104,7 +105,7 @@ def heldout_documents(path: str | os.PathLike, val_every: int = 100) -> Iterator
 
 def corpus_perplexity(model, tokenizer, path: str | os.PathLike, *, heldout: bool = True, val_every: int = 100,
                       max_tokens: int = 16384, window: int = 512, stride: int | None = None,
-                      batch_size: int = 4) -> dict:  # fmt: skip
+                      batch_size: int = 4) -> dict:  # fmt: skip  # packed signature
     """Sliding-window perplexity on a text file (``.txt``/``.gz``/``.jsonl``/WikiExtractor).
 
     ``heldout``: score only the validation documents (every ``val_every``-th, as the training data module
@@ -119,7 +120,7 @@ def corpus_perplexity(model, tokenizer, path: str | os.PathLike, *, heldout: boo
     tokens = text_tokens(docs, tokenizer, max_tokens)
     ppl, count = sliding_window_perplexity(model, tokens, window=window, stride=stride, batch_size=batch_size)
     return {"ppl": ppl, "tokens": count, "window": window, "stride": stride or window, "source": str(path),
-            "heldout": heldout}  # fmt: skip
+            "heldout": heldout}  # fmt: skip  # compact dict
 
 
 def position_edges(context: int) -> list[int]:
@@ -131,7 +132,7 @@ def position_edges(context: int) -> list[int]:
 def position_perplexity(
     model: torch.nn.Module, tokens: torch.Tensor, *, block: int = 512, edges: Sequence[int] = (0, 64, 256, 512),
     batch_size: int = 4,
-) -> dict:  # fmt: skip
+) -> dict:  # fmt: skip  # packed signature
     """Perplexity by token position: the stream cut into disjoint blocks of ``block`` tokens, each block
     scored from its own first token, the NLL pooled over blocks per position bucket.
 
@@ -176,10 +177,10 @@ def position_perplexity(
         lo, hi = max(a, 1), b  # predicted positions lo..hi-1
         per_block = nll[:, lo - 1 : hi - 1].mean(1)
         buckets[f"{a}-{b - 1}"] = {"ppl": math.exp(float(per_block.mean())), "tokens": (hi - lo) * blocks,
-                                   "block_nll": per_block.tolist()}  # fmt: skip
+                                   "block_nll": per_block.tolist()}
     per_block = nll.mean(1)
     return {"block": block, "blocks": blocks, "tokens": (block - 1) * blocks, "ppl": math.exp(float(per_block.mean())),
-            "block_nll": per_block.tolist(), "buckets": buckets}  # fmt: skip
+            "block_nll": per_block.tolist(), "buckets": buckets}  # fmt: skip  # compact dict
 
 
 def paired_perplexity_ratio(result: dict, reference: dict, bucket: str | None = None) -> dict:
@@ -191,7 +192,8 @@ def paired_perplexity_ratio(result: dict, reference: dict, bucket: str | None = 
     deviation of that difference / √blocks (blocks are disjoint stretches of text, treated as independent).
 
     Args:
-        result, reference: outputs of :func:`position_perplexity` on the same tokens and ``block``.
+        result: an output of :func:`position_perplexity`.
+        reference: another, on the same tokens and ``block`` (the ratio's denominator).
         bucket: a key of ``"buckets"`` (e.g. ``"256-511"``), or ``None`` for every scored position.
 
     Returns:
@@ -205,7 +207,7 @@ def paired_perplexity_ratio(result: dict, reference: dict, bucket: str | None = 
         raise ValueError("both results need per-block NLL ('block_nll'): measure them again with this version")
     if result["block"] != reference["block"] or len(a["block_nll"]) != len(b["block_nll"]) or len(a["block_nll"]) < 2:
         raise ValueError(f"the results must score the same ≥ 2 blocks, got {len(a['block_nll'])} blocks of "
-                         f"{result['block']} and {len(b['block_nll'])} of {reference['block']}")  # fmt: skip
+                         f"{result['block']} and {len(b['block_nll'])} of {reference['block']}")
     from lit_dof.evaluation.stats import paired_difference
 
     log_ratio, stderr, blocks = paired_difference(a["block_nll"], b["block_nll"])

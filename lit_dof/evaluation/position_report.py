@@ -34,7 +34,7 @@ def _table(models: Sequence[Mapping], results: Mapping[str, Mapping], teacher: s
         return []
     buckets = list(results[shown[0]["label"]]["buckets"])
     columns = ["model", "ppl", *buckets, "/ teacher", *(f"/ teacher {b}" for b in buckets[-1:]), "/ reference",
-               *(f"/ reference {b}" for b in buckets[-1:])]  # fmt: skip
+               *(f"/ reference {b}" for b in buckets[-1:])]  # fmt: skip  # compact list
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     by_label = {m["label"]: m for m in shown}
     for m in shown:
@@ -45,7 +45,7 @@ def _table(models: Sequence[Mapping], results: Mapping[str, Mapping], teacher: s
         cells = [m["label"], f"{result['ppl']:.2f}", *(_ppl_text(result["buckets"].get(b)) for b in buckets),
                  _ratio_text(result, base, None), _ratio_text(result, base, last),
                  f"{_ratio_text(result, reference, None)} ({m['reference']})" if reference else "–",
-                 _ratio_text(result, reference, last)]  # fmt: skip
+                 _ratio_text(result, reference, last)]  # fmt: skip  # compact list
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -59,7 +59,7 @@ def position_lines(models: Sequence[Mapping], teacher: str | None) -> list[str]:
     first = next(iter(results.values()))
     blocks = f"{first['blocks']} disjoint block{'s' * (first['blocks'] != 1)} of {first['block']} held-out tokens"
     title = (f"Perplexity by token position ({blocks}, each scored from its own first token; ratios: exp of the mean "
-             "per-block NLL difference ± its standard error over blocks, paired on the same blocks):")  # fmt: skip
+             "per-block NLL difference ± its standard error over blocks, paired on the same blocks):")
     return ["", title, "", *table]
 
 

@@ -13,7 +13,8 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, fl
     difference of 2 points that is ~1.6 unpaired SEs can be several paired SEs (the paired t / McNemar view).
 
     Args:
-        a, b: per-example scores (e.g. 0/1 correctness) in the same example order, length n.
+        a: per-example scores (e.g. 0/1 correctness), length n.
+        b: the other model's scores, in the same example order.
 
     Returns:
         ``(mean(a − b), sd(a − b) / √n, n)`` (sample standard deviation, n − 1).

@@ -26,7 +26,7 @@ TASKS = ("piqa", "logiqa", "arc_easy", "arc_challenge", "winogrande", "wsc273", 
 """The seven task names, in the paper's column order."""
 
 EXPECTED_COUNTS = {"piqa": 1838, "logiqa": 651, "arc_easy": 2376, "arc_challenge": 1172, "winogrande": 1267,
-                   "wsc273": 273, "mmlu": 14042}  # fmt: skip
+                   "wsc273": 273, "mmlu": 14042}  # fmt: skip  # compact dict
 """Evaluation-set sizes of the original releases (SOURCES.md)."""
 
 
@@ -51,7 +51,7 @@ def piqa(data_dir: str | Path) -> list[dict]:
     if len(labels) != len(docs):
         raise ValueError(f"PIQA: {len(docs)} questions but {len(labels)} labels")
     return [{"query": f"Question: {d['goal']}\nAnswer:", "choices": [d["sol1"], d["sol2"]], "gold": int(y)}
-            for d, y in zip(docs, labels)]  # fmt: skip
+            for d, y in zip(docs, labels)]
 
 
 def logiqa(data_dir: str | Path, split: str = "Test") -> list[dict]:
@@ -64,7 +64,9 @@ def logiqa(data_dir: str | Path, split: str = "Test") -> list[dict]:
         if block[0].strip():
             raise ValueError(f"LogiQA {split}.txt line {start + 1}: expected the blank line that starts a record")
         letter, passage, question = block[1].strip().lower(), block[2].strip(), block[3].strip()
-        options = [option.strip()[2:].strip() if option.strip()[1:2] == "." else option.strip() for option in block[4:8]]
+        options = [
+            option.strip()[2:].strip() if option.strip()[1:2] == "." else option.strip() for option in block[4:8]
+        ]
         prompt = f"Passage: {passage}\nQuestion: {question}\nChoices:\n"
         prompt += "".join(f"{label}. {option}\n" for label, option in zip("ABCD", options)) + "Answer:"
         docs.append({"query": prompt, "choices": options, "gold": "abcd".index(letter)})
@@ -77,15 +79,18 @@ def arc(data_dir: str | Path, subset: str = "Easy", split: str = "Test") -> list
     for d in _jsonl(_file(data_dir, f"arc/ARC-{subset}-{split}.jsonl")):
         labels = [c["label"] for c in d["question"]["choices"]]
         docs.append({"query": f"Question: {d['question']['stem']}\nAnswer:",
-                     "choices": [c["text"] for c in d["question"]["choices"]], "gold": labels.index(d["answerKey"])})  # fmt: skip
+                     "choices": [c["text"] for c in d["question"]["choices"]],
+                     "gold": labels.index(d["answerKey"])})  # fmt: skip  # packed args
     return docs
 
 
 def arc_easy(data_dir: str | Path) -> list[dict]:
+    """ARC-Easy test documents: :func:`arc` with ``subset="Easy"``, the reader of ``arc_easy``."""
     return arc(data_dir, "Easy")
 
 
 def arc_challenge(data_dir: str | Path) -> list[dict]:
+    """ARC-Challenge test documents: :func:`arc` with ``subset="Challenge"``, the reader of ``arc_challenge``."""
     return arc(data_dir, "Challenge")
 
 
@@ -95,7 +100,8 @@ def winogrande(data_dir: str | Path, split: str = "dev") -> list[dict]:
     for d in _jsonl(_file(data_dir, f"winogrande/{split}.jsonl")):
         blank = d["sentence"].index("_")
         docs.append({"contexts": [d["sentence"][:blank] + d["option1"], d["sentence"][:blank] + d["option2"]],
-                     "continuation": d["sentence"][blank + 1 :].strip(), "gold": int(d["answer"]) - 1})  # fmt: skip
+                     "continuation": d["sentence"][blank + 1 :].strip(),
+                     "gold": int(d["answer"]) - 1})  # fmt: skip  # packed args
     return docs
 
 
@@ -145,7 +151,7 @@ def mmlu(data_dir: str | Path, split: str = "test", per_subject: int | None = No
     files = sorted(folder.glob(f"*_{split}.csv"))
     if not files:
         raise FileNotFoundError(f"no MMLU files {folder}/*_{split}.csv: point data_dir at a folder laid out like "
-                                "../shared/data (mmlu/{dev,val,test}/<subject>_<split>.csv)")  # fmt: skip
+                                "../shared/data (mmlu/{dev,val,test}/<subject>_<split>.csv)")
     docs = []
     for path in files:
         subject = path.name[: -len(f"_{split}.csv")]
@@ -154,8 +160,11 @@ def mmlu(data_dir: str | Path, split: str = "test", per_subject: int | None = No
         for row in rows[:per_subject] if per_subject else rows:
             question, options, answer = row[0], row[1:5], row[5].strip()
             prompt = (f"The following are multiple choice questions (with answers) about {_subject_title(subject)}.\n\n"
-                      f"{question.strip()}\n" + "".join(f"{l}. {o}\n" for l, o in zip("ABCD", options)) + "Answer:")  # fmt: skip
-            docs.append({"query": prompt, "choices": ["A", "B", "C", "D"], "gold": "ABCD".index(answer), "subject": subject})
+                      f"{question.strip()}\n" + "".join(f"{letter}. {o}\n" for letter, o in zip("ABCD", options))
+                      + "Answer:")
+            docs.append(
+                {"query": prompt, "choices": ["A", "B", "C", "D"], "gold": "ABCD".index(answer), "subject": subject}
+            )
     return docs
 
 
@@ -179,7 +188,7 @@ def load_train_split(name: str, data_dir: str | Path) -> list[dict]:
     """
     if name not in TRAIN_SPLITS:
         raise ValueError(f"no training split for {name!r} in this data (PIQA's train file is missing from the "
-                         f"snapshot, WSC273 has none); tasks with one: {', '.join(TRAIN_SPLITS)}")  # fmt: skip
+                         f"snapshot, WSC273 has none); tasks with one: {', '.join(TRAIN_SPLITS)}")
     return TRAIN_SPLITS[name](data_dir)
 
 
@@ -190,7 +199,7 @@ def load_task(name: str, data_dir: str | Path, **options) -> list[dict]:
         ValueError: an unknown task name (lists the known ones); FileNotFoundError: a missing file.
     """
     readers = {"piqa": piqa, "logiqa": logiqa, "arc_easy": arc_easy, "arc_challenge": arc_challenge,
-               "winogrande": winogrande, "wsc273": wsc273, "mmlu": mmlu}  # fmt: skip
+               "winogrande": winogrande, "wsc273": wsc273, "mmlu": mmlu}  # fmt: skip  # compact dict
     if name not in readers:
         raise ValueError(f"unknown task {name!r}; known: {', '.join(TASKS)}")
     return readers[name](data_dir, **options)

@@ -22,7 +22,7 @@ def check_bank(bank: str | os.PathLike) -> None:
     """
     if not (Path(bank) / "config.json").is_file():
         raise FileNotFoundError(f"no student at {bank}: run `lit-dof fit --config configs/quickstart.yaml "
-                                "--config configs/hybrid/twins.yaml` and pass its version_*/student")  # fmt: skip
+                                "--config configs/hybrid/twins.yaml` and pass its version_*/student")
 
 
 def layer_dof(bank: Path, feature_dims: list[int]) -> tuple[dict[int, float], str]:

@@ -1,8 +1,8 @@
-"""``lit-dof hybrid``: the command-line face of Distill-then-Replace's search over a bank of linear twins
+r"""``lit-dof hybrid``: the command-line face of Distill-then-Replace's search over a bank of linear twins
 (:class:`~lit_dof.hybrid.run.HybridSearch`, which documents the stages), end to end and resumable.
 
     lit-dof fit --config configs/quickstart.yaml --config configs/hybrid/twins.yaml     # 1. the twin bank
-    lit-dof hybrid --bank runs/hybrid/twins/version_0/student --task arc_easy \\
+    lit-dof hybrid --bank runs/hybrid/twins/version_0/student --task arc_easy \
         --data_dir ../shared/data --out runs/hybrid/search                               # 2. search + report
 """
 

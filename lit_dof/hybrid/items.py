@@ -43,7 +43,7 @@ def task_items(
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(task_data.TASKS)}")
     if search_items < 1 or heldout_items < 1 or confirm_items < 0:
         raise ValueError(f"search_items and heldout_items must be >= 1 and confirm_items >= 0, got "
-                         f"{search_items}, {heldout_items}, {confirm_items}")  # fmt: skip
+                         f"{search_items}, {heldout_items}, {confirm_items}")
     rng = random.Random(seed)
     if task in _VALIDATION_SPLITS:
         validation, test = _VALIDATION_SPLITS[task](data_dir)

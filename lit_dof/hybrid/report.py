@@ -14,7 +14,7 @@ from lit_dof.hybrid.state import hybrid_key
 from lit_dof.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 NAMES = {"greedy": "greedy search", "dof": "DoF-guided (low DoF first)", "loss": "local-loss-guided (low loss first)",
-         "uniform": "uniform interleaving", "random": "random (seeded)"}  # fmt: skip
+         "uniform": "uniform interleaving", "random": "random (seeded)"}  # fmt: skip  # compact dict
 
 
 def tolerance_of(data: dict) -> Tolerance:
@@ -42,9 +42,9 @@ def ordering_costs(data: dict) -> dict[str, dict]:
         keys = {hybrid_key(order[: int(k)]) for k in data["curves"][name]}
         curve_seconds = sum(heldout[k]["seconds"] for k in keys if k in heldout)
         choose = {"greedy": (data["search"]["evaluations"], timing.get("search", 0.0) + timing.get("local_loss", 0.0)),
-                  "loss": (0, timing.get("local_loss", 0.0))}.get(name, (0, 0.0))  # fmt: skip
+                  "loss": (0, timing.get("local_loss", 0.0))}.get(name, (0, 0.0))
         costs[name] = {"search_evaluations": choose[0], "search_seconds": choose[1],
-                       "heldout_evaluations": len(keys), "heldout_seconds": curve_seconds}  # fmt: skip
+                       "heldout_evaluations": len(keys), "heldout_seconds": curve_seconds}  # fmt: skip  # compact dict
     return costs
 
 
@@ -83,44 +83,54 @@ def markdown(data: dict, command: str | None = None) -> str:
         f"- Tolerance: a hybrid passes if its score is within {tol}: search threshold {fmt(search['threshold'])} "
         f"(teacher {fmt(search['teacher_score'])}), held-out threshold {fmt(data['heldout_threshold'])} "
         f"(teacher {fmt(data['teacher_heldout'])}).",
-        f"- Shortlist: {s['shortlist_k']} lowest {s['shortlist']} per round" if s["shortlist"] else "- Shortlist: none (every remaining layer)",
+        f"- Shortlist: {s['shortlist_k']} lowest {s['shortlist']} per round"
+        if s["shortlist"]
+        else "- Shortlist: none (every remaining layer)",
         f"- Layer DoF from {data['dof_source']}; local losses measured on the search items.",
     ]
     if command:
         lines += ["", "Command:", "", f"    {command}"]
-    lines += ["", "## Greedy search", "", "| round | layer chosen | search score | linear layers | evaluations | seconds |",
-              "|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["", "## Greedy search", "",
+              "| round | layer chosen | search score | linear layers | evaluations | seconds |",
+              "|---|---|---|---|---|---|"]  # fmt: skip  # markdown table
     for r in data["rounds"]:
         chosen = r["chosen"] if r["passed"] else "— (none passes: stop)"
         best_failed = tolerance.best(r["scores"].values())
         score = fmt(r["score"]) if r["passed"] else f"best {fmt(best_failed)}"
-        lines.append(f"| {r['index']} | {chosen} | {score} | {len(r['linear'])}/{L} | {r['evaluations']} | {r['seconds']:.0f} |")
+        lines.append(
+            f"| {r['index']} | {chosen} | {score} | {len(r['linear'])}/{L} | {r['evaluations']} | {r['seconds']:.0f} |"
+        )
     total_min = search["seconds"] / 60
     lines += ["", f"Search: {search['evaluations']} evaluations in {total_min:.1f} min "
               f"({search['evaluations'] / max(total_min, 1e-9):.2f} evaluations/min, prefix cache "
-              f"{'on' if s['prefix_cache'] else 'off'}); local losses {data['timing'].get('local_loss', 0):.0f} s."]  # fmt: skip
+              f"{'on' if s['prefix_cache'] else 'off'}); "
+              f"local losses {data['timing'].get('local_loss', 0):.0f} s."]
     confirm = data.get("confirm")
     if confirm:
         teacher_confirm = confirm["scores"]["teacher"]["score"]
         lines += ["", f"## Confirmation on {confirm['items']} validation items the search did not use", "",
                   f"Teacher {fmt(teacher_confirm)}, threshold {fmt(confirm['threshold'])}. The search's hybrids, most "
                   "linear first, until one passes; that one is exported as `most_linear`.", "",
-                  "| linear layers | confirmation score | passes |", "|---|---|---|"]  # fmt: skip
+                  "| linear layers | confirmation score | passes |", "|---|---|---|"]  # fmt: skip  # markdown table
         for r in reversed([r for r in data["rounds"] if r["passed"]]):
             entry = confirm["scores"].get(hybrid_key(r["linear"]))
             if entry is None:
                 break
-            lines.append(f"| {len(r['linear'])} | {fmt(entry['score'])} | {_verdict(entry['score'], confirm['threshold'], tolerance)} |")
-        lines += ["", f"Confirmation: {len(confirm['scores'])} evaluations in {data['timing'].get('confirm', 0) / 60:.1f} min."]
-    lines += ["", "## Exported hybrids (held-out items)", "", "| hybrid | linear layers | which | held-out score | within tolerance |",
-              "|---|---|---|---|---|", f"| teacher | 0/{L} | – | {fmt(data['teacher_heldout'])} | – |"]  # fmt: skip
+            verdict = _verdict(entry["score"], confirm["threshold"], tolerance)
+            lines.append(f"| {len(r['linear'])} | {fmt(entry['score'])} | {verdict} |")
+        minutes = data["timing"].get("confirm", 0) / 60
+        lines += ["", f"Confirmation: {len(confirm['scores'])} evaluations in {minutes:.1f} min."]
+    lines += ["", "## Exported hybrids (held-out items)", "",
+              "| hybrid | linear layers | which | held-out score | within tolerance |",
+              "|---|---|---|---|---|",
+              f"| teacher | 0/{L} | – | {fmt(data['teacher_heldout'])} | – |"]  # fmt: skip  # markdown table
     shown = [(f"{name} (`{entry['path']}`)", entry["linear"]) for name, entry in data["exported"].items()]
     if confirm and search["most_linear"] != data["exported"]["most_linear"]["linear"]:
         shown.append(("the search's most linear, before confirmation (not exported)", search["most_linear"]))
     for name, linear in shown:
         score = data["heldout"][hybrid_key(linear)]["score"]
         lines.append(f"| {name} | {_layers(linear, L)} | {linear} | {fmt(score)} | "
-                     f"{_verdict(score, data['heldout_threshold'], tolerance)} |")  # fmt: skip
+                     f"{_verdict(score, data['heldout_threshold'], tolerance)} |")
     verify = data.get("verify")
     if verify:
         scores = verify["scores"]
@@ -128,22 +138,24 @@ def markdown(data: dict, command: str | None = None) -> str:
                   f"The teacher and the exported hybrids once more, on more items than the orderings' curves "
                   f"(threshold {fmt(verify['threshold'])}).", "",
                   "| hybrid | linear layers | score | within tolerance |", "|---|---|---|---|",
-                  f"| teacher | 0/{L} | {fmt(scores['teacher']['score'])} | – |"]  # fmt: skip
+                  f"| teacher | 0/{L} | {fmt(scores['teacher']['score'])} | – |"]  # fmt: skip  # markdown table
         for name, entry in data["exported"].items():
             score = scores[hybrid_key(entry["linear"])]["score"]
             lines.append(f"| {name} | {_layers(entry['linear'], L)} | {fmt(score)} | "
-                         f"{_verdict(score, verify['threshold'], tolerance)} |")  # fmt: skip
+                         f"{_verdict(score, verify['threshold'], tolerance)} |")
         lines += ["", f"Verification: {len(scores)} evaluations in {data['timing'].get('verify', 0) / 60:.1f} min."]
     counts = [str(k) for k in data["counts"]]
     costs = ordering_costs(data)
     lines += ["", "## Orderings at equal numbers of linear layers (held-out items)", "",
-              "| ordering | " + " | ".join(f"{k} linear" for k in counts) + " | evaluations to choose | time to choose (s) | held-out evaluations | time to score (s) |",
-              "|---|" + "---|" * (len(counts) + 4)]  # fmt: skip
+              "| ordering | " + " | ".join(f"{k} linear" for k in counts)
+              + " | evaluations to choose | time to choose (s) | held-out evaluations | time to score (s) |",
+              "|---|" + "---|" * (len(counts) + 4)]  # fmt: skip  # markdown table
     for name, curve in data["curves"].items():
         cells = [fmt(curve[k]) if k in curve else "–" for k in counts]
         c = costs[name]
-        lines.append(f"| {NAMES[name]} | " + " | ".join(cells) + f" | {c['search_evaluations']} | {c['search_seconds']:.0f} | "
-                     f"{c['heldout_evaluations']} | {c['heldout_seconds']:.0f} |")  # fmt: skip
+        lines.append(f"| {NAMES[name]} | " + " | ".join(cells)
+                     + f" | {c['search_evaluations']} | {c['search_seconds']:.0f} | "
+                     f"{c['heldout_evaluations']} | {c['heldout_seconds']:.0f} |")
     per_count, overall = winners(data)
     lines += ["", "Orders (first = first replaced):", ""]
     lines += [f"- {NAMES[name]}: {order}" for name, order in data["orders"].items()]
@@ -153,7 +165,8 @@ def markdown(data: dict, command: str | None = None) -> str:
     if metric != "perplexity":
         p, n = data["teacher_heldout"], s["heldout_items"]
         lines += [f"One held-out item is {1 / n:.4f}; the binomial standard error of one score is "
-                  f"≈ {(p * (1 - p) / n) ** 0.5:.4f}, so smaller differences between orderings are not resolved."]  # fmt: skip
+                  f"≈ {(p * (1 - p) / n) ** 0.5:.4f}, so smaller differences between orderings are "
+                  "not resolved."]
     lines += ["", f"Versions: {', '.join(f'{k} {v}' for k, v in data.get('versions', {}).items())}.", ""]
     return "\n".join(lines)
 

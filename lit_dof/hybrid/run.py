@@ -121,7 +121,7 @@ class _RoundLog:
             fraction = len(round_.linear) / self.num_layers
             self.logger.log_metrics({"search/score": round_.score, "search/linear_fraction": fraction,
                                      "search/chosen_layer": round_.chosen, "search/evaluations": round_.evaluations},
-                                    step=len(round_.linear))  # fmt: skip
+                                    step=len(round_.linear))  # fmt: skip  # packed args
             self.logger.save()
         self.started = time.perf_counter()
 
@@ -187,7 +187,7 @@ class HybridSearch:
                 "heldout_items": self.heldout_items, "tolerance": self.tolerance, "relative": self.relative,
                 "shortlist": self.shortlist, "shortlist_k": self.shortlist_k, "max_linear": self.max_linear,
                 "prefix_cache": self.prefix_cache, "seed": self.seed,
-                **({"dtype": self.dtype} if self.dtype != "auto" else {})}  # fmt: skip
+                **({"dtype": self.dtype} if self.dtype != "auto" else {})}  # fmt: skip  # compact dict
 
     def task_data_dir(self) -> str:
         """``data_dir``, else ``$LIT_DOF_DATA``.
@@ -215,11 +215,11 @@ class HybridSearch:
             if self.corpus is None:
                 raise ValueError("metric 'perplexity' needs --corpus (a text file)")
             search, confirm, heldout, where = text_blocks(self.corpus, tokenizer, self.block, self.search_items,
-                                                          self.heldout_items, self.confirm_items)  # fmt: skip
+                                                          self.heldout_items, self.confirm_items)
             on = functools.partial(_on, device=self.torch_device)
             return Items(on(search), on(confirm), on(heldout), len(confirm), where)
         search, confirm, heldout, where = task_items(self.task, self.task_data_dir(), self.search_items,
-                                                     self.heldout_items, self.seed, self.confirm_items)  # fmt: skip
+                                                     self.heldout_items, self.seed, self.confirm_items)
 
         def batch(docs):
             return _on(choice_batches(docs, tokenizer, self.batch_size), self.torch_device)
@@ -282,7 +282,7 @@ class HybridSearch:
         shortlist = functools.partial(_lowest, rank, self.shortlist_k) if rank else None
         result = greedy_replacement(ws.candidates, scorer, ws.rule, shortlist=shortlist, max_linear=self.max_linear,
                                     teacher_score=data["teacher_search_score"], resume=ws.state.saved_rounds(),
-                                    on_round=_RoundLog(ws.state, logger, ws.num_layers))  # fmt: skip
+                                    on_round=_RoundLog(ws.state, logger, ws.num_layers))  # fmt: skip  # packed args
         data["search"] = {k: v for k, v in result.to_json().items() if k != "rounds"}
         data["search"]["evaluations"] = data.get("search_evaluations", 0)
         data["search"]["seconds"] = data["timing"].get("search", 0.0)
@@ -347,7 +347,8 @@ class HybridSearch:
         greedy_sequence = [r["chosen"] for r in data["rounds"] if r["passed"]]
         layers = ws.candidates
         orders = {"greedy": greedy_sequence, "dof": dof_order(dof), "loss": loss_order(loss),
-                  "uniform": uniform_order(layers), "random": random_order(layers, self.seed)}  # fmt: skip
+                  "uniform": uniform_order(layers), "random": random_order(layers,
+                  self.seed)}  # fmt: skip  # compact dict
         data["orders"] = {name: orders[name] for name in self.orderings}
         counts = self.counts or default_counts(len(greedy_sequence), len(ws.candidates))
         data["counts"] = counts

@@ -72,6 +72,17 @@ class HybridScorer:
             return self.student(**self.inputs[index], use_cache=False).logits
 
     def __call__(self, linear: frozenset) -> float:
+        """Score the hybrid whose layers ``linear`` run their linear twins (all others softmax).
+
+        Args:
+            linear: indices of the layers switched to linear attention, each in ``0..num_layers - 1``.
+
+        Returns:
+            the metric over the scorer's batches: accuracy (``acc``/``acc_norm``) or perplexity.
+
+        Raises:
+            ValueError: a layer index outside the student.
+        """
         bad = [i for i in linear if not 0 <= i < self.num_layers]
         if bad:
             raise ValueError(f"layer indices {bad} outside 0..{self.num_layers - 1}")

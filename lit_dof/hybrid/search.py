@@ -53,6 +53,14 @@ class Tolerance:
         return cls(value, relative, higher_is_better=higher_is_better(metric))
 
     def threshold(self, teacher: float) -> float:
+        """The worst passing score: ``teacher`` moved by the tolerance in the losing direction.
+
+        Args:
+            teacher: the all-softmax teacher's score.
+
+        Returns:
+            ``teacher ∓ value`` (absolute) or ``teacher ∓ value·|teacher|`` (relative); ``−`` when higher is better.
+        """
         margin = self.value * abs(teacher) if self.relative else self.value
         return teacher - margin if self.higher_is_better else teacher + margin
 
@@ -61,9 +69,11 @@ class Tolerance:
         return score >= threshold if self.higher_is_better else score <= threshold
 
     def passes(self, score: float, teacher: float) -> bool:
+        """Whether ``score`` is within the tolerance of the teacher's score ``teacher`` (the threshold passes)."""
         return self.within(score, self.threshold(teacher))
 
     def better(self, a: float, b: float) -> bool:
+        """Whether score ``a`` is strictly better than score ``b`` in the metric's direction."""
         return a > b if self.higher_is_better else a < b
 
     def best(self, values: Iterable, key: Callable | None = None):
@@ -103,10 +113,11 @@ class SearchResult:
     evaluations: int = 0
 
     def to_json(self) -> dict:
+        """The result as JSON: layer sets as sorted lists, rounds as dicts."""
         return {"teacher_score": self.teacher_score, "threshold": self.threshold,
                 "rounds": [asdict(r) for r in self.rounds], "best": sorted(self.best), "best_score": self.best_score,
                 "most_linear": sorted(self.most_linear), "most_linear_score": self.most_linear_score,
-                "evaluations": self.evaluations}  # fmt: skip
+                "evaluations": self.evaluations}  # fmt: skip  # compact dict
 
 
 def greedy_replacement(
@@ -150,7 +161,7 @@ def greedy_replacement(
     # Until a swap passes, both answers are the teacher itself.
     result = SearchResult(teacher_score=teacher_score, threshold=tolerance.threshold(teacher_score),
                           best=frozenset(), best_score=teacher_score, most_linear=frozenset(),
-                          most_linear_score=teacher_score)  # fmt: skip
+                          most_linear_score=teacher_score)  # fmt: skip  # packed args
     found_hybrid = False
     current: frozenset = frozenset()
 
@@ -187,8 +198,9 @@ def greedy_replacement(
                 chosen = c
         passed = tolerance.passes(scores[chosen], teacher_score)
         round_ = Round(index=len(result.rounds), scores=scores, chosen=chosen if passed else None,
-                       score=scores[chosen] if passed else None, linear=sorted(current | {chosen}) if passed else sorted(current),
-                       passed=passed, evaluations=len(candidates))  # fmt: skip
+                       score=scores[chosen] if passed else None,
+                       linear=sorted(current | {chosen}) if passed else sorted(current),
+                       passed=passed, evaluations=len(candidates))  # fmt: skip  # packed args
         record(round_)
         if on_round is not None:
             on_round(round_)

@@ -43,7 +43,7 @@ class SearchState:
             if self.data.get("settings") != settings:
                 changed = sorted(k for k in settings if self.data.get("settings", {}).get(k) != settings[k])
                 raise ValueError(f"{path} was written with other settings ({', '.join(changed)}): "
-                                 "pass a new --out or delete it")  # fmt: skip
+                                 "pass a new --out or delete it")
         else:
             self.data = {"settings": settings, "rounds": [], "heldout": {}, "timing": {}}
 

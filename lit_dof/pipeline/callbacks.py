@@ -75,6 +75,8 @@ class DoFEstimator(L.Callback):
         self.report: DoFReport | None = None
 
     def on_teacher_ready(self, trainer: L.Trainer, pl_module, teacher) -> None:
+        """Capture q/k samples on every rank, estimate the degrees of freedom (or load ``report_path``), give every
+        rank rank 0's report and set ``pl_module.dof_report``; rank 0 writes ``<log_dir>/dof.json``."""
         if not self.enabled:
             return
         log_dir = trainer.log_dir  # a collective under DDP (Lightning broadcasts it): every rank asks
@@ -109,7 +111,8 @@ class DoFEstimator(L.Callback):
         loader = trainer.datamodule.train_dataloader()
         batches = [batch for _, batch in zip(keys, loader)]
         reservoir, tokens = collect_samples(teacher, batches, self.num_samples, pooling=self.pooling, seed=self.seed,
-                                            keys=keys, progress=trainer.is_global_zero, **far)  # fmt: skip
+                                            keys=keys, progress=trainer.is_global_zero,
+                                            **far)  # fmt: skip  # packed args
         if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
             reservoir.all_gather()
             total = torch.tensor([tokens], dtype=torch.float64, device=trainer.strategy.root_device)  # NCCL: on the GPU
@@ -124,11 +127,12 @@ class DoFEstimator(L.Callback):
         report = dof_report(teacher, reservoir, tokens, self.lam, relative_to=self.relative_to, pooling=self.pooling,
                             target_fraction=self.target_fraction, seed=self.seed, name=pl_module.teacher_name,
                             progress=trainer.is_global_zero, split_across_ranks=distributed,
-                            device=trainer.strategy.root_device)  # fmt: skip
+                            device=trainer.strategy.root_device)  # fmt: skip  # packed args
         report.seconds["capture"] = seconds
         return report
 
     def on_fit_start(self, trainer: L.Trainer, pl_module) -> None:
+        """On rank 0, add the per-head DoF heat map, the feature-dimension bar chart and table to TensorBoard."""
         if self.report is None or not trainer.is_global_zero:
             return
         experiment = getattr(trainer.logger, "experiment", None)
@@ -158,7 +162,7 @@ class FeatureDimAllocator(L.Callback):
     planning_stage = "allocate"
 
     def __init__(self, strategy: Literal["dof", "dof_clip", "fix", "dof_head"] = "dof", multiple_of: int = 1,
-                 min_dim: int = 1, budget: int | None = None) -> None:  # fmt: skip
+                 min_dim: int = 1, budget: int | None = None) -> None:  # fmt: skip  # packed signature
         if strategy not in ALLOCATOR_STRATEGIES:
             raise ValueError(f"strategy must be one of {ALLOCATOR_STRATEGIES}, got {strategy!r}")
         if budget is not None and budget < 1:
@@ -172,6 +176,11 @@ class FeatureDimAllocator(L.Callback):
                 "budget": self.budget}  # fmt: skip
 
     def on_teacher_ready(self, trainer: L.Trainer, pl_module, teacher) -> None:
+        """Set ``pl_module.feature_dims`` from the DoF report by ``strategy`` (``fix``: C everywhere).
+
+        Raises:
+            ValueError: ``dof``/``dof_clip``/``dof_head`` without a DoF report.
+        """
         report = pl_module.dof_report
         if self.strategy == "fix":
             pl_module.feature_dims = None  # the module's feature_dim (default C) everywhere
@@ -184,8 +193,9 @@ class FeatureDimAllocator(L.Callback):
             pl_module.feature_dims = self._per_head(report, teacher, pl_module)
             return
         lin = [d for d, ok in zip(report.layer_dof, report.linearizable) if ok]
-        dims = iter(allocate_feature_dims(lin, self.budget or report.head_size, self.strategy, multiple_of=self.multiple_of,
-                                          min_dim=self.min_dim, num_samples=report.num_samples))  # fmt: skip
+        dims = iter(allocate_feature_dims(lin, self.budget or report.head_size, self.strategy,
+                                          multiple_of=self.multiple_of, min_dim=self.min_dim,
+                                          num_samples=report.num_samples))  # fmt: skip  # packed args
         pl_module.feature_dims = [next(dims) if ok else report.head_size for ok in report.linearizable]
 
     def _per_head(self, report: DoFReport, teacher, pl_module) -> list:
@@ -197,7 +207,7 @@ class FeatureDimAllocator(L.Callback):
         group = layers[0].num_heads // layers[0].num_kv_heads if report.pooling == "query_head" else 1
         dims = iter(allocate_head_feature_dims(heads, self.budget or report.head_size, heads_per_map=group,
                                                multiple_of=self.multiple_of, min_dim=self.min_dim,
-                                               num_samples=report.num_samples))  # fmt: skip
+                                               num_samples=report.num_samples))  # fmt: skip  # packed args
         return [next(dims) if ok else report.head_size for ok in report.linearizable]
 
 
@@ -220,7 +230,9 @@ def dof_heatmap(report: DoFReport) -> Figure:
     Returns:
         A figure on its own Agg canvas, outside pyplot (the process's matplotlib backend is left alone).
     """
-    rows = [r if r is not None else [float("nan")] * len(next(x for x in report.head_dof if x)) for r in report.head_dof]
+    rows = [
+        r if r is not None else [float("nan")] * len(next(x for x in report.head_dof if x)) for r in report.head_dof
+    ]
     fig, ax = _figure(figsize=(6, 0.18 * len(rows) + 1.5))
     image = ax.imshow(torch.tensor(rows).numpy(), aspect="auto", cmap="viridis")
     ax.set_xlabel("head")

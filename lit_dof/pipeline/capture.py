@@ -59,12 +59,14 @@ class TeacherCapture(L.LightningModule):
         self.tokens = 0
 
     def configure_model(self) -> None:
+        """Load the frozen teacher (once)."""
         if self.teacher is None:
             from lit_dof.teacher.loading import load_teacher
 
             self.teacher, _ = load_teacher(self.teacher_name)
 
     def predict_step(self, batch: dict, batch_idx: int) -> None:
+        """Run the teacher on ``batch`` and add each layer's pooled q/k vectors to the reservoir; count its tokens."""
         def record(index, q, k, v, pad, out):
             self.reservoir.add(index, pooled_vectors(q, k, pad, self.pooling))
 
@@ -73,6 +75,7 @@ class TeacherCapture(L.LightningModule):
         self.tokens += int(batch["input_ids"].numel())
 
     def on_predict_end(self) -> None:
+        """On rank 0: estimate the degrees of freedom from the reservoir and write ``dof.json`` to ``output_dir``."""
         log_dir = self.trainer.log_dir  # collective under DDP
         if not self.trainer.is_global_zero:
             return
@@ -81,7 +84,7 @@ class TeacherCapture(L.LightningModule):
         lam = self.lam if self.lam == "auto" else float(self.lam)
         report = dof_report(self.teacher, self.reservoir, self.tokens, lam, relative_to=self.relative_to,
                             pooling=self.pooling, target_fraction=self.target_fraction, seed=self.seed,
-                            name=self.teacher_name)  # fmt: skip
+                            name=self.teacher_name)  # fmt: skip  # packed args
         report.save(os.path.join(out, "dof.json"))
         with atomic_file(os.path.join(out, "qk_samples.pt")) as handle:
             torch.save({i: v.clone() for i, v in self.reservoir.vectors.items()}, handle)

@@ -1,9 +1,9 @@
-"""The LightningCLI of ``lit-dof fit|validate|test|predict`` with the DoF callbacks and linked data/model
+r"""The LightningCLI of ``lit-dof fit|validate|test|predict`` with the DoF callbacks and linked data/model
 arguments, and ``lit-dof plan`` (the ``lit-dof`` command itself, which lists and dispatches every subcommand,
 is :mod:`lit_dof.cli`).
 
     lit-dof fit --config configs/quickstart.yaml
-    lit-dof fit --config configs/models/smollm2-135m.yaml --config configs/methods/fix.yaml \\
+    lit-dof fit --config configs/models/smollm2-135m.yaml --config configs/methods/fix.yaml \
         --config configs/trainer/cpu.yaml
     lit-dof fit --config configs/quickstart.yaml --print_config
     lit-dof plan --config configs/models/llama-3-8b.yaml --config configs/trainer/fsdp.yaml --trainer.devices 8
@@ -45,6 +45,8 @@ class LitDofCLI(LightningCLI):
     phases, or :class:`~lit_dof.pipeline.capture.TeacherCapture` for ``predict``)."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        """Add the ``dof:`` and ``allocator:`` groups, link teacher → tokenizer and data → model ``seq_len``, and
+        mark ``--optimizer``/``--lr_scheduler`` as refused."""
         parser.add_lightning_class_args(DoFEstimator, "dof")
         parser.add_lightning_class_args(FeatureDimAllocator, "allocator")
         parser.link_arguments("model.init_args.teacher", "data.init_args.tokenizer")
@@ -71,7 +73,7 @@ class LitDofCLI(LightningCLI):
         if given:
             command = f"{parser.prog} {subcommand}" if subcommand else parser.prog
             print(f"{command}: error: {'/'.join('--' + key for key in given)} is not supported. {OPTIMIZER_REFUSED}",
-                  file=sys.stderr)  # fmt: skip
+                  file=sys.stderr)
             raise SystemExit(2)
 
     def before_instantiate_classes(self) -> None:
@@ -145,9 +147,10 @@ def parse_fit_config(args: list[str]):
 
     with warnings.catch_warnings():  # "args and sys.argv both given": plan_main passes sys.argv's tail on purpose
         warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
+        parser_kwargs = {"prog": f"{PROG} plan", "description": COMMANDS["plan"]}
         cli = _ConfigOnlyCLI(L.LightningModule, L.LightningDataModule, subclass_mode_model=True,
                              subclass_mode_data=True, save_config_callback=None, args=args, run=False,
-                             parser_kwargs={"prog": f"{PROG} plan", "description": COMMANDS["plan"]})  # fmt: skip
+                             parser_kwargs=parser_kwargs)  # fmt: skip  # packed args
     return cli.config
 
 

@@ -35,7 +35,7 @@ class DirectDistillation(LayerwiseDistillation):
     """
 
     def __init__(self, *args, trainable: Trainable = "feature_maps", logit_kd: float = 0.0,
-                 **kwargs) -> None:  # fmt: skip
+                 **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if self.finetune_fraction:
             raise ValueError("finetune_fraction is a layer-wise option: every direct step is already end-to-end")
@@ -44,6 +44,8 @@ class DirectDistillation(LayerwiseDistillation):
         self.trainable, self.logit_kd = trainable, logit_kd
 
     def trainable_parameters(self):
+        """(name, parameter) pairs trained end to end: every parameter (``all``), the linear layers' attention
+        blocks (``attention``) or the inherited default, the twins' feature maps (``feature_maps``)."""
         params = list(self.student.named_parameters())
         if self.trainable == "all":
             return params
@@ -55,6 +57,14 @@ class DirectDistillation(LayerwiseDistillation):
         return super().trainable_parameters()
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        """Next-token cross-entropy of the student, plus ``logit_kd`` × the teacher-logit KL when set.
+
+        Returns:
+            the loss, or ``None`` when nothing is trainable.
+
+        Raises:
+            FloatingPointError: a non-finite loss.
+        """
         ids = batch["input_ids"]
         positions = self._position_ids(batch, batch_idx)
         out = self.student(ids, labels=ids, position_ids=positions, use_cache=False)

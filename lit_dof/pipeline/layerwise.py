@@ -115,13 +115,16 @@ class LayerwiseDistillation(StudentModule):
         ):
             raise ValueError(f"position_shift must be an integer >= 0 or 'auto', got {position_shift!r}")
         if finetune_lr_ratio <= 0 or kd_temperature <= 0:
-            raise ValueError(f"finetune_lr_ratio and kd_temperature must be > 0, got {finetune_lr_ratio}, {kd_temperature}")
+            raise ValueError(
+                f"finetune_lr_ratio and kd_temperature must be > 0, got {finetune_lr_ratio}, {kd_temperature}"
+            )
         self.save_hyperparameters(ignore=["feature_map"])
         self.layer_loss = layer_loss
         self.lr_z, self.lr_alpha, self.lr, self.lr_lora = lr_z, lr_alpha, lr, lr_lora
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
         self.query_rows, self.betas, self.weight_decay = query_rows, betas, weight_decay
-        self.finetune_fraction, self.finetune_lr_ratio, self.kd_temperature = finetune_fraction, finetune_lr_ratio, kd_temperature
+        self.finetune_fraction, self.finetune_lr_ratio = finetune_fraction, finetune_lr_ratio
+        self.kd_temperature = kd_temperature
         self.teacher_reuse, self.layer_backward = teacher_reuse, layer_backward
         self.position_shift = position_shift
         self._shift_generator = torch.Generator()
@@ -131,6 +134,12 @@ class LayerwiseDistillation(StudentModule):
         self._finetune_reset_at: int | None = None
 
     def check_teacher(self, teacher: torch.nn.Module) -> None:
+        """Resolve ``position_shift="auto"`` from the teacher and check an explicit shift against it.
+
+        Raises:
+            ValueError: a shift for a teacher without RoPE, or ``position_shift + seq_len`` beyond its
+                ``max_position_embeddings``.
+        """
         super().check_teacher(teacher)
         if not self.position_shift:
             return
@@ -164,7 +173,9 @@ class LayerwiseDistillation(StudentModule):
         ids, mask = batch["input_ids"], batch.get("attention_mask")
         self._shift_generator.manual_seed(self.global_step * 104729 + batch_idx)
         offsets = torch.randint(0, self.position_shift + 1, (ids.shape[0], 1), generator=self._shift_generator)
-        base = (mask.long().cumsum(-1) - 1).clamp(min=0) if mask is not None else torch.arange(ids.shape[1]).expand_as(ids)
+        base = (
+            (mask.long().cumsum(-1) - 1).clamp(min=0) if mask is not None else torch.arange(ids.shape[1]).expand_as(ids)
+        )
         return base.to(ids.device) + offsets.to(ids.device)
 
     # -- the two phases ----------------------------------------------------------------------------------
@@ -177,9 +188,11 @@ class LayerwiseDistillation(StudentModule):
         return total - round(self.finetune_fraction * total)
 
     def in_finetune(self) -> bool:
+        """Whether this optimizer step belongs to the end-to-end tail (:meth:`finetune_start` onwards)."""
         return self.global_step >= self.finetune_start()
 
     def on_train_batch_start(self, batch, batch_idx: int) -> None:
+        """At the first step of the end-to-end tail, clear Adam's moments (once, also across resumes)."""
         start = self.finetune_start()
         if 0 < start < self._total_steps() and self.global_step == start and self._finetune_reset_at != start:
             # The tail's gradients have another scale than the layer losses': start Adam's moments afresh.
@@ -213,7 +226,7 @@ class LayerwiseDistillation(StudentModule):
         with torch.no_grad(), self.student.teacher_mode(), recording:  # root forward (FSDP)
             try:
                 out = self.student(batch["input_ids"], attention_mask=batch.get("attention_mask"),
-                                   position_ids=positions, use_cache=False).logits  # fmt: skip
+                                   position_ids=positions, use_cache=False).logits  # fmt: skip  # packed args
             except _CapturedAll:
                 pass
         return out, captured
@@ -249,7 +262,9 @@ class LayerwiseDistillation(StudentModule):
             yield index, twin, loss
             del loss
 
-    def _layerwise_backward(self, captured: dict[int, tuple], batch_idx: int, release: bool) -> tuple[torch.Tensor | None, torch.Tensor | None, int]:
+    def _layerwise_backward(
+        self, captured: dict[int, tuple], batch_idx: int, release: bool
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, int]:
         """Per-layer backward: each layer's loss is differentiated (``torch.autograd.grad``) as soon as it is
         computed and its graph freed — and, when ``release``, the layer's captured q/k/v too — so the peak holds
         one layer's loss graph instead of all of them. The gradients come back as the surrogate Σ_p ⟨p, g_p⟩
@@ -295,12 +310,18 @@ class LayerwiseDistillation(StudentModule):
         loss = logit_distillation_loss(logits, teacher_logits, mask, temperature=self.kd_temperature)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite logit distillation loss at step {self.global_step}; "
-                                     "lower finetune_lr_ratio")  # fmt: skip
+                                     "lower finetune_lr_ratio")
         self.log("train/logit_kd", loss.detach(), prog_bar=True)
         self.log("train/tokens", float(ids.numel()), reduce_fx="sum")
         return loss if loss.requires_grad else None
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        """A layer-wise step (the layer losses on the teacher's capture) or, in the tail, :meth:`finetune_step`.
+
+        Returns:
+            the loss to back-propagate (with ``layer_backward``, the surrogate whose backward accumulates each
+            layer's gradients), or ``None`` when nothing is trainable.
+        """
         if self.in_finetune():
             return self.finetune_step(batch, batch_idx)
         captured, fresh = self._layerwise_capture(batch, batch_idx)
@@ -316,6 +337,9 @@ class LayerwiseDistillation(StudentModule):
         return result  # None: nothing trainable (e.g. Performer): just log
 
     def configure_optimizers(self):
+        """Adam with parameter groups ``z``, ``log_alpha``, ``other`` and ``lora`` at their learning rates; linear
+        warm-up then cosine decay to ``min_lr_ratio``; in the tail a second cosine from ``finetune_lr_ratio``.
+        ``None`` when nothing is trainable."""
         groups: dict[str, list] = {"z": [], "log_alpha": [], "other": [], "lora": []}
         for name, parameter in self.trainable_parameters():
             leaf = name.rsplit(".", 1)[-1]

@@ -93,7 +93,12 @@ class StudentModule(L.LightningModule):
         self.softmax_layers = list(softmax_layers)
         self.share_kv_maps, self.chunk_size, self.seq_len = share_kv_maps, chunk_size, seq_len
         self.lora = lora
-        self.attention_options = {"window": window, "sink_tokens": sink_tokens, "far_term": far_term, "learn_mix": learn_mix}
+        self.attention_options = {
+            "window": window,
+            "sink_tokens": sink_tokens,
+            "far_term": far_term,
+            "learn_mix": learn_mix,
+        }
         self.export_dir, self.seed = export_dir, seed
         self.teacher_dtype = teacher_dtype
         self.strict_loading = False  # before any load: sharded (DCP) loads read it before on_load_checkpoint
@@ -107,6 +112,8 @@ class StudentModule(L.LightningModule):
 
     # -- building ------------------------------------------------------------------------------------------
     def configure_model(self) -> None:
+        """Load the teacher, run the planning callbacks (DoF estimate, then allocation), build the student with
+        its linear twins, mark the trainable parameters and, on a device mesh, shard it (FSDP2; twins replicated)."""
         if self.student is not None:
             return
         from lit_dof.teacher.loading import load_teacher
@@ -124,7 +131,7 @@ class StudentModule(L.LightningModule):
         seed = torch.initial_seed() if self.seed is None else self.seed
         self.student = linearize(teacher, self.feature_map, dims, softmax_layers=self.softmax_layers,
                                  share_kv_maps=self.share_kv_maps, chunk_size=self.chunk_size, seed=seed,
-                                 **self.attention_options)  # fmt: skip
+                                 **self.attention_options)  # fmt: skip  # packed args
         self.student.requires_grad_(False)
         if self.lora is not None:
             self._check_lora_strategy()
@@ -153,7 +160,7 @@ class StudentModule(L.LightningModule):
         strategy = self._trainer.strategy if self._trainer is not None else None
         if isinstance(strategy, DDPStrategy) and not getattr(strategy, "_ddp_kwargs", {}).get("find_unused_parameters"):
             raise ValueError("LoRA under DDP needs find_unused_parameters: the adapters train in the end-to-end tail "
-                             "only; set --trainer.strategy.init_args.find_unused_parameters=true")  # fmt: skip
+                             "only; set --trainer.strategy.init_args.find_unused_parameters=true")
 
     def _lightning_device_mesh(self):
         try:
@@ -169,7 +176,9 @@ class StudentModule(L.LightningModule):
         from torch.distributed.fsdp import fully_shard
 
         if self.lora is not None:
-            raise NotImplementedError("LoRA under ModelParallelStrategy (FSDP2) is not supported yet: use DDP for `lora`")
+            raise NotImplementedError(
+                "LoRA under ModelParallelStrategy (FSDP2) is not supported yet: use DDP for `lora`"
+            )
 
         dp = mesh["data_parallel"] if mesh.mesh_dim_names and "data_parallel" in mesh.mesh_dim_names else mesh
         named_twins = [(n, p) for n, p in self.student.named_parameters() if ".lit_dof." in n]
@@ -179,14 +188,16 @@ class StudentModule(L.LightningModule):
             if type(module).__name__ in layer_classes:
                 fully_shard(module, mesh=dp, ignored_params=twins & set(module.parameters()))
         fully_shard(self.student, mesh=dp, ignored_params=twins)
-        self._replicated = [p for _, p in sorted(named_twins, key=lambda item: item[0]) if p.requires_grad]  # same order on every rank
+        # Sorted by name: the same order on every rank.
+        self._replicated = [p for _, p in sorted(named_twins, key=lambda item: item[0]) if p.requires_grad]
         self._replicated_group = dp.get_group()
         twin_states = sorted([(n, t) for n, t in [*named_twins, *self.student.named_buffers()] if ".lit_dof." in n],
-                             key=lambda item: item[0])  # fmt: skip
+                             key=lambda item: item[0])
         twins_now = [t.detach() for _, t in twin_states]
         _coalesced(twins_now, torch.distributed.broadcast, group_src=0, group=self._replicated_group)
 
     def on_after_backward(self) -> None:
+        """All-reduce (mean) the replicated twins' gradients over the data-parallel group (FSDP2 only)."""
         replicated = [p for p in getattr(self, "_replicated", ()) if p.grad is not None]
         if replicated and torch.distributed.is_initialized():
             _coalesced([p.grad for p in replicated], _all_reduce_mean, group=self._replicated_group)
@@ -196,9 +207,9 @@ class StudentModule(L.LightningModule):
         weights where they have a sliding window, and LoRA adapters when ``lora`` is set; not the unused maps of
         window-only twins)."""
         unused = {id(p) for twin in self.student.linear_modules().values() if not getattr(twin, "far_term", True)
-                  for p in twin.parameters()}  # fmt: skip
+                  for p in twin.parameters()}  # fmt: skip  # compact comprehension
         return [(n, p) for n, p in self.student.named_parameters()
-                if (".lit_dof.linear." in n or ".lora_" in n) and id(p) not in unused]  # fmt: skip
+                if (".lit_dof.linear." in n or ".lora_" in n) and id(p) not in unused]
 
     # -- checkpoints: only what training changes -------------------------------------------------------------
     def state_dict(self, *args, **kwargs) -> dict:
@@ -210,7 +221,8 @@ class StudentModule(L.LightningModule):
         (``get_model_state_dict``), so a twins-only checkpoint loads there too.
 
         Args:
-            *args, **kwargs: those of :meth:`torch.nn.Module.state_dict`.
+            *args: those of :meth:`torch.nn.Module.state_dict`.
+            **kwargs: those of :meth:`torch.nn.Module.state_dict`.
 
         Returns:
             the linear twins' entries (``.lit_dof.``) and the parameters this phase trains.
@@ -225,12 +237,18 @@ class StudentModule(L.LightningModule):
         return state
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Record the student's per-layer feature dimensions M and its feature-map factory in the checkpoint."""
         from lit_dof.pipeline.resume import factory_name
 
         checkpoint["lit_dof_feature_dims"] = self.student.feature_dims
         checkpoint["lit_dof_feature_map"] = factory_name(self.feature_map)  # not a hyperparameter (a factory)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Check that the rebuilt student has the checkpoint's feature dimensions.
+
+        Raises:
+            ValueError: the dimensions differ (another DoF estimate): resume with ``dof.report_path``.
+        """
         dims = checkpoint.get("lit_dof_feature_dims")
         if dims is not None and self.student is not None and dims != self.student.feature_dims:
             raise ValueError(
@@ -240,6 +258,7 @@ class StudentModule(L.LightningModule):
 
     # -- validation: held-out perplexity of teacher and student --------------------------------------------
     def validation_step(self, batch: dict, batch_idx: int) -> None:
+        """Update the student's perplexity and the teacher's per-token NLL (the teacher's computed once per batch)."""
         ids = batch["input_ids"]
         logits = self.student(ids, use_cache=False).logits[:, :-1].float()
         with fp32_region():  # the metric's softmax and sums in float32 under any precision
@@ -254,15 +273,19 @@ class StudentModule(L.LightningModule):
     @staticmethod
     @fp32_region()
     def _nll(logits: torch.Tensor, target: torch.Tensor) -> tuple[float, int]:
-        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="sum")
+        nll = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="sum"
+        )
         return float(nll), target.numel()
 
     def on_validation_epoch_start(self) -> None:
+        """Keep the metrics' states in float32 under ``bf16-true``/``16-true``."""
         # bf16-true / 16-true convert the whole module, the metrics' states included: sum in float32 again.
         self.val_ppl_student.set_dtype(torch.float32)
         self.val_nll_teacher.set_dtype(torch.float32)
 
     def on_validation_epoch_end(self) -> None:
+        """Log ``val/ppl_student`` and ``val/ppl_teacher`` (exact over ranks) and reset the metrics."""
         # Each rank scored its share of the validation blocks; the metrics sum NLL and token counts over ranks
         # when computed, so both perplexities are the exact global ones (no average of per-rank perplexities).
         self.log("val/ppl_student", self.val_ppl_student.compute(), prog_bar=True)
@@ -273,6 +296,8 @@ class StudentModule(L.LightningModule):
 
     # -- export -------------------------------------------------------------------------------------------
     def on_fit_end(self) -> None:
+        """Export the student (full weights, LoRA merged) and its tokenizer to ``export_dir`` on rank 0
+        (default ``<log_dir>/student``; ``""``: no export)."""
         if self.export_dir == "" or self.student is None:
             return
         log_dir = self.trainer.log_dir  # a collective under DDP: every rank asks
@@ -281,7 +306,9 @@ class StudentModule(L.LightningModule):
         if getattr(self, "_replicated_group", None) is not None:  # FSDP2: gather full weights (collective)
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-            state_dict = get_model_state_dict(self.student, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            state_dict = get_model_state_dict(
+                self.student, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
         if self.trainer.is_global_zero:
             if has_adapters(self.student.model):  # plain weights: the exported student loads without peft
                 state_dict = merged_state_dict(self.student)

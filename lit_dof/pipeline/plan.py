@@ -92,7 +92,7 @@ def resolve_teacher_config(teacher: str):
     except OSError as exc:
         raise PlanError(f"no architecture for teacher {teacher!r}: not a local directory, alias or .gguf file, no "
                         f"configs/models/*/config.json with _name_or_path {teacher!r} (or in ${ARCHITECTURES_ENV}), "
-                        "and not in the Hugging Face cache; ship its config.json there") from exc  # fmt: skip
+                        "and not in the Hugging Face cache; ship its config.json there") from exc
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ def architecture(config) -> Architecture:
     return Architecture(params=params, layer_params=max(per_layer), root_params=params - sum(per_layer),
                         num_layers=len(layers), hidden=hidden, intermediate=intermediate, vocab=text.vocab_size,
                         heads=first.num_heads, kv_heads=first.num_kv_heads, head_dim=first.head_dim,
-                        linear_layers=sum(layer.linearizable for layer in layers))  # fmt: skip
+                        linear_layers=sum(layer.linearizable for layer in layers))  # fmt: skip  # packed args
 
 
 @dataclass(frozen=True)
@@ -203,6 +203,7 @@ class RunSettings:
 
     @property
     def on_gpu(self) -> bool:
+        """Whether the run's devices are GPUs (any accelerator but ``cpu``)."""
         return self.accelerator != "cpu"
 
 
@@ -218,31 +219,33 @@ class Phase:
     runs: bool = True
 
     def device_total(self) -> int:
+        """Bytes per device, summed over the terms."""
         return sum(self.device.values())
 
     def host_total(self) -> int:
+        """Host RAM bytes per rank, summed over the terms."""
         return sum(self.host.values())
 
 
 def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     """The memory of each stage of the run, from ``arch`` and ``run`` alone (closed form, bytes per rank).
 
-    Phases: ``dof`` (capture + estimate, before sharding: the whole teacher on the host under FSDP, on the
-    device otherwise), ``layerwise`` (teacher forward stopped after the last twin, all layers' q/k kept, one
-    layer's loss graph alive at a time — every layer's with ``layer_backward`` off), ``tail`` (end-to-end logit distillation: backward through
-    the whole student), ``validate`` (teacher and student logits), ``export`` (full weights on rank 0).
-    On a CPU run the device terms are host RAM: ``host`` then holds them too.
+    Phases: ``dof`` (capture + estimate, before sharding: the whole teacher on the host under FSDP, on the device
+    otherwise), ``layerwise`` (teacher forward stopped after the last twin, all layers' q/k kept, one layer's loss graph
+    alive at a time — every layer's with ``layer_backward`` off), ``tail`` (end-to-end logit distillation: backward
+    through the whole student), ``validate`` (teacher and student logits), ``export`` (full weights on rank 0). On a CPU
+    run the device terms are host RAM: ``host`` then holds them too.
 
     Raises:
         PlanError: non-positive sizes.
     """
     if run.devices < 1 or run.num_nodes < 1 or run.batch_size < 1 or run.seq_len < 1:
         raise PlanError(f"devices, num_nodes, batch_size and seq_len must be >= 1, got {run.devices}, "
-                        f"{run.num_nodes}, {run.batch_size}, {run.seq_len}")  # fmt: skip
+                        f"{run.num_nodes}, {run.batch_size}, {run.seq_len}")
     a, b = arch, _DTYPE_BYTES[run.teacher_dtype]
     B, T, W, L = run.batch_size, run.seq_len, run.world_size, a.linear_layers
     R = min(run.query_rows or T, T)
-    Hq, Hk, d, h, I, V = a.heads, a.kv_heads, a.head_dim, a.hidden, a.intermediate, a.vocab
+    Hq, Hk, d, h, ffn, V = a.heads, a.kv_heads, a.head_dim, a.hidden, a.intermediate, a.vocab  # ffn: I, the MLP width
     budget = run.budget or d
     sum_m = sum(run.feature_dims) if run.feature_dims else L * budget
     max_m = max(run.feature_dims) if run.feature_dims else (run.max_dim or run.max_ratio * budget)
@@ -255,7 +258,7 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     twins = maps * (d + 1) * sum_m * 4  # z (H, M, d) and log α (H, M) per layer, float32 master weights
     optimizer = 3 * twins  # gradients + Adam's two moments
     # No-grad forward of one decoder layer: residual, norm, q/k/v, attention output, gate/up/act of the MLP.
-    layer_act = tokens * (4 * h + (Hq + 2 * Hk) * d + 3 * I) * b
+    layer_act = tokens * (4 * h + (Hq + 2 * Hk) * d + 3 * ffn) * b
     if not run.on_gpu:
         layer_act += B * Hq * T * T * 4  # CPU SDPA with a mask materialises the score matrix
     logits = tokens * V * b
@@ -290,7 +293,7 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     layerwise.device.update(static)
     if run.layer_backward:  # one layer's graph at a time, and its gradients gathered until the surrogate backward
         layerwise.device.update({"captured q/k": captured, "loss graph (one layer)": one_graph,
-                                 "per-layer gradients": twins})  # fmt: skip
+                                 "per-layer gradients": twins})
     else:
         layerwise.device.update({"captured q/k": captured, "loss graphs (all layers)": graphs})
     layerwise.device["activations (max of forward, one loss)"] = max(layer_act, loss_now)
@@ -299,24 +302,27 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     # -- end-to-end tail: backward through every layer (frozen weights, twins' gradients flow through all)
     # Frozen linears save nothing; the two RMSNorms keep their float32 input (4h), the MLP's SiLU input, SiLU
     # output and up projection (3I in the teacher's dtype), the twin its values and chunked-kernel state.
-    saved = tokens * (8 * h + 3 * I * b + Hk * d * 4)
+    saved = tokens * (8 * h + 3 * ffn * b + Hk * d * 4)
     tail_layer = saved + _twin_activations(B, T, Hq, Hk, d, budget) + band
     tail = Phase("tail", tokens=tokens * W * run.accumulate, runs=run.finetune_fraction > 0)
     tail.device.update(static)
     tail.device.update({"teacher logits": logits, "activations (all layers)": a.num_layers * tail_layer,
-                        "logits + KL graph": logits + tokens * V * 4 * 6})  # fmt: skip
+                        "logits + KL graph": logits + tokens * V * 4 * 6})  # fmt: skip  # packed args
     phases.append(tail)
 
     # -- validation: student and teacher logits upcast, Perplexity's float32 softmax
     val = Phase("validate", runs=run.validate)
     val.device.update({"teacher shard": shard, "gathered layers": gathered, "twins": twins,
-                       "activations (one layer, no grad)": layer_act, "logits (both, float32)": 2 * tokens * V * 4 + logits,
-                       "perplexity softmax": 2 * tokens * V * 4})  # fmt: skip
+                       "activations (one layer, no grad)": layer_act,
+                       "logits (both, float32)": 2 * tokens * V * 4 + logits,
+                       "perplexity softmax": 2 * tokens * V * 4})  # fmt: skip  # packed args
     phases.append(val)
 
     # -- export: rank 0 gathers the full weights to the host (FSDP) and safetensors serialises them
     export = Phase("export", runs=run.export)
-    export.device.update({"teacher shard": shard, "twins": twins, "gathered tensor": (a.root_params // 2) * b if run.sharded else 0})
+    export.device.update(
+        {"teacher shard": shard, "twins": twins, "gathered tensor": (a.root_params // 2) * b if run.sharded else 0}
+    )
     export.host.update({"full state dict": teacher + twins, "serialisation buffer": teacher + twins})
     phases.append(export)
 
@@ -343,4 +349,5 @@ def _twin_activations(B: int, T: int, Hq: int, Hk: int, d: int, M: int, chunk: i
     """Bytes a twin's chunked linear attention keeps for backward: float32 q/k copies, log-features and
     features of queries and keys (3 each), the intra-chunk score blocks (2 × T·C per head) and the per-chunk
     prefix states (B·Hk·(T/C)·M·d, with the key sums)."""
-    return 4 * B * (T * (Hq + Hk) * d + 3 * T * (Hq + Hk) * M + 2 * Hq * T * min(chunk, T) + Hk * -(-T // chunk) * M * (d + 1))
+    qk = T * (Hq + Hk) * d + 3 * T * (Hq + Hk) * M  # q/k copies, their log-features and features
+    return 4 * B * (qk + 2 * Hq * T * min(chunk, T) + Hk * -(-T // chunk) * M * (d + 1))

@@ -43,21 +43,27 @@ def settings_from_config(config) -> RunSettings:
     elif str(devices) in ("-1", "auto"):
         if accelerator != "cpu":
             raise PlanError(f"--trainer.devices {devices} means every GPU of the machine the run starts on: "
-                            "give the count to plan for, e.g. --trainer.devices 8")  # fmt: skip
+                            "give the count to plan for, e.g. --trainer.devices 8")
         devices = 1
     elif isinstance(devices, str) and "," in devices:
         devices = len([x for x in devices.split(",") if x.strip()])
     strategy = trainer.strategy
     name = getattr(strategy, "class_path", None) or str(strategy)
-    sharded = name.rsplit(".", 1)[-1] in ("ModelParallelStrategy", "ShardedDataParallelStrategy", "FSDPStrategy") or name.startswith("fsdp")
+    sharding = ("ModelParallelStrategy", "ShardedDataParallelStrategy", "FSDPStrategy")
+    sharded = name.rsplit(".", 1)[-1] in sharding or name.startswith("fsdp")
     class_path = getattr(model, "class_path", "")
     if not class_path.endswith(("LayerwiseDistillation", "DirectDistillation")):
         raise PlanError(f"lit-dof plan covers the distillation phases (LayerwiseDistillation, DirectDistillation), "
-                        f"not {class_path or 'a model without class_path'}")  # fmt: skip
+                        f"not {class_path or 'a model without class_path'}")
     alloc, dof = config.allocator, config.dof
     budget = alloc.budget or (margs.get("feature_dim") if alloc.strategy == "fix" else None)
     feature_dims = None
-    if dof.enabled and dof.report_path and os.path.isfile(dof.report_path) and alloc.strategy in ("dof", "dof_clip", "fix"):
+    if (
+        dof.enabled
+        and dof.report_path
+        and os.path.isfile(dof.report_path)
+        and alloc.strategy in ("dof", "dof_clip", "fix")
+    ):
         from lit_dof.dof import DoFReport
 
         feature_dims = DoFReport.load(dof.report_path).feature_dims(alloc.strategy)
@@ -80,7 +86,8 @@ def settings_from_config(config) -> RunSettings:
         dof_enabled=bool(dof.enabled) and not dof.report_path, dof_samples=int(dof.num_samples),
         dof_batches=int(dof.num_batches), dof_pooling=dof.pooling,
         validate=trainer.limit_val_batches != 0 and int(dargs.get("val_blocks", 1)) > 0,
-        export=margs.get("export_dir") != "", accumulate=int(trainer.accumulate_grad_batches or 1))  # fmt: skip
+        export=margs.get("export_dir") != "",
+        accumulate=int(trainer.accumulate_grad_batches or 1))  # fmt: skip  # packed args
 
 
 def plan_config(config) -> tuple[Architecture, RunSettings, list[Phase]]:
@@ -108,17 +115,21 @@ def format_plan(arch: Architecture, run: RunSettings, phases: list[Phase]) -> st
     dims = "from the DoF report" if run.feature_dims else f"budget {run.budget or arch.head_dim}"
     dtype = str(run.teacher_dtype).removeprefix("torch.")
     attention = (f"; sliding window {run.window} + {run.sink_tokens} sink tokens + linear far term" if run.window
-                 else "; pure linear attention")  # fmt: skip
+                 else "; pure linear attention")
     lines = [
         (f"teacher {run.teacher}: {arch.params / 1e9:.3f} B parameters, {arch.num_layers} layers "
-         f"({arch.linear_layers} linearised), {arch.heads} heads / {arch.kv_heads} KV heads of {arch.head_dim}, {dtype}"),
+         f"({arch.linear_layers} linearised), {arch.heads} heads / {arch.kv_heads} KV heads of {arch.head_dim}, "
+         f"{dtype}"),
         (f"run: {run.world_size} rank(s) ({run.devices} {run.accelerator} x {run.num_nodes} node(s)), teacher {where}; "
-         f"B {run.batch_size} x T {run.seq_len} tokens per rank, {rows} query rows, {run.loss} loss, feature dims {dims}{attention}"),
-    ]  # fmt: skip
+         f"B {run.batch_size} x T {run.seq_len} tokens per rank, {rows} query rows, {run.loss} loss, "
+         f"feature dims {dims}{attention}"),
+    ]  # fmt: skip  # compact list
     for phase in phases:
         state = "" if phase.runs else " (not in this run)"
         tokens = f", {phase.tokens} tokens/step" if phase.tokens else ""
-        lines.append(f"phase {phase.name}{state}: device {_gib(phase.device_total())}, host {_gib(phase.host_total())}{tokens}")
+        lines.append(
+            f"phase {phase.name}{state}: device {_gib(phase.device_total())}, host {_gib(phase.host_total())}{tokens}"
+        )
         for where_, terms in (("device", phase.device), ("host", phase.host)):
             lines += [f"  {where_:6s} {term:40s} {_gib(size)}" for term, size in terms.items() if size]
     running = [p for p in phases if p.runs] or phases

@@ -32,6 +32,8 @@ class ShardedDataParallelStrategy(ModelParallelStrategy):
         super().__init__(data_parallel_size=data_parallel_size, tensor_parallel_size=tensor_parallel_size, **kwargs)
 
     def setup_environment(self) -> None:
+        """Resolve ``data_parallel_size="auto"`` to the world size over ``tensor_parallel_size``, then set up as
+        the parent does."""
         if self._data_parallel_size == "auto" and self._tensor_parallel_size != "auto":
             self._data_parallel_size = max(1, self.num_nodes * self.num_processes // self._tensor_parallel_size)
         super().setup_environment()

@@ -37,10 +37,12 @@ class RecurrentStateLayer(CacheLayerMixin):
         self.seen = 0
 
     @property
-    def is_croppable(self) -> bool:  # a recurrent state cannot be rolled back
+    def is_croppable(self) -> bool:
+        """False: a recurrent state cannot be rolled back."""
         return False
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Record the dtype and device of the first keys; the state itself is set by the attention function."""
         self.dtype, self.device = key_states.dtype, key_states.device
         self.is_initialized = True
 
@@ -52,12 +54,15 @@ class RecurrentStateLayer(CacheLayerMixin):
         return key_states, value_states
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        """``(tokens seen + query_length, 0)``: the key length and offset of the mask, as a full-attention layer's."""
         return self.seen + query_length, 0
 
     def get_seq_length(self) -> int:
+        """Tokens folded into the state."""
         return self.seen
 
     def get_max_length(self) -> int:
+        """-1: no maximum length (the state has constant size)."""
         return -1
 
     @property
@@ -66,17 +71,21 @@ class RecurrentStateLayer(CacheLayerMixin):
         return 0 if self.state is None else self.state.nbytes
 
     def reset(self) -> None:
+        """Drop the state and the token count."""
         self.state, self.seen = None, 0
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Reorder the state's batch rows for beam search (``beam_idx (B,)``)."""
         if self.state is not None:
             self.state = self.state.index_select(0, beam_idx.to(self.device))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
+        """Repeat each batch row of the state ``repeats`` times (beam/sample expansion)."""
         if self.state is not None:
             self.state = self.state.repeat_interleave(repeats)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the state's batch rows ``indices`` (integer or boolean)."""
         if self.state is not None:
             index = torch.as_tensor(indices, device=self.device).flatten()
             if index.dtype == torch.bool:
@@ -84,6 +93,11 @@ class RecurrentStateLayer(CacheLayerMixin):
             self.state = self.state.index_select(0, index)
 
     def crop(self, tokens_to_remove: int) -> None:
+        """Crop nothing: a recurrent state has no per-token entries to drop.
+
+        Raises:
+            NotImplementedError: ``tokens_to_remove > 0`` (assisted/speculative decoding).
+        """
         if tokens_to_remove:
             raise NotImplementedError(
                 "a linear-attention layer's recurrent state cannot be cropped (assisted/speculative decoding "
@@ -91,9 +105,11 @@ class RecurrentStateLayer(CacheLayerMixin):
             )
 
     def offload(self) -> None:
+        """Keep the state where it is: it is small and of constant size."""
         pass  # the state is small and constant-size; it stays on its device
 
     def prefetch(self) -> None:
+        """Nothing to fetch (see :meth:`offload`)."""
         pass
 
 

@@ -83,6 +83,7 @@ class SoftmaxRowLoss(LayerLoss):
     name = "softmax"
 
     def __call__(self, twin, captured, *, query_rows=None, generator=None) -> Tensor:
+        """KL between the teacher's and the twin's attention rows (see :meth:`LayerLoss.__call__`)."""
         q, k, pad = captured.q, captured.k, captured.key_padding
         return attention_distillation_loss(twin, q, k, pad, kind="softmax", query_rows=query_rows, generator=generator)
 
@@ -94,6 +95,7 @@ class KernelL2Loss(LayerLoss):
     name = "l2"
 
     def __call__(self, twin, captured, *, query_rows=None, generator=None) -> Tensor:
+        """Squared error of the kernel over valid (query, key) pairs (see :meth:`LayerLoss.__call__`)."""
         q, k, pad = captured.q, captured.k, captured.key_padding
         return attention_distillation_loss(twin, q, k, pad, kind="l2", query_rows=query_rows, generator=generator)
 
@@ -107,6 +109,11 @@ class OutputLoss(LayerLoss):
     needs_values = True
 
     def __call__(self, twin, captured, *, query_rows=None, generator=None) -> Tensor:
+        """Relative squared error of the twin's attention output (see :meth:`LayerLoss.__call__`).
+
+        Raises:
+            ValueError: the capture lacks ``v`` or ``out``.
+        """
         if captured.v is None or captured.out is None:
             raise ValueError("OutputLoss needs the captured values and attention output (capture with needs_values)")
         return attention_output_loss(twin, captured.q, captured.k, captured.v, captured.out, captured.key_padding)
@@ -135,7 +142,8 @@ def resolve_layer_loss(loss: LayerLoss | str) -> LayerLoss:
 
 def layer_loss_name(value: Any) -> str:
     """The short name of a loss as a saved config holds it — a legacy string, a class path, ``{class_path: …}``
-    (a mapping or a parsed namespace), a class or an instance — e.g. ``"softmax"``; an unknown class path gives its last component."""
+    (a mapping or a parsed namespace), a class or an instance — e.g. ``"softmax"``; an unknown class path gives
+    its last component."""
     if isinstance(value, LayerLoss) or (isinstance(value, type) and issubclass(value, LayerLoss)):
         return value.name
     if isinstance(value, Mapping):

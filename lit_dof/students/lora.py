@@ -62,7 +62,7 @@ def add_lora(model: nn.Module, settings: LoRA) -> list[str]:
     from peft import LoraConfig, inject_adapter_in_model
 
     config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-                        target_modules=settings.target_modules, bias="none")  # fmt: skip
+                        target_modules=settings.target_modules, bias="none")  # fmt: skip  # packed args
     inject_adapter_in_model(config, model)
     setattr(model, _FLAG, True)
     return [name for name, _ in model.named_parameters() if ".lora_" in name]

@@ -102,7 +102,8 @@ def attention_distillation_loss(
 
     Args:
         twin: the layer's :class:`~lit_dof.attention.CausalLinearAttention` (its feature map gets gradients).
-        q: ``(B, Hq, T, d)`` teacher queries (scaled, post-RoPE); k: ``(B, Hk, T, d)`` teacher keys.
+        q: ``(B, Hq, T, d)`` teacher queries (scaled, post-RoPE).
+        k: ``(B, Hk, T, d)`` teacher keys.
         key_padding: ``(B, T)`` bool, False at padding (padding rows and columns are excluded).
         kind: ``"softmax"`` (KL of attention rows) or ``"l2"`` (squared kernel error, float64).
         query_rows: score this many random query rows per sequence (``None``: all T).
@@ -120,7 +121,7 @@ def attention_distillation_loss(
     if isinstance(twin, HeadGroupedAttention):  # per-head dims: each group on its heads, weighted by heads
         total = sum(attention_distillation_loss(layer, qg, kg, key_padding, kind=kind, query_rows=query_rows,
                                                 generator=generator) * len(heads)
-                    for layer, qg, kg, heads in twin.split(q, k))  # fmt: skip
+                    for layer, qg, kg, heads in twin.split(q, k))  # fmt: skip  # packed args
         return total / twin.num_heads
     windowed = isinstance(twin, SlidingWindowLinearAttention)
     if windowed and kind == "l2":
@@ -207,7 +208,9 @@ def attention_output_loss(
 
     Args:
         twin: the layer's :class:`~lit_dof.attention.CausalLinearAttention`.
-        q: ``(B, Hq, T, d)`` teacher queries (scaled, post-RoPE); k: ``(B, Hk, T, d)``; v: ``(B, Hk, T, D)``.
+        q: ``(B, Hq, T, d)`` teacher queries (scaled, post-RoPE).
+        k: ``(B, Hk, T, d)`` teacher keys.
+        v: ``(B, Hk, T, D)`` teacher values.
         out: ``(B, T, Hq, D)`` the teacher's attention output before the output projection (as captured).
         key_padding: ``(B, T)`` bool, False at padding (those rows and keys are excluded).
 
@@ -232,7 +235,8 @@ def logit_distillation_loss(
     Knowledge in a Neural Network", eq. 2, with the usual T² gradient scale).
 
     Args:
-        student_logits, teacher_logits: ``(B, T, V)`` (any float dtype; computed in float32).
+        student_logits: ``(B, T, V)`` (any float dtype; computed in float32).
+        teacher_logits: ``(B, T, V)``, the target distribution.
         attention_mask: ``(B, T)``, 0 at padding (those positions are excluded); ``None``: all count.
         temperature: softmax temperature T > 0.
 
@@ -244,7 +248,7 @@ def logit_distillation_loss(
     """
     if student_logits.shape != teacher_logits.shape:
         raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
-                         f"{tuple(teacher_logits.shape)} differ in shape")  # fmt: skip
+                         f"{tuple(teacher_logits.shape)} differ in shape")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     log_q = torch.log_softmax(student_logits.float() / temperature, dim=-1)

@@ -84,7 +84,9 @@ class LitDofConfig(PretrainedConfig):
             text_config = dict(text_config)
             text_config = AutoConfig.for_model(text_config.pop("model_type"), **text_config)
         self.text_config = text_config
-        self.feature_dims = [[int(x) for x in m] if isinstance(m, (list, tuple)) else int(m) for m in feature_dims or []]
+        self.feature_dims = [
+            [int(x) for x in m] if isinstance(m, (list, tuple)) else int(m) for m in feature_dims or []
+        ]
         self.feature_map = dict(feature_map or {"class": "lit_dof.attention.feature_maps.prf.LearnedPRF", "kwargs": {}})
         self.softmax_layers = sorted(int(i) for i in softmax_layers)
         self.share_kv_maps = bool(share_kv_maps)
@@ -139,7 +141,7 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
             self.model, feature_map_factory, config.feature_dims, softmax_layers=config.softmax_layers,
             share_kv_maps=config.share_kv_maps, chunk_size=config.chunk_size, window=config.window,
             sink_tokens=config.sink_tokens, far_term=config.far_term, learn_mix=config.learn_mix, seed=seed,
-        )  # fmt: skip
+        )  # fmt: skip  # packed args
         if teacher is not None and getattr(teacher, "generation_config", None) is not None:
             self.generation_config = teacher.generation_config
         self.post_init()
@@ -193,12 +195,15 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
         return student_cache(self.config.text_config, self.linear_layers)
 
     def get_input_embeddings(self) -> nn.Module:
+        """The teacher's token embedding."""
         return self.model.get_input_embeddings()
 
     def set_input_embeddings(self, value: nn.Module) -> None:
+        """Replace the teacher's token embedding."""
         self.model.set_input_embeddings(value)
 
     def get_output_embeddings(self) -> nn.Module | None:
+        """The teacher's LM head (``None`` where it has none)."""
         return self.model.get_output_embeddings()
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -232,7 +237,7 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
             inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache, logits_to_keep=logits_to_keep,
             **{MODEL_CACHE_ARGUMENT: cache}, **kwargs,
-        )  # fmt: skip
+        )  # fmt: skip  # packed args
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
         # generate() would build a DynamicCache (growing keys for every layer); give it ours instead.
@@ -278,9 +283,13 @@ def linearize(
             feature-map class is one (``linearize(m, PerformerFeatureMap, dims)``).
         feature_dims: M_s per attention layer, or one int for all (the "Fix" baseline: the head size).
         softmax_layers: layers kept softmax (hybrids); switch later with ``set_softmax_layers``.
-        share_kv_maps, chunk_size, window, sink_tokens, far_term, learn_mix, seed: see
-            :func:`~lit_dof.students.surgery.attach_linear_attention` (``window > 0``: sliding-window + linear;
-            a ``seed`` makes the twins' initial values independent of the global RNG, one seed per layer).
+        share_kv_maps: one φ per KV head (default) or one per query head.
+        chunk_size: chunk size of the parallel form.
+        window: 0 for linear attention; w ≥ 1 for sliding-window + linear attention.
+        sink_tokens: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
+        far_term: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
+        learn_mix: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
+        seed: makes the twins' initial values independent of the global RNG, one seed per layer.
 
     Returns:
         :class:`LitDofForCausalLM`.
@@ -298,7 +307,7 @@ def linearize(
         text_config=model.config.get_text_config(decoder=True), feature_dims=dims, softmax_layers=set(softmax_layers),
         share_kv_maps=share_kv_maps, chunk_size=chunk_size, teacher=getattr(model.config, "name_or_path", None) or None,
         window=window, sink_tokens=sink_tokens, far_term=far_term, learn_mix=learn_mix,
-    )  # fmt: skip
+    )  # fmt: skip  # packed args
     student = LitDofForCausalLM(config, teacher=model, feature_map_factory=feature_map_factory, seed=seed)
     twins = [t.groups[0] if isinstance(t, HeadGroupedAttention) else t for t in student.linear_modules().values()]
     if twins:  # record what the factory built (class + behaviour kwargs), so load_student can rebuild it

@@ -40,7 +40,9 @@ def feature_map_class(spec: dict) -> type[FeatureMap]:
     try:
         cls = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError, ValueError) as exc:
-        raise ValueError(f"cannot import feature map class {path!r}: {exc}; install/import the package defining it") from exc
+        raise ValueError(
+            f"cannot import feature map class {path!r}: {exc}; install/import the package defining it"
+        ) from exc
     if not (isinstance(cls, type) and issubclass(cls, FeatureMap)):
         raise ValueError(f"{path!r} is not a lit_dof.attention.FeatureMap subclass")
     return cls
@@ -101,7 +103,10 @@ def attach_linear_attention(
         chunk_size: chunk size of the parallel form.
         window: 0 for pure linear attention; w ≥ 1 for sliding-window + linear attention
             (:class:`~lit_dof.attention.SlidingWindowLinearAttention`: the last w tokens exact).
-        sink_tokens, far_term, learn_mix: the sliding-window layer's options (``window > 0`` only).
+        sink_tokens: s, first tokens always attended exactly (``window > 0`` only).
+        far_term: include the linear far term (keys beyond the window and sinks); ``False``: window and sinks
+            alone (``window > 0`` only).
+        learn_mix: give each query head a trainable log-weight β of its far term (``window > 0`` only).
         seed: when given, each layer's feature map draws its initial values from the CPU generator seeded with
             :func:`layer_seed` ``(seed, layer index)``, so processes that consumed different random numbers
             before still build identical twins; ``None``: the global RNG as it stands.
@@ -118,7 +123,8 @@ def attach_linear_attention(
     softmax = _check_indices(softmax_layers, len(layers))
     if window < 0 or (window == 0 and (sink_tokens or not far_term)):
         raise ValueError(
-            f"sink_tokens={sink_tokens} and far_term={far_term} need a sliding window (window >= 1), got window={window}"
+            f"sink_tokens={sink_tokens} and far_term={far_term} need a sliding window (window >= 1), "
+            f"got window={window}"
         )
     windowed = {"window": window, "sink_tokens": sink_tokens, "far_term": far_term, "learn_mix": learn_mix}
     for layer in layers:
@@ -132,12 +138,14 @@ def attach_linear_attention(
 
         def build(num_heads: int, num_kv_heads: int, feature_dim: int, head_dim: int = layer.head_dim):
             return cls.from_factory(feature_map_factory, head_dim, feature_dim, num_heads, num_kv_heads,
-                                    share_kv_maps=share_kv_maps, chunk_size=chunk_size, **options)  # fmt: skip
+                                    share_kv_maps=share_kv_maps, chunk_size=chunk_size,
+                                    **options)  # fmt: skip  # packed args
 
         m = dims[layer.index]
         if isinstance(m, list) and (not share_kv_maps or len(m) != layer.num_kv_heads):
             raise ValueError(f"layer {layer.index}: per-head feature dims need one M per KV head "
-                             f"({layer.num_kv_heads}) and share_kv_maps=True, got {m} (share_kv_maps={share_kv_maps})")  # fmt: skip
+                             f"({layer.num_kv_heads}) and share_kv_maps=True, "
+                             f"got {m} (share_kv_maps={share_kv_maps})")
         with torch.device("cpu"), _seeded(None if seed is None else layer_seed(seed, layer.index)):
             if isinstance(m, list):
                 linear = HeadGroupedAttention(build, m, layer.num_heads)
@@ -187,7 +195,10 @@ def set_softmax_layers(model: nn.Module, softmax_layers: Iterable[int]) -> list[
 
 def linear_layer_mask(model: nn.Module) -> list[bool]:
     """One bool per attention layer: True where the layer currently runs linear attention."""
-    return [isinstance(s := getattr(layer.module, "lit_dof", None), AttentionSlot) and s.is_linear for layer in attention_layers(model)]
+    return [
+        isinstance(s := getattr(layer.module, "lit_dof", None), AttentionSlot) and s.is_linear
+        for layer in attention_layers(model)
+    ]
 
 
 def linear_modules(model: nn.Module) -> dict[int, CausalLinearAttention | HeadGroupedAttention]:

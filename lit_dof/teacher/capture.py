@@ -89,8 +89,10 @@ def capture_batch(
     """Run one batch through the teacher and return ``(logits (B, T, V), {layer: CapturedAttention})``.
 
     Args:
+        model: a teacher of a supported family.
         batch: ``input_ids (B, T)`` or a dict with ``input_ids`` and optionally ``attention_mask``.
-        values, outputs: also keep v and the attention outputs.
+        values: also keep each layer's v.
+        outputs: also keep each layer's attention output.
     """
     captured: dict[int, CapturedAttention] = {}
 
@@ -117,7 +119,9 @@ def pooled_vectors(
     """Per-head pools of query and key vectors of valid tokens.
 
     Args:
-        q: ``(B, Hq, T, d)``; k: ``(B, Hk, T, d)``; key_padding: ``(B, T)`` or ``None``.
+        q: ``(B, Hq, T, d)`` queries.
+        k: ``(B, Hk, T, d)`` keys.
+        key_padding: ``(B, T)`` bool, False at padding, or ``None``.
         pooling: ``"query_head"`` (the default of :func:`~lit_dof.dof.estimate_model_dof`) — one pool per
             query head with its KV head's keys: the paper's per-head rule, Hq heads per layer;
             ``"kv_head"`` — one pool per KV head with the queries of its whole GQA group (the kernel a
@@ -172,7 +176,8 @@ class QKReservoir:
         """Offer ``(H, n, d)`` vectors of one layer; keeps the J with the smallest random priorities.
 
         Args:
-            layer: layer index. vectors: ``(H, n, d)``.
+            layer: layer index.
+            vectors: ``(H, n, d)``.
             key: the batch's identity (e.g. its global index, ≥ 0): its priorities are then drawn from a
                 generator seeded by (seed, layer, key), the same in any process and order; ``None``: from this
                 reservoir's own stream.

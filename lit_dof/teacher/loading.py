@@ -124,7 +124,8 @@ def resolve_source(name_or_path: str, cache_dir: str | os.PathLike | None = None
     once per cache), or the hub id itself.
 
     Args:
-        name_or_path: as :func:`load_teacher` takes it. cache_dir: where GGUF conversions are kept.
+        name_or_path: as :func:`load_teacher` takes it.
+        cache_dir: where GGUF conversions are kept.
 
     Returns:
         the directory (a ``Path``), or ``name_or_path`` unchanged (a hub id).
@@ -173,7 +174,8 @@ def load_teacher(
     Args:
         name_or_path: an embedded alias (``"smollm2-135m-instruct"``, the default), a local directory, a
             ``.gguf`` file, or a Hugging Face hub id.
-        dtype: parameter dtype. device: where to put the model (default: CPU).
+        dtype: parameter dtype.
+        device: where to put the model (default: CPU).
         attn_implementation: the teacher's softmax attention (``"sdpa"`` or ``"eager"``).
         cache_dir: where GGUF conversions are kept (default :func:`cache_root`).
 

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 def _inputs(T, Hq=6, Hk=2, M=16, D=8, scale=1.5, seed=0):
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(2, Hq, T, M, generator=g) * scale, torch.randn(2, Hk, T, M, generator=g) * scale,
-            torch.randn(2, Hk, T, D, generator=g))  # fmt: skip
+            torch.randn(2, Hk, T, D, generator=g))
 
 
 @pytest.mark.parametrize("T", [1, 63, 257, 1000])
@@ -36,11 +36,14 @@ def test_chunked_and_recurrent_on_cuda_match_the_cpu_reference(T, scale):
     ref_inputs = [x.double().requires_grad_() for x in (lq, lk, v)]
     (naive_linear_attention(*ref_inputs) * weight).sum().backward()
     for x, r in zip(inputs, ref_inputs):
-        torch.testing.assert_close(x.grad.double().cpu(), r.grad, rtol=1e-4, atol=1e-5 * max(1.0, r.grad.abs().max().item()))
+        torch.testing.assert_close(
+            x.grad.double().cpu(), r.grad, rtol=1e-4, atol=1e-5 * max(1.0, r.grad.abs().max().item())
+        )
     step, step_state = recurrent_linear_attention(*(x.detach() for x in inputs))
     torch.testing.assert_close(step.double().cpu(), ref, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(step_state.kv * step_state.log_scale.exp()[..., None],
-                               state.kv * state.log_scale.exp()[..., None], rtol=1e-4, atol=1e-5)  # fmt: skip
+                               state.kv * state.log_scale.exp()[..., None], rtol=1e-4,
+                               atol=1e-5)  # fmt: skip  # packed args
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

@@ -70,7 +70,9 @@ def test_prefill_state_continues_exactly(split):
     tail_chunked, s1 = chunked_linear_attention(
         lq[:, :, split:], lk[:, :, split:], v[:, :, split:], chunk_size=16, initial_state=state
     )
-    tail_steps, s2 = recurrent_linear_attention(lq[:, :, split:], lk[:, :, split:], v[:, :, split:], initial_state=state)
+    tail_steps, s2 = recurrent_linear_attention(
+        lq[:, :, split:], lk[:, :, split:], v[:, :, split:], initial_state=state
+    )
     torch.testing.assert_close(torch.cat([head, tail_chunked], 2), full, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(torch.cat([head, tail_steps], 2), full, rtol=1e-5, atol=1e-6)
     for s in (s1, s2):  # the same prefix summary, whatever the stabiliser path
@@ -90,7 +92,11 @@ def test_state_is_constant_size():
 @pytest.mark.parametrize("form", ["chunked", "recurrent"])
 def test_causality(form):
     lq, lk, v = _inputs(1, 2, 2, 80, 8, 4, seed=3)
-    fn = (lambda a, b, c: chunked_linear_attention(a, b, c, chunk_size=16)) if form == "chunked" else recurrent_linear_attention
+    fn = (
+        (lambda a, b, c: chunked_linear_attention(a, b, c, chunk_size=16))
+        if form == "chunked"
+        else recurrent_linear_attention
+    )
     base, _ = fn(lq, lk, v)
     t = 45
     lq2, lk2, v2 = lq.clone(), lk.clone(), v.clone()
@@ -168,7 +174,7 @@ AUTOCAST_FORMS = {
     "chunked": lambda lq, lk, v, state=None: chunked_linear_attention(lq, lk, v, chunk_size=16, block_size=32,
                                                                       initial_state=state),
     "recurrent": lambda lq, lk, v, state=None: recurrent_linear_attention(lq, lk, v, initial_state=state),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
@@ -194,7 +200,7 @@ def test_kernels_under_autocast_compute_in_fp32(form, dtype):
     tight = dict(rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(out, ref, **tight)
     for got, want in zip(grads + [state.kv, state.k_sum, state.log_scale],
-                         ref_grads + [ref_state.kv, ref_state.k_sum, ref_state.log_scale]):  # fmt: skip
+                         ref_grads + [ref_state.kv, ref_state.k_sum, ref_state.log_scale]):
         torch.testing.assert_close(got, want, **tight)
     exact = naive_linear_attention(*(x.double() for x in (lq, lk, v)))[:, :, 9:]  # the float64 reference
     torch.testing.assert_close(out.double(), exact, rtol=1e-4, atol=1e-5)
@@ -246,7 +252,11 @@ def test_log_normalizer_is_the_log_of_the_row_mass(form):
 
     lq, lk, v = _inputs(1, 4, 2, 23, 6, 5, seed=5)
     head, state = chunked_linear_attention(lq[:, :, :9], lk[:, :, :9], v[:, :, :9], chunk_size=4)
-    fn = (lambda *a, **kw: chunked_linear_attention(*a, chunk_size=4, **kw)) if form == "chunked" else recurrent_linear_attention
+    fn = (
+        (lambda *a, **kw: chunked_linear_attention(*a, chunk_size=4, **kw))
+        if form == "chunked"
+        else recurrent_linear_attention
+    )
     _, _, log_z = fn(lq[:, :, 9:], lk[:, :, 9:], v[:, :, 9:], initial_state=state, return_log_normalizer=True)
     logits = log_kernel_matrix(lq.double(), lk.double().repeat_interleave(2, 1))  # (1, 4, 23, 23)
     causal = torch.ones(23, 23, dtype=torch.bool).tril()

@@ -8,7 +8,11 @@ from lit_dof.attention.naive import naive_linear_attention
 
 def test_accumulate_state_equals_chunked_state():
     g = torch.Generator().manual_seed(0)
-    lq, lk, v = torch.randn(2, 4, 37, 8, generator=g), 5 * torch.randn(2, 2, 37, 8, generator=g), torch.randn(2, 2, 37, 5, generator=g)
+    lq, lk, v = (
+        torch.randn(2, 4, 37, 8, generator=g),
+        5 * torch.randn(2, 2, 37, 8, generator=g),
+        torch.randn(2, 2, 37, 5, generator=g),
+    )
     _, s1 = chunked_linear_attention(lq, lk, v, chunk_size=8)
     s2 = accumulate_state(lk[:, :, 20:], v[:, :, 20:], initial_state=accumulate_state(lk[:, :, :20], v[:, :, :20]))
     for a, b in ((s1.kv, s2.kv), (s1.k_sum, s2.k_sum), (s1.log_scale, s2.log_scale)):

@@ -24,7 +24,7 @@ def test_teacher_and_control_are_shift_invariant_and_the_far_term_is_not(tmp_pat
     probe, student = _script(), _student()
     blocks = torch.randint(3, 2048, (2, 40), generator=torch.Generator().manual_seed(0))
     nll = {(mode, shift): probe.block_nll(student, blocks, shift, mode, first=8)
-           for mode in ("teacher", "control", "student") for shift in (0, 300)}  # fmt: skip
+           for mode in ("teacher", "control", "student") for shift in (0, 300)}
     torch.testing.assert_close(nll["teacher", 300], nll["teacher", 0], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(nll["control", 300], nll["control", 0], rtol=1e-4, atol=1e-4)
     assert not torch.allclose(nll["control", 0], nll["teacher", 0], atol=1e-3)  # 40 tokens reach past window + sink
@@ -38,7 +38,7 @@ def test_teacher_and_control_are_shift_invariant_and_the_far_term_is_not(tmp_pat
     text = " ".join(["Once upon a time there was a little dog who liked to run in the park with his friends."] * 12)
     (tmp_path / "corpus.txt").write_text(text + "\n\nA second document.\n")
     result = probe.main([str(tmp_path / "student"), "--corpus", str(tmp_path / "corpus.txt"), "--shifts", "0", "300",
-                         "--blocks", "2", "--block", "40", "--from", "8"])  # fmt: skip
+                         "--blocks", "2", "--block", "40", "--from", "8"])  # fmt: skip  # packed args
     assert set(result) == {0, 300}
     assert abs(result[300]["teacher"] - result[0]["teacher"]) < 1e-4
     assert abs(result[0]["student_minus_control"] - (result[0]["student"] - result[0]["control"])) < 1e-5
@@ -50,7 +50,9 @@ def test_unrotating_every_pair_makes_the_student_shift_invariant_and_none_change
     un-rotates nothing."""
     probe, student = _script(), _student()
     blocks = torch.randint(3, 2048, (2, 40), generator=torch.Generator().manual_seed(1))
-    nll = {shift: probe.block_nll(student, blocks, shift, "student", first=8, unrotate_period=0.0) for shift in (0, 300)}
+    nll = {
+        shift: probe.block_nll(student, blocks, shift, "student", first=8, unrotate_period=0.0) for shift in (0, 300)
+    }
     torch.testing.assert_close(nll[300], nll[0], rtol=1e-4, atol=1e-4)
     plain = probe.block_nll(student, blocks, 300, "student", first=8)
     assert not torch.allclose(nll[300], plain, atol=1e-4)

@@ -78,7 +78,9 @@ def test_float32_matches_reference_with_large_logits():
 
 def test_window_and_sinks_without_linear_term():
     q, k, v, *_ = _inputs(2, 4, 2, 40, seed=4)
-    out, state = sliding_window_linear_attention(q.double(), k.double(), v.double(), None, None, window=6, sink_tokens=3)
+    out, state = sliding_window_linear_attention(
+        q.double(), k.double(), v.double(), None, None, window=6, sink_tokens=3
+    )
     ref = naive_sliding_window_attention(q.double(), k.double(), v.double(), None, None, window=6, sink_tokens=3)
     torch.testing.assert_close(out, ref, **TOL)
     assert state.linear is None and state.log_phi_k is None
@@ -87,7 +89,9 @@ def test_window_and_sinks_without_linear_term():
 def test_window_covering_everything_is_softmax_attention():
     q, k, v, lq, lk, mix = _inputs(1, 2, 2, 30, seed=5)
     out = _run(q.double(), k.double(), v.double(), lq.double(), lk.double(), mix.double(), window=30)
-    logits = (q.double() @ k.double().transpose(-1, -2) / 8**0.5).masked_fill(torch.ones(30, 30).triu(1).bool(), -torch.inf)
+    logits = (q.double() @ k.double().transpose(-1, -2) / 8**0.5).masked_fill(
+        torch.ones(30, 30).triu(1).bool(), -torch.inf
+    )
     torch.testing.assert_close(out, logits.softmax(-1) @ v.double(), **TOL)
 
 
@@ -113,7 +117,9 @@ def test_padding_keys_are_never_attended(left_pad):
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("splits", [[1] * 30, [7, 1, 1, 12, 1, 8], [3, 27], [20, 10]], ids=["decode", "mixed", "3+27", "20+10"])
+@pytest.mark.parametrize(
+    "splits", [[1] * 30, [7, 1, 1, 12, 1, 8], [3, 27], [20, 10]], ids=["decode", "mixed", "3+27", "20+10"]
+)
 @pytest.mark.parametrize("sinks", [0, 4])
 def test_prefill_then_decode_equals_one_pass(splits, sinks):
     q, k, v, lq, lk, mix = (x.double() for x in _inputs(1, 4, 2, 30, seed=8))
@@ -123,7 +129,7 @@ def test_prefill_then_decode_equals_one_pass(splits, sinks):
         part = slice(start, start + n)
         y, state = sliding_window_linear_attention(q[:, :, part], k[:, :, part], v[:, :, part], lq[:, :, part],
                                                    lk[:, :, part], window=6, sink_tokens=sinks, log_mix=mix,
-                                                   state=state, chunk_size=8)  # fmt: skip
+                                                   state=state, chunk_size=8)  # fmt: skip  # packed args
         outs.append(y)
         start += n
     torch.testing.assert_close(torch.cat(outs, 2), full, **TOL)
@@ -133,12 +139,13 @@ def test_prefill_then_decode_equals_one_pass(splits, sinks):
 def test_decode_memory_is_constant_in_the_context_length():
     q, k, v, lq, lk, mix = _inputs(1, 4, 2, 200, seed=9)
     _, state = sliding_window_linear_attention(q[:, :, :16], k[:, :, :16], v[:, :, :16], lq[:, :, :16], lk[:, :, :16],
-                                               window=8, sink_tokens=2, log_mix=mix)  # fmt: skip
+                                               window=8, sink_tokens=2, log_mix=mix)
     sizes = set()
     for t in range(16, 200):
         one = slice(t, t + 1)
         _, state = sliding_window_linear_attention(q[:, :, one], k[:, :, one], v[:, :, one], lq[:, :, one],
-                                                   lk[:, :, one], window=8, sink_tokens=2, log_mix=mix, state=state)  # fmt: skip
+                                                   lk[:, :, one], window=8, sink_tokens=2, log_mix=mix,
+                                                   state=state)  # fmt: skip  # packed args
         sizes.add(state.nbytes)
     assert len(sizes) == 1
 

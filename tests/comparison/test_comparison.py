@@ -29,23 +29,25 @@ TINY_FIT = [
     "--data.init_args.seq_len=64", "--data.init_args.batch_size=2", "--data.init_args.val_blocks=2",
     "--dof.num_samples=64", "--dof.num_batches=2", "--model.init_args.query_rows=32",
     "--trainer.enable_progress_bar=false", "--trainer.max_steps=3", "--trainer.val_check_interval=3",
-]  # fmt: skip
+]  # fmt: skip  # compact list
 
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
 def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     kwargs = dict(rows=["teacher", "performer", "fix", "dof"], budgets=[16], out=str(tmp_path / "cells"),
                   teacher=str(TINYSTORIES), corpus=str(WIKIPEDIA), data_dir=str(DATA), eval_limit=6,
-                  mmlu_per_subject=1, ppl_tokens=300, fit_args=TINY_FIT)  # fmt: skip
+                  mmlu_per_subject=1, ppl_tokens=300, fit_args=TINY_FIT)  # fmt: skip  # packed args
     report = compare(**kwargs)
     cells = {c["row"]: c for c in report["cells"]}
     assert set(cells) == {"teacher", "performer", "fix", "dof"}
     record = json.loads((tmp_path / "cells" / "C16" / "teacher" / "ppl.json").read_text())
     assert str(REPO.parent) not in record["source"] and record["source"].endswith(WIKIPEDIA.name)  # portable
     by_position = record["by_position"]
-    assert by_position["block"] == 300 and set(by_position["buckets"]) == {"0-63", "64-255", "256-299"}  # one short block
+    assert by_position["block"] == 300
+    assert set(by_position["buckets"]) == {"0-63", "64-255", "256-299"}  # one short block
     assert "Perplexity by token position (1 disjoint block of 300" in (tmp_path / "cells" / "comparison.md").read_text()
-    assert cells["teacher"]["gap_closed"] == pytest.approx(1.0) and cells["performer"]["gap_closed"] == pytest.approx(0.0)
+    assert cells["teacher"]["gap_closed"] == pytest.approx(1.0)
+    assert cells["performer"]["gap_closed"] == pytest.approx(0.0)
     fix, dof = cells["fix"]["fit"], cells["dof"]["fit"]
     assert fix["feature_dims"] == [16, 16] and fix["steps"] == 3 and fix["tokens"] == 3 * 2 * 64
     assert dof["feature_dims"] != [16, 16] and dof["total_features"] >= 31  # L · C up to rounding, + the min_dim floor
@@ -54,7 +56,8 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     for c in cells.values():
         assert c["ppl"] > 1 and len(c["scores"]) == 7 and c["average"] is not None
     table = (tmp_path / "cells" / "comparison.md").read_text()
-    for needle in ("| teacher |", "| performer |", "| fix |", "| dof |", "arc_easy", "wsc273", "gap closed", "λ", "tokens"):
+    needles = ("| teacher |", "| performer |", "| fix |", "| dof |", "arc_easy", "wsc273", "gap closed", "λ", "tokens")
+    for needle in needles:
         assert needle in table
     assert "| 384 |" in table.split("| fix |")[1].splitlines()[0]  # tokens seen: 3 steps × 2 × 64, not "0.00M"
     assert (tmp_path / "cells" / "comparison.png").stat().st_size > 0
@@ -108,7 +111,8 @@ def test_finetune_stage_selects_the_lr_on_the_teacher_and_reuses_it(tmp_path):
                   corpus=str(WIKIPEDIA), data_dir=str(DATA), fit_args=TINY_FIT, stages=["fit", "finetune"],
                   finetune_tasks=["arc_easy"], finetune_lrs=[1e-6, 3e-3],
                   finetune_args=["--data.init_args.train_limit=8", "--data.init_args.eval_limit=8",
-                                 "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false"])  # fmt: skip
+                                 "--trainer.max_epochs=1",
+                                 "--trainer.enable_progress_bar=false"])  # fmt: skip  # packed args
     report = compare(**kwargs)
     selected = json.loads((tmp_path / "cells" / "finetune_lr" / "arc_easy" / "selected.json").read_text())
     assert selected["lr"] == max((float(k) for k in selected["scores"]), key=lambda lr: selected["scores"][f"{lr:g}"])
@@ -127,7 +131,7 @@ def test_relative_paths_are_resolved_before_the_fits_run_in_the_cell_directory(t
     (tmp_path / "data").mkdir()
     (tmp_path / "teacher").mkdir()
     runner = Comparison(out=tmp_path / "cells", corpus="corpus.txt", data_dir="data", teacher="teacher",
-                                   base_config="base.yaml")  # fmt: skip
+                                   base_config="base.yaml")
     command = runner.fit_command(ROWS["fix"], 16, resume=False)
     assert f"--data.init_args.path={tmp_path / 'corpus.txt'}" in command
     assert f"--model.init_args.teacher={tmp_path / 'teacher'}" in command
@@ -153,7 +157,8 @@ def test_an_interrupted_fit_attempt_still_counts_towards_the_wall_time(tmp_path,
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 3))
     with pytest.raises(RuntimeError, match="failed with code 3"):
         runner.fit(ROWS["fix"], 16)
-    assert [a["returncode"] for a in json.loads((tmp_path / "C16" / "fix" / "fit_attempts.json").read_text())] == [None, 3]
+    attempts = json.loads((tmp_path / "C16" / "fix" / "fit_attempts.json").read_text())
+    assert [a["returncode"] for a in attempts] == [None, 3]
     report = collect(runner, [ROWS["fix"]], [16])
     assert report["pending"] == ["fix (fit failed with code 3: see fix/fit.log)"]
 
@@ -218,15 +223,16 @@ def test_sigterm_to_the_runner_stops_it_like_ctrl_c_and_records_the_attempt(tmp_
 
 def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_path):
     def cell(row, curve, dims):
+        reference = None if row in ("fix", "fix_l2") else "fix_l2" if row.endswith("_l2") else "fix"
         return {"row": row, "note": "", "budget": 64, "kind": "student", "scores": {}, "average": None, "ppl": None,
                 "finetuned": {}, "fit": {"val_curve": curve, "feature_dims": dims, "total_features": sum(dims)},
-                "reference": None if row in ("fix", "fix_l2") else "fix_l2" if row.endswith("_l2") else "fix"}  # fmt: skip
+                "reference": reference}  # fmt: skip  # compact dict
 
     report = {"tasks": ["piqa"], "primary_metric": {"piqa": "acc_norm"}, "cells": [
         cell("fix", [(49, 400.0), (99, 200.0)], [64, 64]),
         cell("dof", [(49, 440.0), (99, 190.0)], [8, 120]),
         cell("dof_clip", [(49, 500.0)], [8, 64]),  # shorter curve: compared at its last shared step
-    ]}  # fmt: skip
+    ]}  # fmt: skip  # compact dict
     table = curve_table(report, tail=2)
     rows = {line.split(" | ")[0].strip("| "): line for line in table if line.startswith("| ")}
     assert rows["fix"].endswith("| 400.0 | 200.0 | 1.000 | 1.000 |")
@@ -238,7 +244,7 @@ def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_
     assert five["dof"].endswith("| 0.950 | – |") and "(mean of last 5)" in five["method"]
     assert rows["dof"].startswith("| dof | fix | 64 |") and rows["fix"].startswith("| fix | – | 64 |")
     with_l2 = {**report, "cells": [*report["cells"], cell("fix_l2", [(49, 800.0), (99, 400.0)], [64, 64]),
-                                   cell("dof_l2", [(49, 600.0), (99, 380.0)], [8, 120])]}  # fmt: skip
+                                   cell("dof_l2", [(49, 600.0), (99, 380.0)], [8, 120])]}  # fmt: skip  # compact dict
     l2 = [line for line in curve_table(with_l2) if line.startswith("| dof_l2 |")]
     assert l2[0].endswith("| 0.950 | – |")  # against Fix-L2's curve: 380 / 400
     l2 = [line for line in curve_table(with_l2, tail=2) if line.startswith("| dof_l2 |")]
@@ -370,7 +376,7 @@ def test_the_device_reaches_every_stage_and_every_record_names_it(tmp_path):
         entry = {"acc": 0.5, "acc_norm": 0.5, "n": 2, "provenance": provenance}
         (tmp_path / "C64" / row / "eval" / "piqa.json").write_text(json.dumps(entry))
     (tmp_path / "C64" / "dof" / "ppl.json").write_text(json.dumps({"ppl": 9.0, "tokens": 9, "window": 4, "stride": 2,
-                                                                    "device": "cpu"}))  # fmt: skip
+                                                                    "device": "cpu"}))
     rows = [ROWS["fix"], ROWS["dof"]]
     report = collect(runner, rows, [64], tasks=["piqa"])
     assert [c["devices"] for c in report["cells"]] == [["cpu"], ["cpu", "cuda (NVIDIA H100)"]]
@@ -387,13 +393,13 @@ def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
         ("fix", 0): [1, 0, 0, 1], ("dof", 0): [1, 1, 0, 1],  # +1/4
         ("fix", 1): [1, 1, 0, 1], ("dof", 1): [1, 1, 0, 1],  # 0
         ("fix", 2): [0, 0, 0, 1], ("dof", 2): [1, 1, 1, 1],  # +3/4
-    }  # fmt: skip
+    }
     for (row, seed), values in hits.items():
         folder = tmp_path / "C64" / (f"seed{seed}" if seed else "") / row / "eval"
         folder.mkdir(parents=True)
         (folder / "wsc273.json").write_text(json.dumps({"acc": sum(values) / 4, "n": 4, "items": {"acc": values}}))
         (folder.parent / "ppl.json").write_text(json.dumps({"ppl": 100.0 + 10 * seed + (row == "dof"), "tokens": 8,
-                                                             "window": 4, "stride": 2}))  # fmt: skip
+                                                             "window": 4, "stride": 2}))
     rows = [ROWS["fix"], ROWS["dof"]]
     report = collect(runner, rows, [64], tasks=["wsc273"], seeds=[0, 1, 2, 3])
     assert report["pending"] == ["fix (seed 3)", "dof (seed 3)"]
@@ -418,10 +424,10 @@ def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
     assert dof["ppl_ratio"]["stderr"] == pytest.approx(ratio_sd / 3**0.5)
     assert f"| dof | fix | 64 | 0, 1, 2 | 0.833 ± 0.144 | 111.0 ± 10.0 | 1.010 (s0), 1.009 (s1), 1.008 (s2) | " \
            f"1.009 ± {ratio_sd / 3**0.5:.3f} (n=3) | +25.0 (s0), +0.0 (s1), +75.0 (s2) | " \
-           f"+33.3 ± {100 * sd / 3**0.5:.1f} (n=3) |" in table  # fmt: skip
+           f"+33.3 ± {100 * sd / 3**0.5:.1f} (n=3) |" in table
     ppl_only = {**report, "cells": [{**c, "scores": {}} for c in report["cells"]]}  # a perplexity-only study
     assert "| dof | fix | 64 | 0, 1, 2 | 111.0 ± 10.0 | 1.010 (s0), 1.009 (s1), 1.008 (s2) | 1.009 ± " \
-           in "\n".join(seed_table(ppl_only))  # fmt: skip
+           in "\n".join(seed_table(ppl_only))
     assert "| dof (seed 2) | 1.000 | 1.000 |" in markdown(report)  # one line per seed: wsc273, avg
     panel = {line.get_label(): list(zip(*line.get_data())) for line in figure(report).axes[0].lines}
     assert panel["dof"] == [(0, pytest.approx(0.8333333))]  # one point per budget: the mean over the seeds
@@ -441,9 +447,11 @@ def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
     def measure(row):
         folder = runs / "C64" / row / "eval"
         folder.mkdir(parents=True)
-        (folder / "wsc273.json").write_text(json.dumps({"acc": sum(hits[row]) / 4, "n": 4, "items": {"acc": hits[row]}}))
+        (folder / "wsc273.json").write_text(
+            json.dumps({"acc": sum(hits[row]) / 4, "n": 4, "items": {"acc": hits[row]}})
+        )
         (folder.parent / "ppl.json").write_text(json.dumps({"ppl": 10.0 + len(row), "tokens": 8, "window": 4,
-                                                             "stride": 2}))  # fmt: skip
+                                                             "stride": 2}))
 
     for row in ("performer", "fix", "dof"):
         measure(row)
@@ -484,7 +492,7 @@ def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
     # and is dropped when the reference was measured again (different measurements)
     legacy = {**stored, "cells": [{k: v for k, v in c.items() if k != "items"} for c in stored["cells"]]}
     kept = collect(Comparison(out=tmp_path / "none"), rows[:3], [64], tasks=["wsc273"],
-                              previous=legacy)  # fmt: skip
+                              previous=legacy)
     dof = next(c for c in kept["cells"] if c["row"] == "dof")
     assert dof["vs_reference"] == next(c for c in stored["cells"] if c["row"] == "dof")["vs_reference"]
     measure("fix")
@@ -506,7 +514,7 @@ def test_long_stage_measures_perplexity_by_position_at_every_context(tmp_path):
     from lit_dof.evaluation.perplexity import heldout_documents, position_perplexity, text_tokens
 
     runner = Comparison(out=tmp_path, teacher=str(TINYSTORIES), corpus=str(WIKIPEDIA), ppl_tokens=192,
-                                   long_contexts=(32, 64), device="cpu")  # fmt: skip
+                                   long_contexts=(32, 64), device="cpu")  # fmt: skip  # packed args
     result = runner.long_context(ROWS["teacher"], 16)
     assert set(result["contexts"]) == {"32", "64"}
     assert list(result["contexts"]["64"]["buckets"]) == ["0-63"] and result["contexts"]["64"]["blocks"] == 3

@@ -15,7 +15,9 @@ def test_formats(tmp_path):
     with gzip.open(tmp_path / "b.txt.gz", "wt") as f:
         f.write("only doc\n")
     (tmp_path / "c.jsonl").write_text(json.dumps({"text": "j1"}) + "\n\n" + json.dumps({"text": "j2"}) + "\n")
-    (tmp_path / "d.txt").write_text('<doc id="1" title="T">\nT\n\nBody one.\n</doc>\n<doc id="2" title="E">\nE\n</doc>\n')
+    (tmp_path / "d.txt").write_text(
+        '<doc id="1" title="T">\nT\n\nBody one.\n</doc>\n<doc id="2" title="E">\nE\n</doc>\n'
+    )
     assert list(iter_documents(tmp_path / "a.txt")) == ["first doc\nline two", "second doc"]
     assert list(iter_documents(tmp_path / "b.txt.gz")) == ["only doc"]
     assert list(iter_documents(tmp_path / "c.jsonl")) == ["j1", "j2"]
@@ -58,7 +60,7 @@ def test_check_corpus_counts_until_the_needs_are_met(tmp_path):
     ("empty.txt", b"", "has no documents"),
     ("fake.txt.gz", b"plain text, not gzip\n", "not a readable gzip file"),
     ("bad.jsonl", b'{"text": "ok"}\nnot json\n', "a line is not JSON"),
-])  # fmt: skip
+])  # fmt: skip  # parametrize table
 def test_check_corpus_names_the_file_and_the_problem(tmp_path, name, content, message):
     from lit_dof.data.corpus import check_corpus
 

@@ -16,14 +16,19 @@ def test_eval_in_bfloat16_records_device_and_dtype(capsys, monkeypatch, tmp_path
     monkeypatch.setenv("LIT_DOF_TUNE_ALLOCATOR", "0")
     output = tmp_path / "eval.json"
     main(["eval", "--model", str(TINYSTORIES), "--tasks", "[wsc273]", "--limit", "4", "--data_dir", str(DATA),
-          "--device", "cpu", "--dtype", "bfloat16", "--output", str(output)])  # fmt: skip
+          "--device", "cpu", "--dtype", "bfloat16", "--output", str(output)])  # fmt: skip  # packed args
     provenance = json.loads(output.read_text())["provenance"]
     assert provenance["device"] == "cpu" and provenance["dtype"] == "bfloat16"
     assert "| wsc273 |" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("option, message", [("--device=cuda:one", "use auto, cpu, cuda or cuda:N"),
-                                             ("--dtype=fp8", "'auto', 'float32', 'bfloat16', 'float16'")])  # fmt: skip
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("--device=cuda:one", "use auto, cpu, cuda or cuda:N"),
+        ("--dtype=fp8", "'auto', 'float32', 'bfloat16', 'float16'"),
+    ],
+)
 def test_bad_device_or_dtype_is_refused_before_the_model_loads(capsys, monkeypatch, option, message):
     from lit_dof.evaluation import cli
 

@@ -45,13 +45,16 @@ def test_training_lowers_the_choice_loss():
 def test_finetune_phase_records_epochs(tmp_path):
     from lit_dof.pipeline.cli import build_cli
 
-    cli = build_cli(["fit", "--config", str(REPO / "configs/finetune/arc_easy.yaml"), f"--model.init_args.teacher={TINYSTORIES}",
-                     f"--data.init_args.data_dir={DATA}", "--data.init_args.train_limit=8", "--data.init_args.eval_limit=6",
+    cli = build_cli(["fit", "--config", str(REPO / "configs/finetune/arc_easy.yaml"),
+                     f"--model.init_args.teacher={TINYSTORIES}", f"--data.init_args.data_dir={DATA}",
+                     "--data.init_args.train_limit=8", "--data.init_args.eval_limit=6",
                      "--trainer.max_epochs=2", f"--trainer.logger.init_args.save_dir={tmp_path}",
-                     "--trainer.enable_progress_bar=false", "--model.init_args.selection=last"])  # fmt: skip
+                     "--trainer.enable_progress_bar=false",
+                     "--model.init_args.selection=last"])  # fmt: skip  # packed args
     summary = json.loads((tmp_path / "finetune_arc_easy" / "version_0" / "finetune.json").read_text())
     assert [h["epoch"] for h in summary["history"]] == [0, 1] and all(h["examples"] == 6 for h in summary["history"])
-    assert summary["score"] == summary["last"]["acc"] and summary["best"]["acc"] == max(h["acc"] for h in summary["history"])
+    assert summary["score"] == summary["last"]["acc"]
+    assert summary["best"]["acc"] == max(h["acc"] for h in summary["history"])
     assert cli.trainer.global_step == 4
     with pytest.raises(ValueError, match="no training split"):
         task_data.load_train_split("piqa", DATA)

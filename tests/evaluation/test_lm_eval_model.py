@@ -139,7 +139,8 @@ def test_every_module_but_the_lm_eval_model_imports_without_lm_eval():
 
     from tests.conftest import REPO
 
-    probe = ("import importlib, pkgutil, sys\nsys.modules['lm_eval'] = None  # `import lm_eval` raises\nimport lit_dof\n"
+    probe = ("import importlib, pkgutil, sys\nsys.modules['lm_eval'] = None  # `import lm_eval` raises\n"
+             "import lit_dof\n"
              "skip = ('lit_dof.__main__', 'lit_dof.evaluation.lm_eval_model')\n"
              "names = [m.name for m in pkgutil.walk_packages(lit_dof.__path__, 'lit_dof.')\n"
              "         if m.name not in skip and 'lm_eval_tasks' not in m.name]\n"

@@ -77,7 +77,9 @@ def test_position_perplexity_matches_per_token_reference():
         assert bucket["tokens"] == len(values)
         assert bucket["ppl"] == pytest.approx(math.exp(sum(values) / len(values)), rel=1e-5)
         width = b - max(a, 1)  # this bucket's predictions per block, block after block
-        assert bucket["block_nll"] == pytest.approx([sum(values[i * width : (i + 1) * width]) / width for i in range(3)], rel=1e-5)
+        assert bucket["block_nll"] == pytest.approx(
+            [sum(values[i * width : (i + 1) * width]) / width for i in range(3)], rel=1e-5
+        )
     assert result["block_nll"] == pytest.approx([sum(v) / 9 for v in by_block], rel=1e-5)
     everything = [x for v in nll.values() for x in v]
     assert result["tokens"] == 27 and result["ppl"] == pytest.approx(math.exp(sum(everything) / 27), rel=1e-5)
@@ -94,7 +96,7 @@ def test_paired_perplexity_ratio_is_the_ratio_with_the_blocks_standard_error():
 
     def result(nll, bucket):
         return {"block": 8, "ppl": math.exp(sum(nll) / len(nll)), "block_nll": nll,
-                "buckets": {"4-7": {"block_nll": bucket}}}  # fmt: skip
+                "buckets": {"4-7": {"block_nll": bucket}}}  # fmt: skip  # compact dict
 
     a, b = result([2.0, 3.0, 2.5, 4.0], [1.0, 1.0, 1.0, 1.0]), result([1.5, 2.0, 2.5, 2.0], [0.5, 1.5, 0.5, 1.5])
     paired = paired_perplexity_ratio(a, b)
@@ -102,7 +104,8 @@ def test_paired_perplexity_ratio_is_the_ratio_with_the_blocks_standard_error():
     assert paired["ratio"] == pytest.approx(a["ppl"] / b["ppl"]) and paired["blocks"] == 4
     assert paired["stderr_log"] == pytest.approx(statistics.stdev(diffs) / 2)
     bucket = paired_perplexity_ratio(a, b, bucket="4-7")
-    assert bucket["log_ratio"] == pytest.approx(0.0) and bucket["stderr_log"] == pytest.approx(statistics.stdev([0.5, -0.5] * 2) / 2)
+    assert bucket["log_ratio"] == pytest.approx(0.0)
+    assert bucket["stderr_log"] == pytest.approx(statistics.stdev([0.5, -0.5] * 2) / 2)
     with pytest.raises(ValueError, match="same"):
         paired_perplexity_ratio(a, {**b, "block_nll": b["block_nll"][:3]})
     with pytest.raises(ValueError, match="block_nll"):

@@ -43,7 +43,8 @@ def test_search_exports_reports_and_resumes(bank, tmp_path):
     out = tmp_path / "search"
     args = ["--bank", str(bank), "--task", "arc_easy", "--data_dir", str(DATA), "--search_items", "12",
             "--heldout_items", "16", "--tolerance", "1.0", "--shortlist", "loss", "--shortlist_k", "2",
-            "--batch_size", "6", "--confirm_items", "8", "--verify_items", "20", "--out", str(out)]  # fmt: skip
+            "--batch_size", "6", "--confirm_items", "8", "--verify_items", "20", "--out",
+            str(out)]  # fmt: skip  # compact list
     main(args)
     data = json.loads((out / "search.json").read_text())
     L = data["num_layers"]
@@ -57,7 +58,8 @@ def test_search_exports_reports_and_resumes(bank, tmp_path):
         assert sorted(map(int, r["scores"])) == sorted(remaining[:2])
     # confirmation: the most linear hybrid passes at once (tolerance 1.0), after the teacher
     assert data["confirm"]["items"] == 8 and list(data["confirm"]["scores"]) == ["teacher", hybrid_key(range(L))]
-    assert data["confirm"]["most_linear"] == list(range(L)) and "Confirmation on 8 validation items" in (out / "hybrid.md").read_text()
+    assert data["confirm"]["most_linear"] == list(range(L))
+    assert "Confirmation on 8 validation items" in (out / "hybrid.md").read_text()
     # exports carry their hybrid configuration
     for name in ("best", "most_linear"):
         exported = load_student(out / name)
@@ -111,7 +113,7 @@ def test_search_on_perplexity_exports_the_teacher_when_no_swap_passes(bank, tmp_
     # untrained twins raise the perplexity of every single-layer swap: with a zero tolerance none passes
     data = search(str(bank), metric="perplexity", corpus=str(WIKIPEDIA), block=32, search_items=3, heldout_items=2,
                   tolerance=0.0, shortlist=None, out=str(tmp_path / "s"), orderings=["dof", "uniform"],
-                  confirm_items=2, verify_items=2)  # fmt: skip
+                  confirm_items=2, verify_items=2)  # fmt: skip  # packed args
     assert list(data["confirm"]["scores"]) == ["teacher"] and data["confirm"]["most_linear"] == []  # nothing to confirm
     assert len(data["rounds"]) == 1 and not data["rounds"][0]["passed"]
     assert min(data["rounds"][0]["scores"].values()) > data["teacher_search_score"]
@@ -136,15 +138,20 @@ def test_search_runs_in_the_dtype_asked_for_and_records_device_and_dtype(bank, t
 
     data = search(str(bank), metric="perplexity", corpus=str(WIKIPEDIA), block=32, search_items=2, heldout_items=2,
                   tolerance=0.0, shortlist=None, out=str(tmp_path / "s"), orderings=["uniform"], device="cpu",
-                  dtype="bfloat16")  # fmt: skip
+                  dtype="bfloat16")  # fmt: skip  # packed args
     assert data["device"] == "cpu" and data["dtype"] == "bfloat16" and data["settings"]["dtype"] == "bfloat16"
     exported = load_student(tmp_path / "s" / "most_linear")
     assert exported.dtype == torch.bfloat16  # exported in the dtype it was searched in, feature maps in float32
     assert all(p.dtype == torch.float32 for m in exported.linear_modules().values() for p in m.parameters())
 
 
-@pytest.mark.parametrize("option, message", [("--device=tpu", "device 'tpu': use auto, cpu, cuda or cuda:N"),
-                                             ("--dtype=float64", "'auto', 'float32', 'bfloat16', 'float16'")])  # fmt: skip
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("--device=tpu", "device 'tpu': use auto, cpu, cuda or cuda:N"),
+        ("--dtype=float64", "'auto', 'float32', 'bfloat16', 'float16'"),
+    ],
+)
 def test_bad_device_or_dtype_is_refused_before_the_bank_loads(capsys, tmp_path, option, message):
     from lit_dof.hybrid.cli import main
 

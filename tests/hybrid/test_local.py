@@ -20,7 +20,10 @@ def test_local_losses_match_a_direct_computation_and_vanish_for_exact_twins():
     ids = torch.randint(3, 97, (2, 12))
     losses = local_losses(student, [{"input_ids": ids}])
     captured = {}
-    with torch.no_grad(), student.teacher_mode(), capture_attention(student.model, lambda i, q, k, v, p, o: captured.__setitem__(i, (q, k, v, o))):
+    def record(i, q, k, v, p, o):
+        captured[i] = (q, k, v, o)
+
+    with torch.no_grad(), student.teacher_mode(), capture_attention(student.model, record):
         student(ids)
     for index, twin in student.linear_modules().items():
         q, k, v, out = captured[index]

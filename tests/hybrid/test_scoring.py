@@ -28,7 +28,10 @@ def _student():
 def test_perplexity_scorer_cached_equals_uncached_and_teacher():
     student, tokenizer = _student()
     batches = [{"input_ids": torch.randint(5, 2000, (2, 24))} for _ in range(2)]
-    cached, plain = HybridScorer(student, batches, "perplexity"), HybridScorer(student, batches, "perplexity", prefix_cache=False)
+    cached, plain = (
+        HybridScorer(student, batches, "perplexity"),
+        HybridScorer(student, batches, "perplexity", prefix_cache=False),
+    )
     L = cached.num_layers
     # the cache is built on the first call that starts past layer 0, not before
     cached(frozenset()), cached(frozenset({0}))

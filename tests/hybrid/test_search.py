@@ -26,7 +26,12 @@ def additive(linear: frozenset) -> float:
 
 def largest_feasible(tolerance: float) -> int:
     """Brute force: the most layers any hybrid can make linear within the tolerance."""
-    return max(k for k in range(len(COST) + 1) for s in itertools.combinations(COST, k) if additive(frozenset(s)) >= 1 - tolerance)
+    return max(
+        k
+        for k in range(len(COST) + 1)
+        for s in itertools.combinations(COST, k)
+        if additive(frozenset(s)) >= 1 - tolerance
+    )
 
 
 def test_greedy_finds_the_known_optimum_and_stops():

@@ -65,4 +65,4 @@ class RankProbe(L.Callback):
             "sharded_twins": [n for n, dt in sharded.items() if ".lit_dof." in n and dt],
             "input_ids": list(self.input_ids), "phases": list(self.phases), "validated_at": list(self.validated_at),
             "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
-        }, self.out_dir / f"{event}_rank{trainer.global_rank}.pt")  # fmt: skip
+        }, self.out_dir / f"{event}_rank{trainer.global_rank}.pt")  # fmt: skip  # packed args

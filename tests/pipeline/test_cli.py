@@ -75,7 +75,11 @@ def test_method_swap_is_config_only(tmp_path, method, feature_map, strategy):
 
 @pytest.mark.parametrize(
     "method, sinks, far_term",
-    [("methods/swa_linear.yaml", 0, True), ("methods/swa_sink_linear.yaml", 4, True), ("methods/swa_sink.yaml", 4, False)],
+    [
+        ("methods/swa_linear.yaml", 0, True),
+        ("methods/swa_sink_linear.yaml", 4, True),
+        ("methods/swa_sink.yaml", 4, False),
+    ],
 )
 def test_sliding_window_methods_fit_and_export(tmp_path, method, sinks, far_term):
     """Window + linear recipes train the feature maps and the far-term weights in the windowed configuration
@@ -124,7 +128,9 @@ def test_allocator_budget_scales_every_strategy(tmp_path):
     """``allocator.budget`` = mean dim per layer: Fix gets it everywhere, DoF keeps the total L · budget."""
     fix, _ = _run(tmp_path / "fix", "methods/fix.yaml", steps=1, extra=["--allocator.budget=6"])
     assert fix.model.student.feature_dims == [6, 6]
-    dof, log_dir = _run(tmp_path / "dof", "methods/dof.yaml", steps=1, extra=["--allocator.budget=40", "--allocator.min_dim=1"])
+    dof, log_dir = _run(
+        tmp_path / "dof", "methods/dof.yaml", steps=1, extra=["--allocator.budget=40", "--allocator.min_dim=1"]
+    )
     report = json.loads((log_dir / "dof.json").read_text())
     ratio = torch.tensor(report["layer_dof"]) / torch.tensor(report["layer_dof"]).mean()
     assert dof.model.student.feature_dims == [max(1, round(40 * float(r))) for r in ratio]
@@ -166,7 +172,9 @@ def test_end_to_end_tail_follows_the_layerwise_phase(tmp_path):
             z = next(p for g in optimizer.param_groups if g["name"] == "z" for p in g["params"])
             seen[trainer.global_step - 1][0] = float(optimizer.state[z]["step"])  # Adam's own step count
 
-    args = fit_args(tmp_path, steps=4, extra=["--model.init_args.finetune_fraction=0.5", "--model.init_args.finetune_lr_ratio=0.25"])
+    args = fit_args(
+        tmp_path, steps=4, extra=["--model.init_args.finetune_fraction=0.5", "--model.init_args.finetune_lr_ratio=0.25"]
+    )
     cli = build_cli(args[1:], run=False)
     cli.trainer.callbacks.append(Spy())
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
@@ -213,7 +221,7 @@ def test_killed_run_resumes_from_last_with_same_steps(tmp_path):
         path.write_text(yaml.safe_dump({"trainer": {"callbacks": [{
             "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
             "init_args": {"dirpath": str(tmp_path / name / "ckpt"), "save_last": True, "every_n_train_steps": 2,
-                          "save_top_k": 0}}]}}))  # fmt: skip
+                          "save_top_k": 0}}]}}))  # fmt: skip  # packed args
         return ["--config", str(path)]
 
     reference = build_cli(fit_args(tmp_path / "ref", steps=8, extra=checkpoints("ref")))
@@ -240,7 +248,8 @@ def test_capture_phase_feeds_a_fit(tmp_path):
     build_cli(["predict", "--config", str(REPO / "configs/capture.yaml"), f"--model.init_args.teacher={TINYSTORIES}",
                f"--data.init_args.path={WIKIPEDIA}", "--data.init_args.seq_len=64", "--data.init_args.predict_blocks=4",
                "--model.init_args.num_samples=64", f"--model.init_args.output_dir={tmp_path / 'cap'}",
-               "--trainer.enable_progress_bar=false", f"--trainer.logger.init_args.save_dir={tmp_path}"])  # fmt: skip
+               "--trainer.enable_progress_bar=false",
+               f"--trainer.logger.init_args.save_dir={tmp_path}"])  # fmt: skip  # packed args
     samples = torch.load(tmp_path / "cap" / "qk_samples.pt")
     assert sorted(samples) == [0, 1] and samples[0].shape == (8, 64, 16)
     report = json.loads((tmp_path / "cap" / "dof.json").read_text())
@@ -255,8 +264,8 @@ def test_layerwise_teacher_pass_stops_early_and_can_serve_several_steps(tmp_path
     capture of those batches gives."""
     from lit_dof.pipeline.layerwise import LayerwiseDistillation
 
-    cli = build_cli(fit_args(tmp_path, steps=4, extra=["--model.init_args.teacher_reuse=2",
-                                                       "--model.init_args.finetune_fraction=0"])[1:], run=False)  # fmt: skip
+    extra = ["--model.init_args.teacher_reuse=2", "--model.init_args.finetune_fraction=0"]
+    cli = build_cli(fit_args(tmp_path, steps=4, extra=extra)[1:], run=False)
     calls = []
     original = LayerwiseDistillation._teacher_forward
 
@@ -280,8 +289,8 @@ def test_layerwise_teacher_pass_stops_early_and_can_serve_several_steps(tmp_path
         build_cli(fit_args(tmp_path / "bad", steps=1, extra=["--model.init_args.teacher_reuse=0"]))
     # under gradient accumulation every micro-batch gets its own teacher pass (teacher_reuse counts batches)
     calls.clear()
-    cli = build_cli(fit_args(tmp_path / "acc", steps=2, extra=["--trainer.accumulate_grad_batches=2",
-                                                                 "--model.init_args.finetune_fraction=0"])[1:], run=False)  # fmt: skip
+    extra = ["--trainer.accumulate_grad_batches=2", "--model.init_args.finetune_fraction=0"]
+    cli = build_cli(fit_args(tmp_path / "acc", steps=2, extra=extra)[1:], run=False)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     assert [step for step, logits in calls if not logits] == [0, 0, 1, 1]
 
@@ -308,7 +317,7 @@ def test_per_layer_backward_gives_the_summed_loss_gradients(tmp_path, monkeypatc
     monkeypatch.setattr(LayerwiseDistillation, "on_before_optimizer_step", record)
     for each in (True, False):
         extra = [f"--model.init_args.layer_backward={str(each).lower()}", "--model.init_args.finetune_fraction=0",
-                 "--model.init_args.window=8", "--trainer.limit_val_batches=0"]  # fmt: skip
+                 "--model.init_args.window=8", "--trainer.limit_val_batches=0"]  # fmt: skip  # compact list
         cli = build_cli(fit_args(tmp_path / str(each), config, steps=1, extra=extra)[1:], run=False)
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     assert left == [0]  # one per-layer step, its capture released layer by layer

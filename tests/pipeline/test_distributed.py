@@ -117,7 +117,7 @@ def test_killed_two_process_run_resumes_bit_equal(reference, tmp_path):
         probe = {"out_dir": str(tmp_path / "probe"), "kill_at": kill_at}
         path.write_text(yaml.safe_dump({"trainer": {"callbacks": [
             {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": checkpoint},
-            {"class_path": PROBE, "init_args": probe}]}}))  # fmt: skip
+            {"class_path": PROBE, "init_args": probe}]}}))  # fmt: skip  # packed args
         return ["--config", str(path)]
 
     killed = _fit(tmp_path, strategy, callbacks(KILL_AT), check=False)
@@ -173,8 +173,8 @@ def test_distributed_dof_equals_one_process_over_the_union(reference):
 
     from torch.utils.data import DataLoader
 
-    from lit_dof.data.datamodule import PackedBlocks
     from lit_dof.data.corpus import iter_documents
+    from lit_dof.data.datamodule import PackedBlocks
     from lit_dof.dof.report import collect_samples, dof_report
     from lit_dof.teacher.loading import load_teacher
     from tests.conftest import TINYSTORIES, WIKIPEDIA

@@ -15,14 +15,19 @@ from lit_dof.pipeline.plan_report import plan_config
 from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
 from tests.pipeline.conftest import PURE_LINEAR
 
-LLAMA_FSDP = ["--config", str(REPO / "configs/models/llama-3-8b.yaml"), "--config", str(REPO / "configs/trainer/fsdp.yaml")]
+LLAMA_FSDP = [
+    "--config",
+    str(REPO / "configs/models/llama-3-8b.yaml"),
+    "--config",
+    str(REPO / "configs/trainer/fsdp.yaml"),
+]
 MEASURED = [  # a few layer-wise steps only: no DoF estimate, validation, tail or export
     "--config", str(REPO / "configs/quickstart.yaml"), "--config", str(PURE_LINEAR),
     f"--data.init_args.path={WIKIPEDIA}", "--dof.enabled=false",
     "--allocator.strategy=fix", "--trainer.max_steps=2", "--trainer.limit_val_batches=0",
     "--model.init_args.export_dir=", "--model.init_args.finetune_fraction=0", "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
-]  # fmt: skip
+]  # fmt: skip  # compact list
 CASES = {
     # TinyStories with every query row scored: the loss graphs dominate (2 layers of 4 x 8 x 512 x 512)
     "tinystories": [f"--model.init_args.teacher={TINYSTORIES}", "--data.init_args.seq_len=512",
@@ -33,13 +38,13 @@ CASES = {
                            "--model.init_args.layer_backward=false"],
     # the quickstart's layer-wise step on the embedded SmolLM2 (B 2 x T 512, 128 rows): weights + one graph
     "smollm2": [],
-    # end-to-end steps of a sliding-window + linear student (window 64, 4 sinks, the shipped recipe): every layer's activations,
-    # the exact band's logits included, alive for one backward
+    # end-to-end steps of a sliding-window + linear student (window 64, 4 sinks, the shipped recipe): every layer's
+    # activations, the exact band's logits included, alive for one backward
     "tinystories-tail-window": [f"--model.init_args.teacher={TINYSTORIES}", "--data.init_args.seq_len=512",
                                 "--data.init_args.batch_size=8", "--model.init_args.window=64",
                                 "--model.init_args.sink_tokens=4", "--model.init_args.finetune_fraction=1",
                                 "--trainer.max_steps=3"],
-}  # fmt: skip
+}  # fmt: skip  # compact dict
 PHASE = {"tinystories-tail-window": "tail"}  # the phase each case measures (default: layerwise)
 
 
@@ -66,7 +71,8 @@ def test_layerwise_estimate_matches_measured_peak(case, tmp_path, request):
     args = [*MEASURED, *CASES[case], f"--trainer.logger.init_args.save_dir={tmp_path}"]
     out = tmp_path / "memory.json"
     subprocess.run([sys.executable, "-m", "tests.pipeline.memory_probe", str(out), *args], cwd=REPO, check=True,
-                   env=_env(MALLOC_MMAP_THRESHOLD_="65536"), capture_output=True, timeout=300)  # fmt: skip
+                   env=_env(MALLOC_MMAP_THRESHOLD_="65536"), capture_output=True,
+                   timeout=300)  # fmt: skip  # packed args
     probe = json.loads(out.read_text())
     measured = probe["peak"] - probe["baseline"]
     estimated = _estimated_step_bytes(args, PHASE.get(case, "layerwise"))
@@ -77,9 +83,10 @@ def test_layerwise_estimate_matches_measured_peak(case, tmp_path, request):
 def test_llama_3_8b_fsdp_on_8_gpus_fits_offline():
     """The bar: the shipped 8B recipe under fsdp.yaml on 8 GPUs plans below 80 GiB per GPU with no network
     (the architecture comes from configs/models/llama-3-8b/config.json), in a fresh process."""
-    result = subprocess.run([sys.executable, "-m", "lit_dof.pipeline.cli", "plan", *LLAMA_FSDP, "--trainer.devices", "8"],
+    result = subprocess.run([sys.executable, "-m", "lit_dof.pipeline.cli", "plan", *LLAMA_FSDP,
+                             "--trainer.devices", "8"],
                             cwd=REPO, env=_env(HF_HUB_OFFLINE="1", HF_HOME=str(REPO / "no-such-hf-home")),
-                            capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+                            capture_output=True, text=True, timeout=120, check=True)  # fmt: skip  # packed args
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("plan peak_gpu_gib=") and " host_gib=" in last
     gpu = float(last.split()[1].split("=")[1])
@@ -93,15 +100,15 @@ def test_sharded_plan_shrinks_with_devices_and_nodes(capsys):
     peaks, tokens = [], []
     for devices, nodes in ((1, 1), (2, 1), (8, 1), (8, 2)):
         _, run, phases = plan_config(parse_fit_config([*LLAMA_FSDP, "--trainer.devices", str(devices),
-                                                       "--trainer.num_nodes", str(nodes)]))  # fmt: skip
+                                                       "--trainer.num_nodes", str(nodes)]))
         peaks.append(max(p.device_total() for p in phases if p.runs))
         tokens.append(next(p for p in phases if p.name == "layerwise").tokens)
         assert run.world_size == devices * nodes
     assert peaks == sorted(peaks, reverse=True) and len(set(peaks)) == len(peaks)
     assert tokens == [2048, 4096, 16384, 32768]
     ddp = [REPO / "configs/models/llama-3-8b.yaml", REPO / "configs/trainer/ddp.yaml"]
-    replicated = {plan_main(["--config", str(ddp[0]), "--config", str(ddp[1]), "--trainer.devices", str(n)]).splitlines()[-1]
-                  for n in (1, 8)}  # fmt: skip
+    replicated = {plan_main(["--config", str(ddp[0]), "--config", str(ddp[1]), "--trainer.devices", str(n)])
+                  .splitlines()[-1] for n in (1, 8)}
     assert len(replicated) == 1
     capsys.readouterr()
 

@@ -13,7 +13,6 @@ from lit_dof.pipeline.cli import build_cli
 from lit_dof.students import load_student
 from tests.pipeline.conftest import fit_args
 
-
 _SAFETENSORS = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
 _CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="16-mixed needs a GPU (Lightning runs bf16 on a CPU)")
 
@@ -54,7 +53,7 @@ def _check_export(student_dir: Path, teacher_dtype: torch.dtype) -> None:
     [("bf16-true", torch.bfloat16, "cpu"), ("bf16-mixed", torch.float32, "cpu"), ("16-true", torch.float16, "cpu"),
      pytest.param("16-mixed", torch.float32, "gpu", marks=_CUDA)],
     ids=["bf16-true", "bf16-mixed", "16-true", "16-mixed-gpu"],
-)  # fmt: skip
+)  # fmt: skip  # parametrize table
 def test_half_precision_fit_runs_end_to_end(tmp_path, precision, teacher_dtype, accelerator):
     """2 steps (one layer-wise, one end-to-end) and a validation (about a second each on a CPU): the teacher
     is loaded in the precision's dtype, the optimizer's master weights and Adam state are float32, the

@@ -19,7 +19,7 @@ def test_quickstart_config_runs_on_smollm2(tmp_path, smollm2_dir, monkeypatch):
     cli = build_cli(["fit", "--config", str(REPO / "configs/quickstart.yaml"), "--trainer.max_steps=2",
                      "--trainer.val_check_interval=2", "--data.init_args.val_blocks=2", "--dof.num_batches=2",
                      "--dof.num_samples=256", "--trainer.enable_progress_bar=false",
-                     f"--model.init_args.teacher={smollm2_dir}"])  # fmt: skip
+                     f"--model.init_args.teacher={smollm2_dir}"])  # fmt: skip  # packed args
     log_dir = Path(cli.trainer.log_dir)
     report = json.loads((log_dir / "dof.json").read_text())
     assert len(report["head_dof"]) == 30 and all(len(h) == 9 for h in report["head_dof"])

@@ -42,12 +42,12 @@ def _recipe(teacher: Path, run: Path) -> list[str]:
         f"--trainer.val_check_interval={VAL_EVERY}", "--trainer.log_every_n_steps=1",
         "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
         f"--trainer.logger.init_args.save_dir={run}", f"--trainer.callbacks+={probe}",
-    ]  # fmt: skip
+    ]  # fmt: skip  # compact list
 
 
 def _env(**extra: str) -> dict:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
-            "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}", **extra}  # fmt: skip
+            "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}", **extra}  # fmt: skip  # compact dict
 
 
 def _free_port() -> int:
@@ -61,7 +61,7 @@ def _run_all(commands: list[tuple[list[str], dict]], cwd: Path, timeout: float =
     timeout kills the others' process groups (a node left alone would wait in the rendezvous)."""
     cwd.mkdir(parents=True, exist_ok=True)
     procs = [subprocess.Popen(c, cwd=cwd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True) for c, e in commands]  # fmt: skip
+                              start_new_session=True) for c, e in commands]  # fmt: skip  # compact comprehension
     outputs = []
     try:
         for proc in procs:
@@ -80,7 +80,7 @@ def _fit_two_processes(teacher: Path, run: Path, trainer_config: str, precision:
     """``lit-dof fit`` with the shipped 8B model config and ``trainer_config``, 2 CPU processes."""
     args = ["fit", "--config", str(LLAMA_8B), "--config", str(REPO / "configs" / "trainer" / trainer_config),
             "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.precision", precision,
-            *_recipe(teacher, run)]  # fmt: skip
+            *_recipe(teacher, run)]  # fmt: skip  # compact list
     return _run_all([([sys.executable, "-m", "lit_dof.pipeline.cli", *args], _env())], run)[0]
 
 
@@ -96,7 +96,7 @@ def _assert_rehearsal(run: Path, teacher_dtype: torch.dtype, world: int = 2) -> 
     blocks (no block seen by both), validated after steps 2 and 4 and logged the same global perplexities;
     rank 0 exported one student that loads, in the teacher's dtype with float32 twins equal to the trained ones."""
     probes = {e: [torch.load(run / "probe" / f"{e}_rank{r}.pt", weights_only=False) for r in range(world)]
-              for e in ("start", "end")}  # fmt: skip
+              for e in ("start", "end")}
     for event, ranks in probes.items():
         first = ranks[0]
         assert len(first["feature_dims"]) == 32 and all(m >= 1 for m in first["feature_dims"])
@@ -141,7 +141,8 @@ def test_tiny_config_has_the_8b_layout(teacher):
     tiny = json.loads((LLAMA_3_8B_TINY / "config.json").read_text())
     full = json.loads((REPO / "configs" / "models" / "llama-3-8b" / "config.json").read_text())
     for key in ("architectures", "model_type", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                "hidden_act", "tie_word_embeddings", "rope_theta", "rms_norm_eps", "attention_bias"):  # fmt: skip
+                "hidden_act", "tie_word_embeddings", "rope_theta", "rms_norm_eps",
+                "attention_bias"):  # fmt: skip  # packed loop header
         assert tiny[key] == full[key], key
     assert tiny["hidden_size"] < full["hidden_size"] and tiny["intermediate_size"] < full["intermediate_size"]
     model, tokenizer = load_teacher(str(teacher))
@@ -187,7 +188,7 @@ def test_rehearsal_two_nodes_with_the_torchrun_script(teacher, tmp_path):
     nodes = [(["bash", str(LAUNCH / "torchrun.sh"), "--trainer.accelerator=cpu", "--trainer.precision=bf16-true",
                *_recipe(teacher, tmp_path)],
               _env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, NNODES="2", NODE_RANK=str(rank), GPUS_PER_NODE="1"))
-             for rank in (0, 1)]  # fmt: skip
+             for rank in (0, 1)]  # fmt: skip  # compact comprehension
     outputs = _run_all(nodes, tmp_path)
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in outputs[0] and "GLOBAL_RANK: 1, MEMBER: 2/2" in outputs[1]
     _assert_rehearsal(tmp_path, torch.bfloat16)
@@ -200,9 +201,10 @@ def test_rehearsal_two_nodes_with_node_rank(teacher, tmp_path):
     port = str(_free_port())
     args = ["fit", "--config", str(LLAMA_8B), "--config", str(REPO / "configs" / "trainer" / "ddp.yaml"),
             "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.num_nodes", "2",
-            "--trainer.precision", "bf16-mixed", *_recipe(teacher, tmp_path)]  # fmt: skip
+            "--trainer.precision", "bf16-mixed", *_recipe(teacher, tmp_path)]  # fmt: skip  # compact list
     nodes = [([sys.executable, "-m", "lit_dof.pipeline.cli", *args],
-              _env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, NODE_RANK=str(rank))) for rank in (0, 1)]  # fmt: skip
+              _env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, NODE_RANK=str(rank))) for rank in (0,
+              1)]  # fmt: skip  # compact comprehension
     outputs = _run_all(nodes, tmp_path)
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in outputs[0] and "GLOBAL_RANK: 1, MEMBER: 2/2" in outputs[1]
     _assert_rehearsal(tmp_path, torch.float32)
@@ -232,11 +234,13 @@ def test_rehearsal_two_nodes_with_the_slurm_script(teacher, tmp_path):
     srun.chmod(0o755)
     env = _env(SRUN=str(srun), LIT_DOF_REPO=str(REPO), SLURM_SUBMIT_DIR=str(tmp_path), SLURM_JOB_ID="4242",
                SLURM_JOB_NAME="lit-dof-8b", SLURM_JOB_NUM_NODES="2", SLURM_NNODES="2", SLURM_NTASKS="2",
-               SLURM_NTASKS_PER_NODE="1", SLURM_NODELIST="127.0.0.1", MASTER_PORT=str(_free_port()))  # fmt: skip
+               SLURM_NTASKS_PER_NODE="1", SLURM_NODELIST="127.0.0.1",
+               MASTER_PORT=str(_free_port()))  # fmt: skip  # packed args
     env.pop("MASTER_ADDR", None)
     done = subprocess.run(["bash", str(LAUNCH / "slurm.sbatch"), "--trainer.accelerator=cpu",
                            "--trainer.precision=bf16-true", *_recipe(teacher, tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500)  # fmt: skip
+                          cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=500)  # fmt: skip  # packed args
     logs = [(tmp_path / f"task{rank}.log").read_text() for rank in (0, 1)]
     assert done.returncode == 0, done.stderr[-2000:] + logs[0][-4000:] + logs[1][-4000:]
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in logs[0] and "GLOBAL_RANK: 1, MEMBER: 2/2" in logs[1]
@@ -251,10 +255,11 @@ def test_launch_script_command_line_parses(script, tmp_path):
     assert os.access(path, os.X_OK)
     subprocess.run(["bash", "-n", str(path)], check=True)
     env = _env(SUBCOMMAND="plan", NNODES="2", GPUS_PER_NODE="8", SLURM_JOB_NUM_NODES="2",
-               SLURM_NTASKS_PER_NODE="8(x2)", PG_TIMEOUT="0:45:00", HF_HOME=str(tmp_path / "no-hf-home"))  # fmt: skip
+               SLURM_NTASKS_PER_NODE="8(x2)", PG_TIMEOUT="0:45:00",
+               HF_HOME=str(tmp_path / "no-hf-home"))  # fmt: skip  # packed args
     env.pop("SLURM_SUBMIT_DIR", None)
     done = subprocess.run(["bash", str(path), "--data.init_args.seq_len=1024"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+                          capture_output=True, text=True, timeout=120)  # fmt: skip  # packed args
     assert done.returncode == 0, done.stderr[-4000:]
     lines = done.stdout.strip().splitlines()
     assert "meta-llama/Meta-Llama-3-8B: 8.030 B parameters, 32 layers" in lines[0]
@@ -264,5 +269,5 @@ def test_launch_script_command_line_parses(script, tmp_path):
 
 def test_launch_script_rejects_an_unknown_subcommand(tmp_path):
     done = subprocess.run(["bash", str(LAUNCH / "torchrun.sh")], cwd=tmp_path, env=_env(SUBCOMMAND="validate"),
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+                          capture_output=True, text=True, timeout=60)  # fmt: skip  # packed args
     assert done.returncode == 2 and "SUBCOMMAND must be fit or plan" in done.stderr

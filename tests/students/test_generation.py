@@ -61,7 +61,11 @@ def test_exact_twins_generate_like_teacher():
 def test_recurrent_state_is_constant_in_context_length():
     student = linearize(tiny_model("llama"), LearnedPRF, [8, 16, 4], softmax_layers=[1])
     cache = student.new_cache()
-    assert [type(layer).__name__ for layer in cache.layers] == ["RecurrentStateLayer", "DynamicLayer", "RecurrentStateLayer"]
+    assert [type(layer).__name__ for layer in cache.layers] == [
+        "RecurrentStateLayer",
+        "DynamicLayer",
+        "RecurrentStateLayer",
+    ]
     ids = torch.randint(3, 97, (2, 40))
     student(ids[:, :10], cache=cache, use_cache=True)
     sizes_10 = [layer.nbytes for layer in cache.layers if isinstance(layer, RecurrentStateLayer)]

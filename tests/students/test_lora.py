@@ -9,7 +9,7 @@ from torch import nn
 
 from lit_dof.attention import LearnedPRF
 from lit_dof.students import linearize, load_student
-from lit_dof.students.lora import LoRA, add_lora, adapters_enabled, merged_state_dict, set_adapters_enabled
+from lit_dof.students.lora import LoRA, adapters_enabled, add_lora, merged_state_dict, set_adapters_enabled
 from tests.conftest import tiny_model
 
 

@@ -97,14 +97,17 @@ def test_logit_distillation_matches_categorical_kl():
     mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
     for t in (1.0, 2.0):
         kl = torch.distributions.kl_divergence(
-            torch.distributions.Categorical(logits=teacher.double() / t), torch.distributions.Categorical(logits=student.double() / t)
+            torch.distributions.Categorical(logits=teacher.double() / t),
+            torch.distributions.Categorical(logits=student.double() / t),
         )  # (B, T)
         expected = kl[mask.bool()].mean() * t * t
         got = logit_distillation_loss(student, teacher, mask, temperature=t)
         torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-7)
     changed = student.clone()
     changed[1, :2] = 50 * torch.randn(2, 11)  # padding positions do not count
-    torch.testing.assert_close(logit_distillation_loss(changed, teacher, mask), logit_distillation_loss(student, teacher, mask))
+    torch.testing.assert_close(
+        logit_distillation_loss(changed, teacher, mask), logit_distillation_loss(student, teacher, mask)
+    )
     assert logit_distillation_loss(teacher, teacher).abs() < 1e-6
     with pytest.raises(ValueError, match="temperature"):
         logit_distillation_loss(student, teacher, temperature=0.0)
@@ -165,7 +168,7 @@ def test_windowed_softmax_loss_is_kl_to_the_twins_whole_rows(sinks):
     lq, lk = fm.log_features(q.reshape(B, 2, 2 * T, 8)).view(B, 4, T, -1), fm.log_features(k)
     mix = twin.log_mix.detach()
     p_hat = naive_sliding_window_attention(q.double(), k.double(), onehot, lq, lk, window=3, sink_tokens=sinks,
-                                           log_mix=mix, key_padding_mask=valid)  # fmt: skip
+                                           log_mix=mix, key_padding_mask=valid)
     logits = (q.double() @ k.double().repeat_interleave(2, 1).transpose(-1, -2) / math.sqrt(8))
     allowed = torch.ones(T, T).tril().bool()[None, None] & valid[:, None, None, :]
     p = logits.masked_fill(~allowed, -torch.inf).softmax(-1)

@@ -38,7 +38,9 @@ def test_layer_matches_reference(share_kv_maps):
         lq = fm.log_features(q.reshape(1, Hk, 2 * T, d)).view(1, Hq, T, -1)
     else:
         lq = fm.log_features(q)
-    ref = naive_sliding_window_attention(q, kk, vv, lq, fm.log_features(kk), window=5, sink_tokens=2, log_mix=layer.log_mix)
+    ref = naive_sliding_window_attention(
+        q, kk, vv, lq, fm.log_features(kk), window=5, sink_tokens=2, log_mix=layer.log_mix
+    )
     torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-6)
 
 

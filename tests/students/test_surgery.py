@@ -27,8 +27,12 @@ def test_exact_twins_reproduce_teacher_logits(family, side):
         reference = teacher(ids, attention_mask=mask).logits
         # Attention is far from uniform here, so RoPE/mask/scaling errors would show.
         _, captured = capture_batch(teacher, ids[:1])
-        row_max = torch.softmax(captured[0].q @ captured[0].k.repeat_interleave(
-            captured[0].q.shape[1] // captured[0].k.shape[1], 1).transpose(-1, -2) / captured[0].q.shape[-1] ** 0.5, -1).amax(-1)
+        row_max = torch.softmax(
+            captured[0].q
+            @ captured[0].k.repeat_interleave(captured[0].q.shape[1] // captured[0].k.shape[1], 1).transpose(-1, -2)
+            / captured[0].q.shape[-1] ** 0.5,
+            -1,
+        ).amax(-1)
         assert row_max[..., 4:].mean() > 0.3
     student = linearize(teacher, LearnedPRF, _dims(teacher))
     install_exact_twins(student)
@@ -98,7 +102,9 @@ def test_feature_map_factory_controls_heads_and_dims():
     assert new and all(n.split(".")[-1] in ("z", "log_alpha") for n in new)
 
 
-@pytest.mark.parametrize("dims, match", [(0, "positive integer"), ([8, -1, 8], "layer 1"), ([8, 8], "3 attention layers")])
+@pytest.mark.parametrize(
+    "dims, match", [(0, "positive integer"), ([8, -1, 8], "layer 1"), ([8, 8], "3 attention layers")]
+)
 def test_bad_feature_dims_are_named(dims, match):
     with pytest.raises(ValueError, match=match):
         linearize(tiny_model("llama"), LearnedPRF, dims)

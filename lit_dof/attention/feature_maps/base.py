@@ -47,6 +47,7 @@ class FeatureMap(Float32Parameters, ABC):
         self.check_inputs = check_inputs
 
     def extra_repr(self) -> str:
+        """Head size d, heads H and feature dimension M, for ``print(module)``."""
         return f"head_dim={self.head_dim}, num_heads={self.num_heads}, feature_dim={self.feature_dim}"
 
     def config_kwargs(self) -> dict:
@@ -99,7 +100,8 @@ class FeatureMap(Float32Parameters, ABC):
         attention row; maps may use that freedom to do less work on the query side.
 
         Args:
-            q: ``(B, H, Tq, D)``; k: ``(B, H, Tk, D)``.
+            q: ``(B, H, Tq, D)`` queries.
+            k: ``(B, H, Tk, D)`` keys.
 
         Returns:
             ``(B, H, Tq, M)`` and ``(B, H, Tk, M)``.
@@ -115,7 +117,8 @@ class FeatureMap(Float32Parameters, ABC):
         """The approximate kernel K̂(x_i, y_j) = Σ_f φ_f(x_i) φ_f(y_j) for all pairs.
 
         Args:
-            x: ``(B, H, T, D)``; y: ``(B, H, S, D)``.
+            x: ``(B, H, T, D)``.
+            y: ``(B, H, S, D)``.
 
         Returns:
             ``(B, H, T, S)``, computed as exp(logsumexp) so it is exact in float32 range.
@@ -167,7 +170,9 @@ def exponential_log_features(x: Tensor, projection: Tensor, bias: Tensor | None,
     return shift.view(B * H, T, M).baddbmm_(rows, weight).view(B, H, T, M)
 
 
-def orthogonal_gaussian(num_heads: int, feature_dim: int, head_dim: int, generator: torch.Generator | None = None) -> Tensor:
+def orthogonal_gaussian(
+    num_heads: int, feature_dim: int, head_dim: int, generator: torch.Generator | None = None
+) -> Tensor:
     """Orthogonal random features (FAVOR+, Choromanski et al. 2021, §2.4).
 
     Each head's M rows come in blocks of d mutually orthogonal directions, and each row is rescaled to

@@ -70,7 +70,9 @@ class DiJiangFeatureMap(FeatureMap):
         ValueError: non-positive sizes.
     """
 
-    def __init__(self, head_dim: int, num_heads: int, feature_dim: int, *, seed: int = 0, check_inputs: bool = True) -> None:
+    def __init__(
+        self, head_dim: int, num_heads: int, feature_dim: int, *, seed: int = 0, check_inputs: bool = True
+    ) -> None:
         super().__init__(head_dim, num_heads, feature_dim, check_inputs=check_inputs)
         self.seed = seed
         self.register_buffer("projection", self._projection(feature_dim))

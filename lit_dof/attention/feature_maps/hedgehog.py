@@ -32,7 +32,9 @@ class HedgehogFeatureMap(FeatureMap):
         ValueError: non-positive sizes.
     """
 
-    def __init__(self, head_dim: int, num_heads: int, feature_dim: int, *, seed: int | None = None, check_inputs: bool = True) -> None:
+    def __init__(
+        self, head_dim: int, num_heads: int, feature_dim: int, *, seed: int | None = None, check_inputs: bool = True
+    ) -> None:
         super().__init__(head_dim, num_heads, feature_dim, check_inputs=check_inputs)
         self.seed = seed
         self.weight = nn.Parameter(self._init_weight(feature_dim))

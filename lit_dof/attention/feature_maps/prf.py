@@ -30,7 +30,7 @@ class _PositiveRandomFeatures(FeatureMap):
     def _bias(self, device: torch.device) -> Tensor:
         """½ log α − ½ log M, ``(H or 1, 1, M)``: √(α/M) on each side gives K̂ = (1/M) Σ α φφ."""
         bias = torch.full((1, 1, self.feature_dim), -0.5 * math.log(self.feature_dim), dtype=torch.float32,
-                          device=device)  # fmt: skip
+                          device=device)
         log_alpha = self._log_alpha()
         return bias if log_alpha is None else bias + 0.5 * log_alpha.unsqueeze(-2)
 
@@ -66,7 +66,9 @@ class LearnedPRF(_PositiveRandomFeatures):
         ValueError: non-positive sizes.
     """
 
-    def __init__(self, head_dim: int, num_heads: int, feature_dim: int, *, seed: int | None = None, check_inputs: bool = True) -> None:
+    def __init__(
+        self, head_dim: int, num_heads: int, feature_dim: int, *, seed: int | None = None, check_inputs: bool = True
+    ) -> None:
         super().__init__(head_dim, num_heads, feature_dim, check_inputs=check_inputs)
         self.seed = seed
         self.z = nn.Parameter(orthogonal_gaussian(num_heads, feature_dim, head_dim, self._generator()))
@@ -129,6 +131,7 @@ class PerformerFeatureMap(_PositiveRandomFeatures):
         self.register_buffer("z", orthogonal_gaussian(num_heads, feature_dim, head_dim, self._generator))
 
     def config_kwargs(self) -> dict:
+        """``{"redraw_interval": ...}``; the projection z is a buffer, restored from the checkpoint."""
         return {"redraw_interval": self.redraw_interval}
 
     def redraw(self) -> None:
