@@ -6,8 +6,9 @@ The pipeline, one subpackage per stage: :mod:`lit_dof.teacher` (loading, capture
 (Lightning phases, ``lit-dof``) → :mod:`lit_dof.evaluation` (lm-eval tasks, perplexity, fine-tuning
 protocol) → :mod:`lit_dof.comparison` (the comparison runner, ``lit-dof compare``); the math lives in
 :mod:`lit_dof.attention` (pure PyTorch). The top-level names below are imported lazily so that
-``import lit_dof.attention`` does not pull in transformers. ``import lit_dof.students`` registers the
-``"lit_dof"`` model type with ``AutoConfig`` / ``AutoModelForCausalLM``.
+``import lit_dof.attention`` does not pull in transformers. ``import lit_dof`` registers the ``"lit_dof"``
+model type with ``AutoConfig`` / ``AutoModelForCausalLM`` as soon as transformers is imported
+(:mod:`lit_dof._auto_registration`), so ``AutoModelForCausalLM.from_pretrained(student_dir)`` works.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ _LAZY = {
     "load_student": "lit_dof.students.modeling",
     "LitDofConfig": "lit_dof.students.modeling",
     "LitDofForCausalLM": "lit_dof.students.modeling",
+    "register_feature_map": "lit_dof.attention",
     "evaluate_model": "lit_dof.evaluation.harness",
 }
 
@@ -36,3 +38,8 @@ def __getattr__(name: str):
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'lit_dof' has no attribute {name!r}")
+
+
+from lit_dof._auto_registration import register_with_transformers
+
+register_with_transformers()

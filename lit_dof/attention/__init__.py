@@ -11,6 +11,7 @@ from lit_dof.attention.feature_maps import (
     HedgehogFeatureMap,
     LearnedPRF,
     PerformerFeatureMap,
+    register_feature_map,
 )
 from lit_dof.attention.layer import CausalLinearAttention, FeatureMapFactory
 from lit_dof.attention.naive import log_kernel_matrix, naive_linear_attention, naive_sliding_window_attention
@@ -36,5 +37,6 @@ __all__ = [
     "naive_linear_attention",
     "naive_sliding_window_attention",
     "recurrent_linear_attention",
+    "register_feature_map",
     "sliding_window_linear_attention",
 ]

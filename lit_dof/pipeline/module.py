@@ -21,6 +21,7 @@ from torchmetrics.text import Perplexity
 
 from lit_dof.attention import FeatureMapFactory, LearnedPRF
 from lit_dof.precision import DtypeName, fp32_region, resolve_dtype
+from lit_dof.students.card import write_model_card
 from lit_dof.students.lora import LoRA, add_lora, has_adapters, merged_state_dict
 from lit_dof.students.modeling import LitDofForCausalLM, linearize
 from lit_dof.teacher import DEFAULT_TEACHER
@@ -315,7 +316,18 @@ class StudentModule(L.LightningModule):
             self.student.save_pretrained(target, state_dict=state_dict)
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(target)
+            self._describe_export(target)
         self.exported_to = target
+
+    def _describe_export(self, target: str) -> None:
+        """Rewrite the exported student's model card (atomically) with what this run knows beyond its files: the
+        DoF report (``dof.json`` sits in the log directory, which ``export_dir`` may not be next to) and the
+        allocation strategy."""
+        allocator = next((c for c in self.trainer.callbacks if getattr(c, "planning_stage", None) == "allocate"), None)
+        strategy = getattr(allocator, "strategy", None)
+        report = self.dof_report.to_dict() if self.dof_report is not None else None
+        if report is not None or strategy is not None:
+            write_model_card(target, dof=report, strategy=strategy)
 
 
 def _coalesced(tensors: list[torch.Tensor], collective: Callable, **kwargs) -> None:

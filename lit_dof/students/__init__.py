@@ -1,6 +1,7 @@
 """Students: linear twins attached to a teacher (surgery), the student model class and its cache."""
 
 from lit_dof.students.cache import RecurrentStateLayer, student_cache
+from lit_dof.students.card import write_model_card
 from lit_dof.students.modeling import LitDofConfig, LitDofForCausalLM, linearize, load_student
 from lit_dof.students.surgery import attach_linear_attention, set_softmax_layers
 
@@ -13,4 +14,5 @@ __all__ = [
     "load_student",
     "set_softmax_layers",
     "student_cache",
+    "write_model_card",
 ]

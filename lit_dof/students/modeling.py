@@ -10,6 +10,10 @@ teacher files or the network. Both are registered with ``AutoConfig`` / ``AutoMo
     from transformers import AutoModelForCausalLM
     student = AutoModelForCausalLM.from_pretrained("path/to/student")
 
+Saving writes a model card (``README.md``, :mod:`lit_dof.students.card`) in the same atomic step and can push
+the saved directory to the Hub (``save_pretrained(dir, push_to_hub=True, repo_id=...)``). The feature-map class
+is looked up in a registry (:func:`~lit_dof.attention.register_feature_map`), never imported by name.
+
 Generation: :meth:`LitDofForCausalLM.generate` (transformers' ``GenerationMixin``) gets a
 :func:`~lit_dof.students.cache.student_cache` — a recurrent state for linear layers (constant memory),
 a KV cache for softmax ones.
@@ -19,6 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
+import warnings
+from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
@@ -30,6 +37,7 @@ from lit_dof.attention.grouped import HeadGroupedAttention
 from lit_dof.interface import MODEL_CACHE_ARGUMENT, AttentionSlot
 from lit_dof.io import atomic_directory
 from lit_dof.students.cache import student_cache
+from lit_dof.students.card import HUB_KWARGS, push_folder, write_model_card
 from lit_dof.students.lora import adapters_enabled, set_adapters_enabled
 from lit_dof.students.surgery import (
     attach_linear_attention,
@@ -251,10 +259,61 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
             return
         return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 
-    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
-        """``PreTrainedModel.save_pretrained`` into a temporary directory renamed into place (atomic)."""
-        with atomic_directory(save_directory) as tmp:
+    def save_pretrained(
+        self, save_directory: str | os.PathLike, *, push_to_hub: bool = False, repo_id: str | None = None, **kwargs
+    ) -> None:
+        """``PreTrainedModel.save_pretrained`` plus a model card, atomically; then, optionally, a push to the Hub.
+
+        Weights, ``config.json`` and ``README.md`` (:mod:`lit_dof.students.card`) are written into a temporary
+        directory renamed into place, so ``save_directory`` is never half-written. With ``push_to_hub`` that
+        final directory is uploaded as it is (:func:`~lit_dof.students.card.push_folder`).
+
+        Args:
+            save_directory: the student directory (replaced if it exists).
+            push_to_hub: upload the saved directory to the Hugging Face Hub.
+            repo_id: the Hub repository (default: the name of ``save_directory``, as transformers does).
+            **kwargs: ``PreTrainedModel.save_pretrained``'s (e.g. ``state_dict``, ``max_shard_size``), and for the
+                push :data:`~lit_dof.students.card.HUB_KWARGS` (``commit_message``, ``private``, ``token``, ...).
+        """
+        hub = {key: kwargs.pop(key) for key in HUB_KWARGS if key in kwargs}
+        target = Path(save_directory)
+        repo_id = repo_id or target.resolve().name
+        self._save_with_card(target, repo_id if push_to_hub else f"path/to/{target.resolve().name}", **kwargs)
+        if push_to_hub:
+            push_folder(target, repo_id, **hub)
+
+    def push_to_hub(self, repo_id: str, **kwargs) -> str:
+        """Save into a temporary directory and upload it, so the Hub gets the same files and model card as
+        :meth:`save_pretrained` writes (transformers' own ``push_to_hub`` would replace the card).
+
+        Args:
+            repo_id: the Hub repository.
+            **kwargs: those of :meth:`save_pretrained`, hub keywords included.
+
+        Returns:
+            The repository id the Hub resolved (namespace included).
+        """
+        hub = {key: kwargs.pop(key) for key in HUB_KWARGS if key in kwargs}
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / repo_id.rpartition("/")[2]
+            self._save_with_card(folder, repo_id, **kwargs)
+            return push_folder(folder, repo_id, **hub)
+
+    def _save_with_card(self, target: Path, model_id: str, **kwargs) -> None:
+        """Weights, config and model card into a temporary directory renamed to ``target``."""
+        _warn_if_unregistered(self.config.feature_map)
+        with atomic_directory(target) as tmp:
             super().save_pretrained(tmp, **kwargs)
+            write_model_card(tmp, model_id=model_id)
+
+
+def _warn_if_unregistered(spec: dict) -> None:
+    """Warn when the student's feature map is not registered: loading it will need ``register_feature_map``."""
+    try:
+        feature_map_class(spec)
+    except ValueError:
+        warnings.warn(f"feature map {spec.get('class')!r} is not registered: loading this student will need "
+                      "lit_dof.attention.register_feature_map(<the class>) first", stacklevel=4)  # fmt: skip
 
 
 def linearize(

@@ -10,7 +10,6 @@ No modeling file is copied or patched.
 from __future__ import annotations
 
 import contextlib
-import importlib
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -18,6 +17,7 @@ import torch
 from torch import nn
 
 from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFactory, SlidingWindowLinearAttention
+from lit_dof.attention.feature_maps.registry import feature_map_name, registered_feature_map
 from lit_dof.attention.grouped import HeadGroupedAttention
 from lit_dof.interface import ATTN_IMPLEMENTATION, AttentionSlot, install_cache_hook
 from lit_dof.teacher.families import AttentionLayer, attention_layers
@@ -25,27 +25,23 @@ from lit_dof.teacher.families import AttentionLayer, attention_layers
 
 def feature_map_spec(feature_map: FeatureMap) -> dict:
     """``{"class": "module.QualName", "kwargs": {...}}`` recording how to rebuild ``feature_map``."""
-    cls = type(feature_map)
-    return {"class": f"{cls.__module__}.{cls.__qualname__}", "kwargs": feature_map.config_kwargs()}
+    return {"class": feature_map_name(type(feature_map)), "kwargs": feature_map.config_kwargs()}
 
 
 def feature_map_class(spec: dict) -> type[FeatureMap]:
-    """Import the feature-map class named by a :func:`feature_map_spec`.
+    """The registered feature-map class a :func:`feature_map_spec` names; nothing is imported.
+
+    Args:
+        spec: ``{"class": "module.QualName", ...}`` from a student's ``config.json``.
+
+    Returns:
+        The class (lit-dof's own maps, and any registered with
+        :func:`~lit_dof.attention.register_feature_map`).
 
     Raises:
-        ValueError: the class cannot be imported or is not a :class:`~lit_dof.attention.FeatureMap`.
+        ValueError: the name is not registered (the message names ``register_feature_map``).
     """
-    path = spec.get("class", "")
-    module_name, _, name = path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ValueError(
-            f"cannot import feature map class {path!r}: {exc}; install/import the package defining it"
-        ) from exc
-    if not (isinstance(cls, type) and issubclass(cls, FeatureMap)):
-        raise ValueError(f"{path!r} is not a lit_dof.attention.FeatureMap subclass")
-    return cls
+    return registered_feature_map(str(spec.get("class", "")))
 
 
 def resolve_feature_dims(feature_dims: int | Sequence[int | Sequence[int]], num_layers: int) -> list[int | list[int]]:

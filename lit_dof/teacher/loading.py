@@ -180,7 +180,9 @@ def load_teacher(
         cache_dir: where GGUF conversions are kept (default :func:`cache_root`).
 
     Returns:
-        ``(model, tokenizer)`` with the model in eval mode and ``requires_grad=False`` everywhere.
+        ``(model, tokenizer)`` with the model in eval mode and ``requires_grad=False`` everywhere; its
+        ``name_or_path`` (and its config's) is ``name_or_path`` as given, never the cache directory of a GGUF
+        conversion.
 
     Raises:
         TeacherNotFoundError: unknown alias / missing package, or a hub id that is not cached while offline
@@ -202,6 +204,9 @@ def load_teacher(
             f"where there is internet (huggingface-cli download {name_or_path} --local-dir DIR) and pass DIR."
         ) from exc
     check_supported(model)
+    # Provenance: the source as given (alias, hub id, directory, .gguf file), not the cache directory it resolved
+    # to; a student records it as its teacher (``LitDofConfig.teacher``, the model card's ``base_model``).
+    model.config.name_or_path = model.name_or_path = str(name_or_path)
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
     model.eval().requires_grad_(False)

@@ -66,6 +66,8 @@ def test_method_swap_is_config_only(tmp_path, method, feature_map, strategy):
         assert student.feature_dims == [16, 16]
     else:  # the report's allocation with the quickstart's min_dim=8 floor
         assert student.feature_dims == [max(8, m) for m in report["allocations"][strategy]]
+    card = (log_dir / "student" / "README.md").read_text()  # rewritten after the export with what the run knows
+    assert f"Strategy: `{strategy}`" in card and f"`{feature_map}`" in card and "λ = " in card
     assert cli.trainer.global_step == 3
     assert bool(cli.model.trainable_parameters()) == (feature_map != "PerformerFeatureMap")  # Performer: untrained
     assert (log_dir / "config.yaml").is_file() and list(log_dir.glob("events.out.tfevents.*"))
