@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib
 
+from lit_dof._auto_registration import register_with_transformers
+
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -39,7 +41,5 @@ def __getattr__(name: str):
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'lit_dof' has no attribute {name!r}")
 
-
-from lit_dof._auto_registration import register_with_transformers
 
 register_with_transformers()

@@ -42,8 +42,11 @@ def _register() -> None:
     try:
         importlib.import_module(STUDENT_MODULE)
     except Exception as exc:  # noqa: BLE001 - an import hook must not break `import transformers`
-        warnings.warn(f"lit-dof could not register its model type with transformers: {exc!r}; "
-                      f"import {STUDENT_MODULE} to see the error", stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"lit-dof could not register its model type with transformers: {exc!r}; "
+            f"import {STUDENT_MODULE} to see the error",
+            stacklevel=2,
+        )
 
 
 def _lit_dof_importing() -> bool:

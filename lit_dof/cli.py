@@ -91,19 +91,32 @@ def configs_main(args: Sequence[str]) -> None:
     """
     from lit_dof import config_files
 
-    parser = argparse.ArgumentParser(prog=f"{PROG} configs", description=COMMANDS["configs"],
-                                     epilog="NAME: a path under configs/, with or without .yaml "
-                                            "(quickstart, methods/dof, trainer/gpu.yaml).")
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} configs",
+        description=COMMANDS["configs"],
+        epilog="NAME: a path under configs/, with or without .yaml (quickstart, methods/dof, trainer/gpu.yaml).",
+    )
     actions = parser.add_subparsers(title="actions", metavar="ACTION", dest="action", required=True)
-    actions.add_parser("list", help="Every shipped config: its name and the first line of its comment.",
-                       description="Every shipped config: its name and the first line of its comment.")
+    actions.add_parser(
+        "list",
+        help="Every shipped config: its name and the first line of its comment.",
+        description="Every shipped config: its name and the first line of its comment.",
+    )
     show = actions.add_parser("show", help="Print a shipped config.", description="Print a shipped config.")
     show.add_argument("name", metavar="NAME", help="the config (e.g. quickstart, methods/dof)")
-    copy = actions.add_parser("copy", help="Copy a shipped config for editing; never overwrites a file.",
-                              description="Copy a shipped config for editing; never overwrites a file.")
+    copy = actions.add_parser(
+        "copy",
+        help="Copy a shipped config for editing; never overwrites a file.",
+        description="Copy a shipped config for editing; never overwrites a file.",
+    )
     copy.add_argument("name", metavar="NAME", help="the config (e.g. quickstart, methods/dof)")
-    copy.add_argument("dest", metavar="DEST", nargs="?", default=None,
-                      help="the new file, or a directory to copy into (default: the current directory)")
+    copy.add_argument(
+        "dest",
+        metavar="DEST",
+        nargs="?",
+        default=None,
+        help="the new file, or a directory to copy into (default: the current directory)",
+    )
     parsed = parser.parse_args(list(args))
     sub = {"show": show, "copy": copy}.get(parsed.action, parser)
     try:

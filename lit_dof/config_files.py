@@ -46,8 +46,10 @@ def config_root() -> Path:
     try:
         root = importlib.resources.files(CONFIG_PACKAGE)
     except ModuleNotFoundError as exc:
-        raise FileNotFoundError(f"no shipped configs: neither {checkout / 'configs'} nor the package "
-                                f"{CONFIG_PACKAGE} exists (reinstall lit-dof)") from exc
+        raise FileNotFoundError(
+            f"no shipped configs: neither {checkout / 'configs'} nor the package "
+            f"{CONFIG_PACKAGE} exists (reinstall lit-dof)"
+        ) from exc
     if not isinstance(root, Path):  # a zip import: the YAML files must be real files for `--config`
         raise FileNotFoundError(f"{CONFIG_PACKAGE} is not a directory ({root!r}); install lit-dof unzipped")
     return root

@@ -52,8 +52,10 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
         if not torch.cuda.is_available():
             raise DeviceError(f"device {text!r} asked for, but torch sees no CUDA device: use --device cpu (or auto)")
         if colon and int(index) >= torch.cuda.device_count():
-            raise DeviceError(f"device {text!r}: torch sees {torch.cuda.device_count()} CUDA device(s), "
-                              f"cuda:0 … cuda:{torch.cuda.device_count() - 1}")
+            raise DeviceError(
+                f"device {text!r}: torch sees {torch.cuda.device_count()} CUDA device(s), "
+                f"cuda:0 … cuda:{torch.cuda.device_count() - 1}"
+            )
     return torch.device(text)
 
 

@@ -58,12 +58,17 @@ def parse_messages(messages: str) -> list[dict]:
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise GenerateUsageError(f"--messages is neither a JSON file nor JSON text ({exc}); expected "
-                                 '\'[{"role": "user", "content": "..."}]\'') from exc
+        raise GenerateUsageError(
+            f"--messages is neither a JSON file nor JSON text ({exc}); expected "
+            '\'[{"role": "user", "content": "..."}]\''
+        ) from exc
     if isinstance(parsed, dict):
         parsed = [parsed]
-    if not (isinstance(parsed, list) and parsed
-            and all(isinstance(m, dict) and "role" in m and "content" in m for m in parsed)):
+    if not (
+        isinstance(parsed, list)
+        and parsed
+        and all(isinstance(m, dict) and "role" in m and "content" in m for m in parsed)
+    ):
         raise GenerateUsageError('--messages must be a non-empty JSON list of {"role": ..., "content": ...} objects')
     return parsed
 
@@ -136,10 +141,11 @@ def prompt_inputs(tokenizer, prompt: str | None, messages: list[dict] | None, mo
     if messages is None:
         return dict(tokenizer(prompt, return_tensors="pt"))
     if not getattr(tokenizer, "chat_template", None):
-        raise GenerateUsageError(f"the tokenizer of {model} has no chat template, so --messages cannot be formatted: "
-                                 "pass the text with --prompt instead")
-    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                            return_dict=True)
+        raise GenerateUsageError(
+            f"the tokenizer of {model} has no chat template, so --messages cannot be formatted: "
+            "pass the text with --prompt instead"
+        )
+    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
 
 
@@ -230,9 +236,12 @@ def generate(
     else:
         teacher_bytes = cache_bytes  # the teacher's own DynamicCache
     rate = len(new) / seconds if seconds > 0 else float("inf")
-    print(f"generate: {len(new)} new tokens in {seconds:.2f} s = {rate:.1f} tokens/s; cache {cache_bytes} bytes at "
-          f"context {context} tokens (teacher KV cache at the same context: {teacher_bytes} bytes)",
-          file=sys.stderr, flush=True)
+    print(
+        f"generate: {len(new)} new tokens in {seconds:.2f} s = {rate:.1f} tokens/s; cache {cache_bytes} bytes at "
+        f"context {context} tokens (teacher KV cache at the same context: {teacher_bytes} bytes)",
+        file=sys.stderr,
+        flush=True,
+    )
     return {"text": text, "tokens": new, "prompt_tokens": inputs["input_ids"].shape[1], "seconds": seconds,
             "tokens_per_second": rate, "cache_bytes": cache_bytes, "context_tokens": context,
             "teacher_kv_bytes": teacher_bytes, "student": student}  # fmt: skip  # compact dict

@@ -56,8 +56,10 @@ def main() -> None:
     B, H, d, M = 1, 9, 64, 64
     torch.manual_seed(0)
     layer = CausalLinearAttention(LearnedPRF(d, H, M), H, chunk_size=args.chunk_size).to(device)
-    print(f"device={device} dtype={args.dtype} threads={torch.get_num_threads()} torch={torch.__version__} "
-          f"allocator_tuned={tuned} B={B} H={H} d={d} M={M} chunk={args.chunk_size}")
+    print(
+        f"device={device} dtype={args.dtype} threads={torch.get_num_threads()} torch={torch.__version__} "
+        f"allocator_tuned={tuned} B={B} H={H} d={d} M={M} chunk={args.chunk_size}"
+    )
 
     # All forward cases first, then all forward+backward ones: a case's timing should not depend on the heap
     # that an earlier backward left fragmented (glibc; measured: T = 8192 forward 41–44 ms alone, 49 ms after
@@ -70,8 +72,10 @@ def main() -> None:
             t_sdpa = timeit(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), device)
             t_lin = timeit(lambda: layer(q, k, v), device)
         fwd_ratio[T] = t_sdpa / t_lin
-        print(f"fwd      T={T:6d}  sdpa={t_sdpa * 1e3:9.2f} ms  linear={t_lin * 1e3:8.2f} ms  "
-              f"sdpa/linear={fwd_ratio[T]:6.2f}")
+        print(
+            f"fwd      T={T:6d}  sdpa={t_sdpa * 1e3:9.2f} ms  linear={t_lin * 1e3:8.2f} ms  "
+            f"sdpa/linear={fwd_ratio[T]:6.2f}"
+        )
     for T in args.lengths:
         qg, kg, vg = (x.clone().requires_grad_() for x in inputs[T])
 
@@ -82,8 +86,10 @@ def main() -> None:
             layer(qg, kg, vg)[0].sum().backward()
 
         t_sdpa, t_lin = timeit(sdpa_fb, device), timeit(lin_fb, device)
-        print(f"fwd+bwd  T={T:6d}  sdpa={t_sdpa * 1e3:9.2f} ms  linear={t_lin * 1e3:8.2f} ms  "
-              f"sdpa/linear={t_sdpa / t_lin:6.2f}")
+        print(
+            f"fwd+bwd  T={T:6d}  sdpa={t_sdpa * 1e3:9.2f} ms  linear={t_lin * 1e3:8.2f} ms  "
+            f"sdpa/linear={t_sdpa / t_lin:6.2f}"
+        )
 
     step_times = {}
     for ctx in args.decode_contexts:
@@ -97,8 +103,10 @@ def main() -> None:
             )
             t_lin = timeit(lambda: layer(q1, k1, v1, state), device, min_time=0.3, max_reps=200)
         step_times[ctx] = t_lin
-        print(f"decode   ctx={ctx:6d}  sdpa={t_sdpa * 1e6:9.1f} us  linear={t_lin * 1e6:8.1f} us  "
-              f"sdpa/linear={t_sdpa / t_lin:6.2f}  state_bytes={state.nbytes}")
+        print(
+            f"decode   ctx={ctx:6d}  sdpa={t_sdpa * 1e6:9.1f} us  linear={t_lin * 1e6:8.1f} us  "
+            f"sdpa/linear={t_sdpa / t_lin:6.2f}  state_bytes={state.nbytes}"
+        )
     if len(step_times) > 1:
         lo, hi = min(step_times), max(step_times)
         print(f"decode_step_ratio_ctx{hi}_vs_ctx{lo}={step_times[hi] / step_times[lo]:.2f}")

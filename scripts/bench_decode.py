@@ -100,9 +100,11 @@ def main() -> None:
     linear = linearize(load_teacher(args.teacher, device=str(device))[0], LearnedPRF, args.feature_dim).eval()
     windowed = linearize(load_teacher(args.teacher, device=str(device))[0], LearnedPRF, args.feature_dim,
                          window=args.window, sink_tokens=args.sinks).eval()  # fmt: skip  # packed args
-    print(f"device={device} threads={torch.get_num_threads()} torch={torch.__version__} allocator_tuned={tuned} "
-          f"teacher={args.teacher} layers={config.num_hidden_layers} M={args.feature_dim} window={args.window} "
-          f"sinks={args.sinks}")
+    print(
+        f"device={device} threads={torch.get_num_threads()} torch={torch.__version__} allocator_tuned={tuned} "
+        f"teacher={args.teacher} layers={config.num_hidden_layers} M={args.feature_dim} window={args.window} "
+        f"sinks={args.sinks}"
+    )
     ratios = {}
     for L in args.contexts:
         kv = _filled_kv_cache(config, L, device, dtype)
@@ -116,8 +118,10 @@ def main() -> None:
             f"L={L:6d} teacher {1e3 * t_teacher:8.2f} ms/token {1 / t_teacher:7.1f} tok/s {b_teacher / 2**20:9.2f} MiB"
         ]
         for name, t, b in rows:
-            line.append(f"{name} {1e3 * t:7.2f} ms {b / 2**20:6.2f} MiB (speedup {t_teacher / t:5.2f}x, "
-                        f"cache / {b_teacher / b:7.1f})")
+            line.append(
+                f"{name} {1e3 * t:7.2f} ms {b / 2**20:6.2f} MiB (speedup {t_teacher / t:5.2f}x, "
+                f"cache / {b_teacher / b:7.1f})"
+            )
         print(" | ".join(line), flush=True)
         ratios[L] = (t_teacher / rows[0][1], b_teacher / rows[0][2])
     top = max(ratios)

@@ -44,8 +44,10 @@ def main() -> None:
     print(
         f"threads={torch.get_num_threads()} torch={torch.__version__} L={L} H={H} J={J} d={d} lam=2^{args.log2_lam:g}"
     )
-    print(f"layer DoF min/mean/max = {layers.min():.1f} / {layers.mean():.1f} / {layers.max():.1f}; "
-          f"dims {min(dims)}…{max(dims)} (sum {sum(dims)})")
+    print(
+        f"layer DoF min/mean/max = {layers.min():.1f} / {layers.mean():.1f} / {layers.max():.1f}; "
+        f"dims {min(dims)}…{max(dims)} (sum {sum(dims)})"
+    )
     plain = dof_eigvalsh(x[:, 0][:: max(1, L // 5)], lam)
     gap = (plain - heads[:, 0][:: max(1, L // 5)]).abs()
     print(f"plain float64 eigvalsh vs factorised, first head of {gap.numel()} layers: max |ΔN| = {gap.max():.1f}")

@@ -113,11 +113,16 @@ def main() -> None:
     summary = {}
     for side, runs in results.items():
         steps = [s for run in runs for s in run["seconds"][args.warmup :]]
-        summary[side] = {"step": statistics.median(steps), "peak": max(r["peak_after"] for r in runs),
-                         "raised": max(r["peak_after"] - r["peak_before"] for r in runs)}
-        print(f"{side:>6} ({args.before if side == 'before' else 'working tree'}): {summary[side]['step']:.3f} s/step "
-              f"(median of {len(steps)}), peak RSS {summary[side]['peak'] / 2**30:.2f} GiB, raised by the steps "
-              f"{summary[side]['raised'] / 2**30:.2f} GiB")
+        summary[side] = {
+            "step": statistics.median(steps),
+            "peak": max(r["peak_after"] for r in runs),
+            "raised": max(r["peak_after"] - r["peak_before"] for r in runs),
+        }
+        print(
+            f"{side:>6} ({args.before if side == 'before' else 'working tree'}): {summary[side]['step']:.3f} s/step "
+            f"(median of {len(steps)}), peak RSS {summary[side]['peak'] / 2**30:.2f} GiB, raised by the steps "
+            f"{summary[side]['raised'] / 2**30:.2f} GiB"
+        )
     step_ratio = summary["before"]["step"] / summary["after"]["step"]
     rss_ratio = summary["before"]["peak"] / summary["after"]["peak"]
     print(f"step_time_ratio={step_ratio:.3f} peak_rss_ratio={rss_ratio:.3f}")

@@ -49,8 +49,10 @@ def main() -> None:
         scores[name] = [scorer(frozenset({c})) for c in layers]
     assert scores["with cache"] == scores["without cache"], "prefix caching changed a score"
     rate = {name: 60 * s.evaluations / s.seconds for name, s in (("without cache", plain), ("with cache", cached))}
-    print(f"{args.teacher}, {args.task}: {len(layers)} single-layer swaps × {args.items} items, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"{args.teacher}, {args.task}: {len(layers)} single-layer swaps × {args.items} items, "
+        f"{torch.get_num_threads()} threads"
+    )
     for name, value in rate.items():
         print(f"  {name:14s} {value:7.2f} evaluations/min")
     print(f"  speed-up {rate['with cache'] / rate['without cache']:.2f}× (cache built once in {setup:.1f} s)")

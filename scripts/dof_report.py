@@ -64,9 +64,11 @@ def main() -> None:
         )
         dims = report.feature_dims("dof")
         lay = [x for x in report.layer_dof if x is not None]
-        print(f"lam={rule} (abs {report.lam:.3g}, log2 {torch.tensor(report.lam).log2().item():.1f}): "
-              f"layer DoF {min(lay):.1f}..{max(lay):.1f}, dof dims {min(dims)}..{max(dims)} "
-              f"(spread {max(dims) - min(dims)}), warnings={len(report.warnings)}, {time.perf_counter() - t0:.1f} s")
+        print(
+            f"lam={rule} (abs {report.lam:.3g}, log2 {torch.tensor(report.lam).log2().item():.1f}): "
+            f"layer DoF {min(lay):.1f}..{max(lay):.1f}, dof dims {min(dims)}..{max(dims)} "
+            f"(spread {max(dims) - min(dims)}), warnings={len(report.warnings)}, {time.perf_counter() - t0:.1f} s"
+        )
         print("  dims:", dims)
         first = first or report
     if args.out:

@@ -100,8 +100,10 @@ def main() -> None:
 
     with torch.no_grad(), student.teacher_mode(), capture_attention(student.model, record):
         student(ids, use_cache=False)
-    print(f"{args.student}: context {args.context}, window {window}, {len(twins)} layers, "
-          f"{args.queries} queries per bucket")
+    print(
+        f"{args.student}: context {args.context}, window {window}, {len(twins)} layers, "
+        f"{args.queries} queries per bucket"
+    )
     print(f"{'positions':>12} | teacher far share | student far share | log(student far / teacher far)")
     for b, (lo, hi) in enumerate(buckets):
         part = slice(b * args.queries, (b + 1) * args.queries)
@@ -109,16 +111,22 @@ def main() -> None:
             key: torch.stack([r[key][:, part] for r in results.values()]) for key in ("teacher", "student", "log_ratio")
         }
         ratio = values["log_ratio"][values["log_ratio"].isfinite()]
-        print(f"{lo:>5}-{hi - 1:<6} | {values['teacher'].mean():17.3f} | {values['student'].mean():17.3f} | "
-              f"{ratio.mean():+.2f} (median {ratio.median():+.2f})")
+        print(
+            f"{lo:>5}-{hi - 1:<6} | {values['teacher'].mean():17.3f} | {values['student'].mean():17.3f} | "
+            f"{ratio.mean():+.2f} (median {ratio.median():+.2f})"
+        )
     if args.per_layer:
         part = slice((len(buckets) - 1) * args.queries, len(buckets) * args.queries)
-        print(f"per layer, positions {buckets[-1][0]}-{buckets[-1][1] - 1}: "
-              "layer, teacher share, student share, log ratio")
+        print(
+            f"per layer, positions {buckets[-1][0]}-{buckets[-1][1] - 1}: "
+            "layer, teacher share, student share, log ratio"
+        )
         for index, r in sorted(results.items()):
             ratio = r["log_ratio"][:, part]
-            print(f"  {index:2d}  {r['teacher'][:, part].mean():.3f}  {r['student'][:, part].mean():.3f}  "
-                  f"{ratio[ratio.isfinite()].mean():+.2f}")
+            print(
+                f"  {index:2d}  {r['teacher'][:, part].mean():.3f}  {r['student'][:, part].mean():.3f}  "
+                f"{ratio[ratio.isfinite()].mean():+.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -95,8 +95,11 @@ def block_nll(student, blocks: torch.Tensor, shift: int, mode: str, first: int, 
     ``mode``: ``"teacher"``, ``"control"`` (far terms off) or ``"student"``; ``unrotate_period``: see the module
     docstring (student mode only).
     """
-    modes = {"teacher": student.teacher_mode, "control": lambda: _without_far_terms(student),
-             "student": contextlib.nullcontext}
+    modes = {
+        "teacher": student.teacher_mode,
+        "control": lambda: _without_far_terms(student),
+        "student": contextlib.nullcontext,
+    }
     N, T = blocks.shape
     out = []
     remedy = contextlib.nullcontext()
@@ -120,17 +123,22 @@ def long_context(student, tokens: torch.Tensor, contexts, unrotate_period: float
     for context in contexts:
         edges = position_edges(context)
         usable = tokens[: max(context, tokens.numel() // context * context)]
-        remedy = (unrotated_far_features(student, unrotate_period, torch.arange(context))
-                  if unrotate_period is not None else contextlib.nullcontext())
+        remedy = (
+            unrotated_far_features(student, unrotate_period, torch.arange(context))
+            if unrotate_period is not None
+            else contextlib.nullcontext()
+        )
         with torch.no_grad(), remedy:
             mine = position_perplexity(student, usable, block=context, edges=edges, batch_size=1)
         with torch.no_grad(), _without_far_terms(student):
             control = position_perplexity(student, usable, block=context, edges=edges, batch_size=1)
         last = f"{edges[-2]}-{edges[-1] - 1}"
         overall, tail = paired_perplexity_ratio(mine, control), paired_perplexity_ratio(mine, control, last)
-        print(f"context {context:5d} ({overall['blocks']} blocks): student / control {overall['ratio']:.3f} ± "
-              f"{overall['stderr_log']:.3f} (log), positions {last}: {tail['ratio']:.3f} ± {tail['stderr_log']:.3f}",
-              flush=True)
+        print(
+            f"context {context:5d} ({overall['blocks']} blocks): student / control {overall['ratio']:.3f} ± "
+            f"{overall['stderr_log']:.3f} (log), positions {last}: {tail['ratio']:.3f} ± {tail['stderr_log']:.3f}",
+            flush=True,
+        )
         result[context] = {"student": mine, "control": control, "ratio": overall, "ratio_last": tail}
     return result
 
@@ -143,10 +151,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--block", type=int, default=512)
     parser.add_argument("--from", dest="first", type=int, default=256, help="first scored position of a block")
-    parser.add_argument("--unrotate-period", type=float, default=None,
-                        help="un-rotate the far features' RoPE pairs slower than this many tokens (see above)")
-    parser.add_argument("--contexts", type=int, nargs="+", default=None,
-                        help="score blocks of these lengths from position 0 instead of shifted blocks")
+    parser.add_argument(
+        "--unrotate-period",
+        type=float,
+        default=None,
+        help="un-rotate the far features' RoPE pairs slower than this many tokens (see above)",
+    )
+    parser.add_argument(
+        "--contexts",
+        type=int,
+        nargs="+",
+        default=None,
+        help="score blocks of these lengths from position 0 instead of shifted blocks",
+    )
     args = parser.parse_args(argv)
     student = load_student(args.student).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.student)
@@ -159,8 +176,10 @@ def main(argv: list[str] | None = None) -> dict:
     modes = ["teacher", "control", "student"] if sliding else ["teacher", "student"]
     result = {}
     for shift in args.shifts:
-        nll = {mode: block_nll(student, blocks, shift, mode, args.first, unrotate_period=args.unrotate_period)
-               for mode in modes}
+        nll = {
+            mode: block_nll(student, blocks, shift, mode, args.first, unrotate_period=args.unrotate_period)
+            for mode in modes
+        }
         row = {mode: v.mean().item() for mode, v in nll.items()}
         line = f"shift {shift:6d}: " + "  ".join(f"{m} {v:.4f}" for m, v in row.items())
         if sliding:

@@ -21,25 +21,64 @@ def tiny_config(family: str):
 
     common = dict(vocab_size=97, initializer_range=0.15, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     if family == "llama":
-        return tf.LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
-                              num_key_value_heads=2, max_position_embeddings=256, **common)
+        return tf.LlamaConfig(
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            **common,
+        )
     if family == "mistral":
-        return tf.MistralConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                                num_key_value_heads=1, max_position_embeddings=256, sliding_window=None, **common)
+        return tf.MistralConfig(
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            max_position_embeddings=256,
+            sliding_window=None,
+            **common,
+        )
     if family == "qwen2":
-        return tf.Qwen2Config(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
-                              num_key_value_heads=2, max_position_embeddings=256, **common)
+        return tf.Qwen2Config(
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            **common,
+        )
     if family == "gpt2":
-        return tf.GPT2Config(n_embd=64, n_layer=3, n_head=4, n_positions=256, scale_attn_by_inverse_layer_idx=True,
-                             **common)
+        return tf.GPT2Config(
+            n_embd=64, n_layer=3, n_head=4, n_positions=256, scale_attn_by_inverse_layer_idx=True, **common
+        )
     if family == "gpt_neox":
-        return tf.GPTNeoXConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
-                                max_position_embeddings=256, rotary_pct=0.25, **common)
+        return tf.GPTNeoXConfig(
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            max_position_embeddings=256,
+            rotary_pct=0.25,
+            **common,
+        )
     if family == "gemma3_text":
-        return tf.Gemma3TextConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
-                                   num_key_value_heads=2, head_dim=16, max_position_embeddings=256, sliding_window=6,
-                                   layer_types=["sliding_attention", "full_attention"] * 2, query_pre_attn_scalar=12,
-                                   **common)
+        return tf.Gemma3TextConfig(
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            max_position_embeddings=256,
+            sliding_window=6,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+            query_pre_attn_scalar=12,
+            **common,
+        )
     raise KeyError(family)
 
 

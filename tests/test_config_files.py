@@ -17,8 +17,9 @@ from tests.conftest import REPO
 def test_checkout_resolves_its_own_configs():
     assert config_root() == REPO / "configs"
     names = shipped_configs()
-    assert names == sorted(p.relative_to(REPO / "configs").with_suffix("").as_posix()
-                           for p in (REPO / "configs").rglob("*.yaml"))
+    assert names == sorted(
+        p.relative_to(REPO / "configs").with_suffix("").as_posix() for p in (REPO / "configs").rglob("*.yaml")
+    )
     assert {"quickstart", "methods/dof", "trainer/cpu", "models/smollm2-135m"} <= set(names)
     for name in ("quickstart", "quickstart.yaml", "configs/quickstart.yaml"):
         assert config_path(name) == REPO / "configs" / "quickstart.yaml"
@@ -56,15 +57,23 @@ def test_wheel_ships_the_configs_and_resolves_them_installed(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
                     str(tmp_path / "dist"), str(src)], check=True, env=env)  # fmt: skip  # packed args
     wheel = next((tmp_path / "dist").glob("lit_dof-*.whl"))
-    shipped = {p.relative_to(REPO / "configs").as_posix() for p in (REPO / "configs").rglob("*")
-               if p.suffix in (".yaml", ".json")}
+    shipped = {
+        p.relative_to(REPO / "configs").as_posix()
+        for p in (REPO / "configs").rglob("*")
+        if p.suffix in (".yaml", ".json")
+    }
     with zipfile.ZipFile(wheel) as archive:
         packaged = {n.removeprefix("lit_dof/configs/") for n in archive.namelist() if n.startswith("lit_dof/configs/")}
     assert shipped <= packaged
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path / "site"),
-                    str(wheel)], check=True, env=env)
-    probe = ("import lit_dof, lit_dof.config_files as c; print(lit_dof.__file__); print(c.config_path('methods/dof'));"
-             "print(len(c.shipped_configs()))")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path / "site"), str(wheel)],
+        check=True,
+        env=env,
+    )
+    probe = (
+        "import lit_dof, lit_dof.config_files as c; print(lit_dof.__file__); print(c.config_path('methods/dof'));"
+        "print(len(c.shipped_configs()))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True,
                          env={**env, "PYTHONPATH": str(tmp_path / "site")}).stdout.split()  # fmt: skip  # packed args
     assert out[0] == str(tmp_path / "site" / "lit_dof" / "__init__.py")

@@ -98,6 +98,8 @@ def test_smollm2_allocation_is_non_degenerate(smollm2_dir):
             warnings.simplefilter("error", DegenerateAllocationWarning)
             report = dof_report(model, reservoir, tokens, lam, relative_to=relative_to)
         dims = report.feature_dims("dof")
-        print(f"SmolLM2 lam={lam} relative_to={relative_to}: log2 λ={torch.tensor(report.lam).log2():.1f}, "
-              f"dims {min(dims)}..{max(dims)}")
+        print(
+            f"SmolLM2 lam={lam} relative_to={relative_to}: log2 λ={torch.tensor(report.lam).log2():.1f}, "
+            f"dims {min(dims)}..{max(dims)}"
+        )
         assert max(dims) - min(dims) >= 48 and abs(sum(dims) - 30 * 64) <= 15

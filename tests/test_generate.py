@@ -23,8 +23,10 @@ from tests.conftest import TINYSTORIES
 
 pytestmark = pytest.mark.skipif(not TINYSTORIES.is_dir(), reason="needs ../shared/models/TinyStories-656K")
 
-STATS = re.compile(r"generate: (\d+) new tokens in ([\d.]+) s = ([\d.]+) tokens/s; cache (\d+) bytes at context "
-                   r"(\d+) tokens \(teacher KV cache at the same context: (\d+) bytes\)")
+STATS = re.compile(
+    r"generate: (\d+) new tokens in ([\d.]+) s = ([\d.]+) tokens/s; cache (\d+) bytes at context "
+    r"(\d+) tokens \(teacher KV cache at the same context: (\d+) bytes\)"
+)
 PROMPT = "Once upon a time, there was a little girl"
 
 
@@ -61,8 +63,7 @@ def _direct(source, prompt: str, max_new_tokens: int) -> list[int]:
     model, tokenizer = load_model(str(source))
     ids = tokenizer(prompt, return_tensors="pt")
     with torch.no_grad():
-        out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False,
-                             pad_token_id=tokenizer.pad_token_id)
+        out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
     return out[0, ids["input_ids"].shape[1] :].tolist(), tokenizer
 
 
@@ -85,9 +86,11 @@ def test_greedy_generate_prints_model_generate_text_and_statistics(capsys, monke
 
 def test_student_cache_is_constant_in_the_context_while_the_teachers_grows(capsys, student_dir):
     short, long = "Once upon a time", PROMPT + " who loved to play in the park with her big red ball every day"
-    runs = {(which, prompt): generate(model=str(source), prompt=prompt, max_new_tokens=8, device="cpu")
-            for which, source in (("teacher", TINYSTORIES), ("student", student_dir))
-            for prompt in (short, long)}
+    runs = {
+        (which, prompt): generate(model=str(source), prompt=prompt, max_new_tokens=8, device="cpu")
+        for which, source in (("teacher", TINYSTORIES), ("student", student_dir))
+        for prompt in (short, long)
+    }
     capsys.readouterr()
     student = [runs["student", p] for p in (short, long)]
     teacher = [runs["teacher", p] for p in (short, long)]
@@ -100,7 +103,8 @@ def test_student_cache_is_constant_in_the_context_while_the_teachers_grows(capsy
 
     config = AutoConfig.from_pretrained(TINYSTORIES)
     assert [teacher_kv_nbytes(config, t["context_tokens"], torch.float32) for t in teacher] == [
-        t["cache_bytes"] for t in teacher]
+        t["cache_bytes"] for t in teacher
+    ]
     for s in student:  # the student's teacher figure: the formula at the student's context, > its own cache
         assert s["teacher_kv_bytes"] == teacher_kv_nbytes(config, s["context_tokens"], torch.float32)
         assert s["teacher_kv_bytes"] > s["cache_bytes"]
@@ -112,8 +116,9 @@ def test_messages_without_a_chat_template_are_refused_clearly(capsys, monkeypatc
     assert not getattr(load_tokenizer(str(TINYSTORIES)), "chat_template", None)  # TinyStories has none
     messages = json.dumps([{"role": "user", "content": "Tell me a story."}])
     for source in (TINYSTORIES, student_dir):
-        code, out, err = _lit_dof(capsys, monkeypatch, "generate", "--model", str(source), "--messages", messages,
-                                  "--device", "cpu")
+        code, out, err = _lit_dof(
+            capsys, monkeypatch, "generate", "--model", str(source), "--messages", messages, "--device", "cpu"
+        )
         assert code == 2 and not out
         assert "lit-dof generate: error: the tokenizer of" in err and "has no chat template" in err
         assert "--prompt" in err
@@ -123,8 +128,10 @@ def test_messages_go_through_the_chat_template_with_the_generation_prompt(tmp_pa
     from lit_dof.teacher.loading import load_tokenizer
 
     tokenizer = load_tokenizer(str(TINYSTORIES))
-    tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-                               "{% if add_generation_prompt %}assistant:{% endif %}")
+    tokenizer.chat_template = (
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% endif %}"
+    )
     file = tmp_path / "chat.json"
     file.write_text(json.dumps([{"role": "user", "content": "Tell me a story."}]))
     inputs = prompt_inputs(tokenizer, None, parse_messages(str(file)), "m")
@@ -169,8 +176,9 @@ def test_bad_options_are_refused_before_any_model_loads(capsys, monkeypatch, arg
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
 def test_cuda_where_there_is_none_is_refused(capsys, monkeypatch):
     _no_loading(monkeypatch)
-    code, _, err = _lit_dof(capsys, monkeypatch, "generate", "--model", str(TINYSTORIES), "--prompt", "x",
-                            "--device", "cuda")
+    code, _, err = _lit_dof(
+        capsys, monkeypatch, "generate", "--model", str(TINYSTORIES), "--prompt", "x", "--device", "cuda"
+    )
     assert code == 2 and "torch sees no CUDA device: use --device cpu" in err
 
 

@@ -127,8 +127,10 @@ class HeadGroupedAttention(Float32Parameters):
             ValueError: head counts that do not match the layer.
         """
         if q.shape[1] != self.num_heads or k.shape[1] != self.num_kv_heads or v.shape[1] != self.num_kv_heads:
-            raise ValueError(f"expected q with {self.num_heads} heads and k, v with {self.num_kv_heads}, got q "
-                             f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+            raise ValueError(
+                f"expected q with {self.num_heads} heads and k, v with {self.num_kv_heads}, got q "
+                f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            )
         B, _, T, _ = q.shape
         y = v.new_empty(B, self.num_heads, T, v.shape[-1])
         states = []

@@ -237,8 +237,10 @@ def sliding_window_linear_attention(
     B, Hq, T, d = q.shape
     Hk = k.shape[1]
     if k.shape != (B, Hk, T, d) or v.shape[:3] != (B, Hk, T) or Hk == 0 or Hq % Hk:
-        raise ValueError(f"expected q (B, Hq, T, d), k (B, Hk, T, d), v (B, Hk, T, D) with Hq a multiple of Hk, "
-                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"expected q (B, Hq, T, d), k (B, Hk, T, d), v (B, Hk, T, D) with Hq a multiple of Hk, "
+            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     if (log_phi_q is None) != (log_phi_k is None):
         raise ValueError("pass both log_phi_q and log_phi_k (linear far term) or neither (window and sinks only)")
     if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, T):
@@ -266,8 +268,9 @@ def sliding_window_linear_attention(
         positions = P + torch.arange(T, device=q.device)
         outside = torch.arange(sink_k.shape[2], device=q.device)[None, :] <= positions[:, None] - window  # (T, s')
         logits = (qg @ sink_k.to(dtype).transpose(-1, -2)[:, :, None]) / math.sqrt(d)  # (B, Hk, G, T, s')
-        o_s, log_z_s = masked_softmax_part(logits, outside[None, None, None] & sink_ok[:, None, None, None, :],
-                                           sink_v.to(dtype)[:, :, None])
+        o_s, log_z_s = masked_softmax_part(
+            logits, outside[None, None, None] & sink_ok[:, None, None, None, :], sink_v.to(dtype)[:, :, None]
+        )
         o, log_z = merge_normalized(o, log_z, o_s, log_z_s)
     o, log_z = o.reshape(B, Hq, T, -1), log_z.reshape(B, Hq, T)
 
@@ -311,8 +314,9 @@ def _far_part(
         return None, None, None
     lk, lv = log_phi[:, :, j0 : j0 + count], values[:, :, j0 : j0 + count]
     if linear is None:  # the first `first` queries have no far key at all: run the others alone
-        y, state, log_z = chunked_linear_attention(log_phi_q[:, :, first:], lk, lv, chunk_size=chunk_size,
-                                                   check_inputs=False, return_log_normalizer=True)
+        y, state, log_z = chunked_linear_attention(
+            log_phi_q[:, :, first:], lk, lv, chunk_size=chunk_size, check_inputs=False, return_log_normalizer=True
+        )
         y = F.pad(y, (0, 0, T - count, 0))
         log_z = F.pad(log_z, (T - count, 0), value=float("-inf"))
         return y, log_z, state

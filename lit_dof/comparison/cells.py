@@ -166,8 +166,10 @@ class Comparison:
         if not exported_since(cell, start):  # Lightning stops on SIGTERM with code 0, before the export
             attempts[-1]["exported"] = False
             atomic_write_json(timing_path, attempts)
-            raise RuntimeError(f"fit of {row.name} (C={budget}) stopped before its last step (no student exported; "
-                               f"was it sent SIGTERM?): re-run the command to resume it from its last checkpoint")
+            raise RuntimeError(
+                f"fit of {row.name} (C={budget}) stopped before its last step (no student exported; "
+                f"was it sent SIGTERM?): re-run the command to resume it from its last checkpoint"
+            )
         record = {**summarise_fit(cell, attempts, command), "device": self.device_label()}
         atomic_write_json(record_path, record)
         return record
@@ -271,8 +273,9 @@ class Comparison:
     def _perplexity(self, model, tokenizer, corpus: str) -> dict:
         from lit_dof.evaluation.perplexity import corpus_perplexity, heldout_documents, position_perplexity, text_tokens
 
-        result = corpus_perplexity(model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window,
-                                   stride=self.ppl_stride)
+        result = corpus_perplexity(
+            model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window, stride=self.ppl_stride
+        )
         tokens = text_tokens(heldout_documents(corpus), tokenizer, self.ppl_tokens)
         block = min(self.ppl_window, tokens.numel())  # a stream shorter than the window is one block
         edges = [e for e in (0, 64, 256) if e < block] + [block]
@@ -347,11 +350,14 @@ class Comparison:
             The selected learning rate (also written to ``finetune_lr/<task>/selected.json``).
         """
         folder = Path(self.out) / "finetune_lr" / task
-        scores = {lr: self._finetune_run(self.teacher_source(), task, lr, folder / f"lr{lr:g}")["score"]
-                  for lr in self.finetune_lrs}
+        scores = {
+            lr: self._finetune_run(self.teacher_source(), task, lr, folder / f"lr{lr:g}")["score"]
+            for lr in self.finetune_lrs
+        }
         best = max(scores, key=lambda lr: scores[lr])
-        atomic_write_json(folder / "selected.json", {"task": task, "scores": {f"{k:g}": v for k, v in scores.items()},
-                                                      "lr": best})
+        atomic_write_json(
+            folder / "selected.json", {"task": task, "scores": {f"{k:g}": v for k, v in scores.items()}, "lr": best}
+        )
         return best
 
     def finetune(self, row: Row, budget: int, task: str) -> dict:

@@ -122,7 +122,8 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
     for budget, seed in ((b, s) for b in budgets for s in seeds):
         group = [(c, found) for c, found in zip(cells, items) if c["budget"] == budget and c["seed"] == seed]
         performer = next((c for c, _ in group if c["row"] == "performer"), None) or next(  # this seed's floor,
-            (c for c in cells if c["row"] == "performer" and c["budget"] == budget), None)  # else another seed's
+            (c for c in cells if c["row"] == "performer" and c["budget"] == budget), None
+        )  # else another seed's
         by_row = {c["row"]: found for c, found in group}
         for c, found in group:
             ok = teacher and performer and None not in (c["average"], teacher["average"], performer["average"])

@@ -39,8 +39,9 @@ def validation_curves(report: dict) -> dict[tuple[str, int, int | None], dict[in
     Returns:
         The curves by cell key.
     """
-    return {cell_key(c["row"], c): dict(c["fit"]["val_curve"]) for c in report["cells"]
-            if (c["fit"] or {}).get("val_curve")}
+    return {
+        cell_key(c["row"], c): dict(c["fit"]["val_curve"]) for c in report["cells"] if (c["fit"] or {}).get("val_curve")
+    }
 
 
 def reference_curve(c: dict, curves: dict) -> dict[int, float]:
@@ -72,6 +73,7 @@ def with_references(report: dict) -> dict:
     Returns:
         A shallow copy whose ``cells`` all carry ``reference``.
     """
+
     def legacy(c: dict) -> str | None:
         return LEGACY_REFERENCE if c.get("kind") == "student" and c["row"] != LEGACY_REFERENCE else None
 

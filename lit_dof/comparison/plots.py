@@ -43,8 +43,11 @@ def figure(report: dict) -> Figure:
     from matplotlib.figure import Figure
 
     curves = validation_curves(report)
-    relative = [c for c in report["cells"] if c.get("reference") and c["fit"] and c["fit"].get("val_curve")
-                and reference_curve(c, curves)]
+    relative = [
+        c
+        for c in report["cells"]
+        if c.get("reference") and c["fit"] and c["fit"].get("val_curve") and reference_curve(c, curves)
+    ]
     fig = Figure(figsize=(16 if relative else 11, 4))
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 3 if relative else 2)

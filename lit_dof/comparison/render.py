@@ -56,8 +56,15 @@ def markdown(report: dict, header: str = "") -> str:
         if lam is not None and fit.get("relative_to"):
             lam_text += " · tr(G)/J" if fit["relative_to"] == "trace" else f" · {fit['relative_to']}(G)"
         wall = fit.get("wall_seconds")
-        scores = [*[_fmt(c["scores"].get(t, {}).get("value")) for t in tasks], _fmt(c["average"]),
-                  _fmt(c.get("gap_closed"), 2)] if scored else []
+        scores = (
+            [
+                *[_fmt(c["scores"].get(t, {}).get("value")) for t in tasks],
+                _fmt(c["average"]),
+                _fmt(c.get("gap_closed"), 2),
+            ]
+            if scored
+            else []
+        )
         row = [cell_label(c), *scores, _fmt(c["ppl"], 1), str(c["budget"]) if c["kind"] != "teacher" else "–",
                str(fit.get("total_features") or "–"), lam_text, str(fit.get("num_samples") or "–") if uses_dof else "–",
                _fmt_tokens(fit.get("tokens")),
@@ -66,8 +73,11 @@ def markdown(report: dict, header: str = "") -> str:
     if report.get("pending"):
         lines += ["", "Not measured yet (re-running the command resumes here): " + ", ".join(report["pending"]) + "."]
     if report.get("carried"):
-        lines += ["", "Carried from this folder's earlier comparison.json (no run directory of theirs under the "
-                  "output folder now; their records are unchanged): " + ", ".join(report["carried"]) + "."]
+        lines += [
+            "",
+            "Carried from this folder's earlier comparison.json (no run directory of theirs under the "
+            "output folder now; their records are unchanged): " + ", ".join(report["carried"]) + ".",
+        ]
     finetuned_tasks = sorted({t for c in report["cells"] for t in c.get("finetuned", {})})
     if finetuned_tasks:
         lines += ["", ("Fine-tuned per task (METHOD.md §4; accuracy of the best epoch, MMLU: last; learning rate "
@@ -82,9 +92,12 @@ def markdown(report: dict, header: str = "") -> str:
     lines += curve_table(report)
     lines += _position_sections(report)
     lines += ["", _device_note(report), ""]
-    lines.append("Metrics: " + ", ".join(f"{t} {m}" for t, m in report["primary_metric"].items() if t in tasks) +
-                 ". gap closed = (avg − Performer avg) / (teacher avg − Performer avg). ppl: sliding-window "
-                 "perplexity on held-out Wikipedia documents" + _ppl_note(report) + ".")
+    lines.append(
+        "Metrics: "
+        + ", ".join(f"{t} {m}" for t, m in report["primary_metric"].items() if t in tasks)
+        + ". gap closed = (avg − Performer avg) / (teacher avg − Performer avg). ppl: sliding-window "
+        "perplexity on held-out Wikipedia documents" + _ppl_note(report) + "."
+    )
     return "\n".join(lines)
 
 
@@ -104,8 +117,10 @@ def _position_sections(report: dict) -> list[str]:
 def _device_note(report: dict) -> str:
     """Where the cells were measured (fits, perplexity, evaluations): one device for all, or per cell."""
     several = len({c["budget"] for c in report["cells"]}) > 1
-    per_cell = {cell_label(c) + (f" (C={c['budget']})" if several else ""): c.get("devices") or ["not recorded"]
-                for c in report["cells"]}
+    per_cell = {
+        cell_label(c) + (f" (C={c['budget']})" if several else ""): c.get("devices") or ["not recorded"]
+        for c in report["cells"]
+    }
     if len({tuple(d) for d in per_cell.values()}) == 1:
         return "Device: " + " and ".join(next(iter(per_cell.values()))) + " (every cell)."
     return "Devices: " + "; ".join(f"{row}: {' and '.join(d)}" for row, d in per_cell.items()) + "."
@@ -148,16 +163,19 @@ def seed_table(report: dict) -> list[str]:
     def over(s: dict | None, fmt: str) -> str:
         if s is None:
             return "–"
-        return fmt.format(s["mean"]) + (f" ± {fmt.format(s['stderr']).lstrip('+')} (n={s['n']})"
-                                        if s.get("stderr") is not None else " (n=1)")
+        return fmt.format(s["mean"]) + (
+            f" ± {fmt.format(s['stderr']).lstrip('+')} (n={s['n']})" if s.get("stderr") is not None else " (n=1)"
+        )
 
     columns = ["method", "vs", "C", "seeds", *(["avg"] if scored else []), "ppl", "ppl / vs, per seed",
                "ppl / vs, over seeds", *(["− vs, per seed",
                "− vs, over seeds"] if scored else [])]  # fmt: skip  # compact list
-    legend = (f"{'avg, ppl' if scored else 'ppl'}: mean ± standard deviation over the seeds; ppl / vs: perplexity "
-              "divided by the reference row's of the same seed"
-              + ("; − vs: the average paired difference from the reference row in points" if scored else "")
-              + "; per seed, then mean ± standard error over the seeds, which includes the spread of training")
+    legend = (
+        f"{'avg, ppl' if scored else 'ppl'}: mean ± standard deviation over the seeds; ppl / vs: perplexity "
+        "divided by the reference row's of the same seed"
+        + ("; − vs: the average paired difference from the reference row in points" if scored else "")
+        + "; per seed, then mean ± standard error over the seeds, which includes the spread of training"
+    )
     lines = ["", f"Over seeds ({legend}):", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for s in summary:
         ratios = ", ".join(f"{r:.3f} (s{seed})" for seed, r in s["ppl_ratio_per_seed"].items()) or "–"
@@ -165,10 +183,13 @@ def seed_table(report: dict) -> list[str]:
                  *([spread(s["average"], 3)] if scored else []), spread(s["ppl"], 1), ratios,
                  over(s["ppl_ratio"], "{:.3f}")]  # fmt: skip  # compact list
         if scored:  # in points
-            points = s["vs_reference"] and {k: v if k == "n" or v is None else 100 * v
-                                            for k, v in s["vs_reference"].items()}
-            cells += [", ".join(f"{100 * d:+.1f} (s{seed})" for seed, d in s["vs_reference_per_seed"].items()) or "–",
-                      over(points, "{:+.1f}")]
+            points = s["vs_reference"] and {
+                k: v if k == "n" or v is None else 100 * v for k, v in s["vs_reference"].items()
+            }
+            cells += [
+                ", ".join(f"{100 * d:+.1f} (s{seed})" for seed, d in s["vs_reference_per_seed"].items()) or "–",
+                over(points, "{:+.1f}"),
+            ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -187,13 +208,20 @@ def paired_table(report: dict) -> list[str]:
     """
     paired = [c for c in report["cells"] if c.get("vs_reference")]
     evaluated = {cell_key(c["row"], c) for c in report["cells"] if c.get("scores")}
-    unpaired = [c for c in report["cells"] if c.get("scores") and not c.get("vs_reference")
-                and cell_key(c.get("reference"), c) in evaluated]
+    unpaired = [
+        c
+        for c in report["cells"]
+        if c.get("scores") and not c.get("vs_reference") and cell_key(c.get("reference"), c) in evaluated
+    ]
     lines = _paired_rows(report, paired) if paired else []
     if unpaired:
-        lines += ["", "Not paired (one side has no per-example scores, e.g. a reference carried from a report "
-                  "written before they were kept; evaluating both cells again pairs them): "
-                  + ", ".join(f"{cell_label(c)} vs {c['reference']} (C = {c['budget']})" for c in unpaired) + "."]
+        lines += [
+            "",
+            "Not paired (one side has no per-example scores, e.g. a reference carried from a report "
+            "written before they were kept; evaluating both cells again pairs them): "
+            + ", ".join(f"{cell_label(c)} vs {c['reference']} (C = {c['budget']})" for c in unpaired)
+            + ".",
+        ]
     return lines
 
 
@@ -207,8 +235,11 @@ def _paired_rows(report: dict, paired: list[dict]) -> list[str]:
              "|" + "---|" * (len(tasks) + 4)]  # fmt: skip  # markdown table
     for c in paired:
         diffs = [c["vs_reference"].get(t) for t in tasks] + [c.get("vs_reference_average")]
-        lines.append(f"| {cell_label(c)} | {c['reference']} | {c['budget']} | " + " | ".join(
-            "–" if d is None else f"{100 * d['difference']:+.1f} ± {100 * d['stderr']:.1f}" for d in diffs) + " |")
+        lines.append(
+            f"| {cell_label(c)} | {c['reference']} | {c['budget']} | "
+            + " | ".join("–" if d is None else f"{100 * d['difference']:+.1f} ± {100 * d['stderr']:.1f}" for d in diffs)
+            + " |"
+        )
     return lines
 
 

@@ -53,5 +53,7 @@ def write_report(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[
 
 
 def _not_a_report(report_dir: Path, why: object) -> ValueError:
-    return ValueError(f"{report_dir / 'comparison.json'} is not a comparison report ({why}): move it away or pass "
-                      f"--carry false to write the report from the run directories only")
+    return ValueError(
+        f"{report_dir / 'comparison.json'} is not a comparison report ({why}): move it away or pass "
+        f"--carry false to write the report from the run directories only"
+    )

@@ -33,12 +33,17 @@ def pair_with_reference(c: dict, items: dict, reference: dict, tasks: Sequence[s
         reference: the reference cell's per-example scores by task.
         tasks: the report's tasks.
     """
-    c["vs_reference"] = {task: dict(zip(("difference", "stderr", "n"), paired_difference(items[task], values)))
-                         for task, values in reference.items() if len(items.get(task, ())) == len(values)}
+    c["vs_reference"] = {
+        task: dict(zip(("difference", "stderr", "n"), paired_difference(items[task], values)))
+        for task, values in reference.items()
+        if len(items.get(task, ())) == len(values)
+    }
     if len(c["vs_reference"]) == len(tasks):
         per_task = list(c["vs_reference"].values())
-        c["vs_reference_average"] = {"difference": mean_of(d["difference"] for d in per_task),
-                                     "stderr": math.sqrt(sum(d["stderr"] ** 2 for d in per_task)) / len(per_task)}
+        c["vs_reference_average"] = {
+            "difference": mean_of(d["difference"] for d in per_task),
+            "stderr": math.sqrt(sum(d["stderr"] ** 2 for d in per_task)) / len(per_task),
+        }
 
 
 def spread_of(values: Sequence[float]) -> dict | None:

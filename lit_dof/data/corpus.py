@@ -89,8 +89,9 @@ def _blank_line_separated(first: str, handle) -> Iterator[str]:
         yield "".join(lines).strip()
 
 
-def check_corpus(path: str | os.PathLike, tokenizer, *, seq_len: int, val_every: int, train_blocks: int,
-                 val_blocks: int) -> dict:
+def check_corpus(
+    path: str | os.PathLike, tokenizer, *, seq_len: int, val_every: int, train_blocks: int, val_blocks: int
+) -> dict:
     """Check, before any model loads, that a local corpus can feed a run: readable in the format its name
     says, and holding at least ``train_blocks`` training and ``val_blocks`` held-out blocks of ``seq_len``
     tokens (documents joined by EOS, the held-out ones every ``val_every``-th). Reads only as far as needed.
@@ -124,14 +125,20 @@ def check_corpus(path: str | os.PathLike, tokenizer, *, seq_len: int, val_every:
             if all(found[s] >= need[s] for s in need):
                 break
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
-        raise ValueError(f"corpus file {path} is not a readable gzip file ({exc}); a .gz corpus must be gzip "
-                         "compressed text: recompress it or drop the .gz suffix") from exc
+        raise ValueError(
+            f"corpus file {path} is not a readable gzip file ({exc}); a .gz corpus must be gzip "
+            "compressed text: recompress it or drop the .gz suffix"
+        ) from exc
     except json.JSONDecodeError as exc:
-        raise ValueError(f"corpus file {path}: a line is not JSON ({exc}); a .jsonl corpus needs one JSON "
-                         'object with a "text" field per line') from exc
+        raise ValueError(
+            f"corpus file {path}: a line is not JSON ({exc}); a .jsonl corpus needs one JSON "
+            'object with a "text" field per line'
+        ) from exc
     if documents == 0:
-        raise ValueError(f"corpus file {path} has no documents; it needs text (WikiExtractor <doc> blocks, .jsonl "
-                         "lines with a text field, or plain text with blank lines between documents)")
+        raise ValueError(
+            f"corpus file {path} has no documents; it needs text (WikiExtractor <doc> blocks, .jsonl "
+            "lines with a text field, or plain text with blank lines between documents)"
+        )
     short = [s for s in need if found[s] < need[s]]
     if short:
         raise ValueError(

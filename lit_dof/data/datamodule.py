@@ -227,8 +227,10 @@ class WikipediaDataModule(L.LightningDataModule):
         """
         rank, world = self._rank()
         if self.val_blocks < world:
-            raise ValueError(f"val_blocks={self.val_blocks} is fewer than the {world} ranks: every rank needs a "
-                             "validation block; raise --data.init_args.val_blocks")
+            raise ValueError(
+                f"val_blocks={self.val_blocks} is fewer than the {world} ranks: every rank needs a "
+                "validation block; raise --data.init_args.val_blocks"
+            )
         data = PackedBlocks(
             self.documents, self.tokenizer, self.seq_len, "val", self.val_every, max_blocks=self.val_blocks
         )

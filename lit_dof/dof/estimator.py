@@ -376,8 +376,9 @@ def allocate_head_feature_dims(
             )
         per_map.append([max(row[i : i + heads_per_map]) for i in range(0, len(row), heads_per_map)])
     flat = [x for row in per_map for x in row]
-    dims = iter(allocate_feature_dims(flat, head_size, "dof", multiple_of=multiple_of, min_dim=min_dim,
-                                      num_samples=num_samples))
+    dims = iter(
+        allocate_feature_dims(flat, head_size, "dof", multiple_of=multiple_of, min_dim=min_dim, num_samples=num_samples)
+    )
     return [[next(dims) for _ in row] for row in per_map]
 
 

@@ -227,8 +227,9 @@ def dof_report(
         lam_value, rule = select_lambda(x, target_fraction, generator=torch.Generator().manual_seed(seed)), "auto"
     else:
         lam_value, rule = float(lam), ("relative" if relative_to else "absolute")
-    heads = sharded_head_dof(x, lam_value, relative_to=relative_to, device=device, split=split_across_ranks,
-                             progress=progress)  # (L', H)
+    heads = sharded_head_dof(
+        x, lam_value, relative_to=relative_to, device=device, split=split_across_ranks, progress=progress
+    )  # (L', H)
     layer_max = layer_dof(heads)
     head_size = layers[0].head_dim
     allocations, caught = {}, []
@@ -245,8 +246,11 @@ def dof_report(
     group = kv_layers[0].num_heads // kv_layers[0].num_kv_heads if pooling == "query_head" else 1
     with warnings.catch_warnings():  # the per-layer allocation above has already reported the DoF's state
         warnings.simplefilter("ignore", DegenerateAllocationWarning)
-        it = iter(allocate_head_feature_dims(heads.tolist(), head_size, heads_per_map=group, multiple_of=multiple_of,
-                                             num_samples=num_samples))
+        it = iter(
+            allocate_head_feature_dims(
+                heads.tolist(), head_size, heads_per_map=group, multiple_of=multiple_of, num_samples=num_samples
+            )
+        )
     allocations["dof_head"] = [next(it) if ok else head_size for ok in lin]
     for message in caught:
         warnings.warn(message, DegenerateAllocationWarning, stacklevel=3)

@@ -108,8 +108,9 @@ class TaskFinetuning(L.LightningModule):
         matrix = score_matrix(scores, batch)
         normed = score_matrix(scores / batch["lengths"].clamp_min(1), batch)
         gold = batch["gold"]
-        self._sums += torch.tensor([float((matrix.argmax(-1) == gold).sum()), float((normed.argmax(-1) == gold).sum()),
-                                    float(len(gold))])
+        self._sums += torch.tensor(
+            [float((matrix.argmax(-1) == gold).sum()), float((normed.argmax(-1) == gold).sum()), float(len(gold))]
+        )
 
     def on_validation_epoch_end(self) -> None:
         """Reduce the sums over ranks, log ``val/acc`` and ``val/acc_norm``; record the epoch (not the sanity check)."""

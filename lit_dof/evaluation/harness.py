@@ -99,8 +99,9 @@ def evaluate_model(
     start = time.perf_counter()
     model.eval()
     with torch.no_grad():
-        raw = lm_eval.simple_evaluate(model=lm, tasks=names, task_manager=manager, limit=limit, num_fewshot=0,
-                                      log_samples=True)
+        raw = lm_eval.simple_evaluate(
+            model=lm, tasks=names, task_manager=manager, limit=limit, num_fewshot=0, log_samples=True
+        )
     seconds = time.perf_counter() - start
     results = {}
     for task, name in zip(tasks, names):

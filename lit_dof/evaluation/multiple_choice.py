@@ -49,8 +49,10 @@ def collate_choices(docs: list[dict], tokenizer, max_length: int) -> dict:
     return {
         "input_ids": torch.tensor([r + [pad] * (width - len(r)) for r in rows]),
         "targets": torch.tensor([t + [-100] * (width - len(t)) for t in targets]),
-        "doc_index": torch.tensor(doc_index), "option_index": torch.tensor(option_index),
-        "gold": torch.tensor([doc["gold"] for doc in docs]), "lengths": torch.tensor(lengths, dtype=torch.float),
+        "doc_index": torch.tensor(doc_index),
+        "option_index": torch.tensor(option_index),
+        "gold": torch.tensor([doc["gold"] for doc in docs]),
+        "lengths": torch.tensor(lengths, dtype=torch.float),
     }
 
 

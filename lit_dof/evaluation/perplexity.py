@@ -176,8 +176,11 @@ def position_perplexity(
     for a, b in zip(edges, edges[1:]):
         lo, hi = max(a, 1), b  # predicted positions lo..hi-1
         per_block = nll[:, lo - 1 : hi - 1].mean(1)
-        buckets[f"{a}-{b - 1}"] = {"ppl": math.exp(float(per_block.mean())), "tokens": (hi - lo) * blocks,
-                                   "block_nll": per_block.tolist()}
+        buckets[f"{a}-{b - 1}"] = {
+            "ppl": math.exp(float(per_block.mean())),
+            "tokens": (hi - lo) * blocks,
+            "block_nll": per_block.tolist(),
+        }
     per_block = nll.mean(1)
     return {"block": block, "blocks": blocks, "tokens": (block - 1) * blocks, "ppl": math.exp(float(per_block.mean())),
             "block_nll": per_block.tolist(), "buckets": buckets}  # fmt: skip  # compact dict
@@ -206,10 +209,11 @@ def paired_perplexity_ratio(result: dict, reference: dict, bucket: str | None = 
     if "block_nll" not in a or "block_nll" not in b:
         raise ValueError("both results need per-block NLL ('block_nll'): measure them again with this version")
     if result["block"] != reference["block"] or len(a["block_nll"]) != len(b["block_nll"]) or len(a["block_nll"]) < 2:
-        raise ValueError(f"the results must score the same ≥ 2 blocks, got {len(a['block_nll'])} blocks of "
-                         f"{result['block']} and {len(b['block_nll'])} of {reference['block']}")
+        raise ValueError(
+            f"the results must score the same ≥ 2 blocks, got {len(a['block_nll'])} blocks of "
+            f"{result['block']} and {len(b['block_nll'])} of {reference['block']}"
+        )
     from lit_dof.evaluation.stats import paired_difference
 
     log_ratio, stderr, blocks = paired_difference(a["block_nll"], b["block_nll"])
     return {"ratio": math.exp(log_ratio), "log_ratio": log_ratio, "stderr_log": stderr, "blocks": blocks}
-

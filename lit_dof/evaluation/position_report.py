@@ -58,8 +58,10 @@ def position_lines(models: Sequence[Mapping], teacher: str | None) -> list[str]:
         return []
     first = next(iter(results.values()))
     blocks = f"{first['blocks']} disjoint block{'s' * (first['blocks'] != 1)} of {first['block']} held-out tokens"
-    title = (f"Perplexity by token position ({blocks}, each scored from its own first token; ratios: exp of the mean "
-             "per-block NLL difference ± its standard error over blocks, paired on the same blocks):")
+    title = (
+        f"Perplexity by token position ({blocks}, each scored from its own first token; ratios: exp of the mean "
+        "per-block NLL difference ± its standard error over blocks, paired on the same blocks):"
+    )
     return ["", title, "", *table]
 
 

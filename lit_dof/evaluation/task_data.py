@@ -50,8 +50,10 @@ def piqa(data_dir: str | Path) -> list[dict]:
     labels = _file(data_dir, "piqa/valid-labels.lst").read_text().split()
     if len(labels) != len(docs):
         raise ValueError(f"PIQA: {len(docs)} questions but {len(labels)} labels")
-    return [{"query": f"Question: {d['goal']}\nAnswer:", "choices": [d["sol1"], d["sol2"]], "gold": int(y)}
-            for d, y in zip(docs, labels)]
+    return [
+        {"query": f"Question: {d['goal']}\nAnswer:", "choices": [d["sol1"], d["sol2"]], "gold": int(y)}
+        for d, y in zip(docs, labels)
+    ]
 
 
 def logiqa(data_dir: str | Path, split: str = "Test") -> list[dict]:
@@ -150,8 +152,10 @@ def mmlu(data_dir: str | Path, split: str = "test", per_subject: int | None = No
     folder = Path(data_dir).expanduser() / "mmlu" / split
     files = sorted(folder.glob(f"*_{split}.csv"))
     if not files:
-        raise FileNotFoundError(f"no MMLU files {folder}/*_{split}.csv: point data_dir at a folder laid out like "
-                                "../shared/data (mmlu/{dev,val,test}/<subject>_<split>.csv)")
+        raise FileNotFoundError(
+            f"no MMLU files {folder}/*_{split}.csv: point data_dir at a folder laid out like "
+            "../shared/data (mmlu/{dev,val,test}/<subject>_<split>.csv)"
+        )
     docs = []
     for path in files:
         subject = path.name[: -len(f"_{split}.csv")]
@@ -159,9 +163,10 @@ def mmlu(data_dir: str | Path, split: str = "test", per_subject: int | None = No
             rows = list(csv.reader(handle))
         for row in rows[:per_subject] if per_subject else rows:
             question, options, answer = row[0], row[1:5], row[5].strip()
-            prompt = (f"The following are multiple choice questions (with answers) about {_subject_title(subject)}.\n\n"
-                      f"{question.strip()}\n" + "".join(f"{letter}. {o}\n" for letter, o in zip("ABCD", options))
-                      + "Answer:")
+            prompt = (
+                f"The following are multiple choice questions (with answers) about {_subject_title(subject)}.\n\n"
+                f"{question.strip()}\n" + "".join(f"{letter}. {o}\n" for letter, o in zip("ABCD", options)) + "Answer:"
+            )
             docs.append(
                 {"query": prompt, "choices": ["A", "B", "C", "D"], "gold": "ABCD".index(answer), "subject": subject}
             )
@@ -187,8 +192,10 @@ def load_train_split(name: str, data_dir: str | Path) -> list[dict]:
         ValueError: the task has no training data here (says which tasks do).
     """
     if name not in TRAIN_SPLITS:
-        raise ValueError(f"no training split for {name!r} in this data (PIQA's train file is missing from the "
-                         f"snapshot, WSC273 has none); tasks with one: {', '.join(TRAIN_SPLITS)}")
+        raise ValueError(
+            f"no training split for {name!r} in this data (PIQA's train file is missing from the "
+            f"snapshot, WSC273 has none); tasks with one: {', '.join(TRAIN_SPLITS)}"
+        )
     return TRAIN_SPLITS[name](data_dir)
 
 

@@ -21,8 +21,10 @@ def check_bank(bank: str | os.PathLike) -> None:
         FileNotFoundError: no ``config.json`` in ``bank`` (names the command that makes a bank).
     """
     if not (Path(bank) / "config.json").is_file():
-        raise FileNotFoundError(f"no student at {bank}: run `lit-dof fit --config configs/quickstart.yaml "
-                                "--config configs/hybrid/twins.yaml` and pass its version_*/student")
+        raise FileNotFoundError(
+            f"no student at {bank}: run `lit-dof fit --config configs/quickstart.yaml "
+            "--config configs/hybrid/twins.yaml` and pass its version_*/student"
+        )
 
 
 def layer_dof(bank: Path, feature_dims: list[int]) -> tuple[dict[int, float], str]:

@@ -42,8 +42,10 @@ def task_items(
     if task not in task_data.TASKS:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(task_data.TASKS)}")
     if search_items < 1 or heldout_items < 1 or confirm_items < 0:
-        raise ValueError(f"search_items and heldout_items must be >= 1 and confirm_items >= 0, got "
-                         f"{search_items}, {heldout_items}, {confirm_items}")
+        raise ValueError(
+            f"search_items and heldout_items must be >= 1 and confirm_items >= 0, got "
+            f"{search_items}, {heldout_items}, {confirm_items}"
+        )
     rng = random.Random(seed)
     if task in _VALIDATION_SPLITS:
         validation, test = _VALIDATION_SPLITS[task](data_dir)

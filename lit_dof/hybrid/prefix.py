@@ -84,7 +84,7 @@ class PrefixCache:
         self.batches = batches
         self.states: list[tuple[torch.Tensor, ...]] = []
         teacher_mode = getattr(model, "teacher_mode", None)
-        with torch.no_grad(), (teacher_mode() if teacher_mode else contextlib.nullcontext()):
+        with torch.no_grad(), teacher_mode() if teacher_mode else contextlib.nullcontext():
             for batch in batches:
                 out = model(**batch, use_cache=False, output_hidden_states=True)
                 self.states.append(tuple(h.to(dtype) for h in out.hidden_states))  # L + 1 entries

@@ -41,8 +41,10 @@ def ordering_costs(data: dict) -> dict[str, dict]:
     for name, order in data["orders"].items():
         keys = {hybrid_key(order[: int(k)]) for k in data["curves"][name]}
         curve_seconds = sum(heldout[k]["seconds"] for k in keys if k in heldout)
-        choose = {"greedy": (data["search"]["evaluations"], timing.get("search", 0.0) + timing.get("local_loss", 0.0)),
-                  "loss": (0, timing.get("local_loss", 0.0))}.get(name, (0, 0.0))
+        choose = {
+            "greedy": (data["search"]["evaluations"], timing.get("search", 0.0) + timing.get("local_loss", 0.0)),
+            "loss": (0, timing.get("local_loss", 0.0)),
+        }.get(name, (0, 0.0))
         costs[name] = {"search_evaluations": choose[0], "search_seconds": choose[1],
                        "heldout_evaluations": len(keys), "heldout_seconds": curve_seconds}  # fmt: skip  # compact dict
     return costs
@@ -101,10 +103,13 @@ def markdown(data: dict, command: str | None = None) -> str:
             f"| {r['index']} | {chosen} | {score} | {len(r['linear'])}/{L} | {r['evaluations']} | {r['seconds']:.0f} |"
         )
     total_min = search["seconds"] / 60
-    lines += ["", f"Search: {search['evaluations']} evaluations in {total_min:.1f} min "
-              f"({search['evaluations'] / max(total_min, 1e-9):.2f} evaluations/min, prefix cache "
-              f"{'on' if s['prefix_cache'] else 'off'}); "
-              f"local losses {data['timing'].get('local_loss', 0):.0f} s."]
+    lines += [
+        "",
+        f"Search: {search['evaluations']} evaluations in {total_min:.1f} min "
+        f"({search['evaluations'] / max(total_min, 1e-9):.2f} evaluations/min, prefix cache "
+        f"{'on' if s['prefix_cache'] else 'off'}); "
+        f"local losses {data['timing'].get('local_loss', 0):.0f} s.",
+    ]
     confirm = data.get("confirm")
     if confirm:
         teacher_confirm = confirm["scores"]["teacher"]["score"]
@@ -129,8 +134,10 @@ def markdown(data: dict, command: str | None = None) -> str:
         shown.append(("the search's most linear, before confirmation (not exported)", search["most_linear"]))
     for name, linear in shown:
         score = data["heldout"][hybrid_key(linear)]["score"]
-        lines.append(f"| {name} | {_layers(linear, L)} | {linear} | {fmt(score)} | "
-                     f"{_verdict(score, data['heldout_threshold'], tolerance)} |")
+        lines.append(
+            f"| {name} | {_layers(linear, L)} | {linear} | {fmt(score)} | "
+            f"{_verdict(score, data['heldout_threshold'], tolerance)} |"
+        )
     verify = data.get("verify")
     if verify:
         scores = verify["scores"]
@@ -141,8 +148,10 @@ def markdown(data: dict, command: str | None = None) -> str:
                   f"| teacher | 0/{L} | {fmt(scores['teacher']['score'])} | – |"]  # fmt: skip  # markdown table
         for name, entry in data["exported"].items():
             score = scores[hybrid_key(entry["linear"])]["score"]
-            lines.append(f"| {name} | {_layers(entry['linear'], L)} | {fmt(score)} | "
-                         f"{_verdict(score, verify['threshold'], tolerance)} |")
+            lines.append(
+                f"| {name} | {_layers(entry['linear'], L)} | {fmt(score)} | "
+                f"{_verdict(score, verify['threshold'], tolerance)} |"
+            )
         lines += ["", f"Verification: {len(scores)} evaluations in {data['timing'].get('verify', 0) / 60:.1f} min."]
     counts = [str(k) for k in data["counts"]]
     costs = ordering_costs(data)
@@ -153,9 +162,10 @@ def markdown(data: dict, command: str | None = None) -> str:
     for name, curve in data["curves"].items():
         cells = [fmt(curve[k]) if k in curve else "–" for k in counts]
         c = costs[name]
-        lines.append(f"| {NAMES[name]} | " + " | ".join(cells)
-                     + f" | {c['search_evaluations']} | {c['search_seconds']:.0f} | "
-                     f"{c['heldout_evaluations']} | {c['heldout_seconds']:.0f} |")
+        lines.append(
+            f"| {NAMES[name]} | " + " | ".join(cells) + f" | {c['search_evaluations']} | {c['search_seconds']:.0f} | "
+            f"{c['heldout_evaluations']} | {c['heldout_seconds']:.0f} |"
+        )
     per_count, overall = winners(data)
     lines += ["", "Orders (first = first replaced):", ""]
     lines += [f"- {NAMES[name]}: {order}" for name, order in data["orders"].items()]
@@ -164,9 +174,11 @@ def markdown(data: dict, command: str | None = None) -> str:
         lines += [f"Best mean over the counts: **{NAMES[overall]}**."]
     if metric != "perplexity":
         p, n = data["teacher_heldout"], s["heldout_items"]
-        lines += [f"One held-out item is {1 / n:.4f}; the binomial standard error of one score is "
-                  f"≈ {(p * (1 - p) / n) ** 0.5:.4f}, so smaller differences between orderings are "
-                  "not resolved."]
+        lines += [
+            f"One held-out item is {1 / n:.4f}; the binomial standard error of one score is "
+            f"≈ {(p * (1 - p) / n) ** 0.5:.4f}, so smaller differences between orderings are "
+            "not resolved."
+        ]
     lines += ["", f"Versions: {', '.join(f'{k} {v}' for k, v in data.get('versions', {}).items())}.", ""]
     return "\n".join(lines)
 

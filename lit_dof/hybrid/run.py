@@ -214,12 +214,14 @@ class HybridSearch:
         if self.perplexity:
             if self.corpus is None:
                 raise ValueError("metric 'perplexity' needs --corpus (a text file)")
-            search, confirm, heldout, where = text_blocks(self.corpus, tokenizer, self.block, self.search_items,
-                                                          self.heldout_items, self.confirm_items)
+            search, confirm, heldout, where = text_blocks(
+                self.corpus, tokenizer, self.block, self.search_items, self.heldout_items, self.confirm_items
+            )
             on = functools.partial(_on, device=self.torch_device)
             return Items(on(search), on(confirm), on(heldout), len(confirm), where)
-        search, confirm, heldout, where = task_items(self.task, self.task_data_dir(), self.search_items,
-                                                     self.heldout_items, self.seed, self.confirm_items)
+        search, confirm, heldout, where = task_items(
+            self.task, self.task_data_dir(), self.search_items, self.heldout_items, self.seed, self.confirm_items
+        )
 
         def batch(docs):
             return _on(choice_batches(docs, tokenizer, self.batch_size), self.torch_device)

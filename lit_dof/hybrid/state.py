@@ -42,8 +42,9 @@ class SearchState:
             self.data = json.loads(path.read_text())
             if self.data.get("settings") != settings:
                 changed = sorted(k for k in settings if self.data.get("settings", {}).get(k) != settings[k])
-                raise ValueError(f"{path} was written with other settings ({', '.join(changed)}): "
-                                 "pass a new --out or delete it")
+                raise ValueError(
+                    f"{path} was written with other settings ({', '.join(changed)}): pass a new --out or delete it"
+                )
         else:
             self.data = {"settings": settings, "rounds": [], "heldout": {}, "timing": {}}
 

@@ -172,8 +172,12 @@ class FeatureDimAllocator(L.Callback):
     def state_dict(self) -> dict:
         """The allocation settings, saved in checkpoints: a resumed run is checked against them
         (:mod:`lit_dof.pipeline.resume`); nothing is restored from them."""
-        return {"strategy": self.strategy, "multiple_of": self.multiple_of, "min_dim": self.min_dim,
-                "budget": self.budget}  # fmt: skip
+        return {
+            "strategy": self.strategy,
+            "multiple_of": self.multiple_of,
+            "min_dim": self.min_dim,
+            "budget": self.budget,
+        }
 
     def on_teacher_ready(self, trainer: L.Trainer, pl_module, teacher) -> None:
         """Set ``pl_module.feature_dims`` from the DoF report by ``strategy`` (``fix``: C everywhere).

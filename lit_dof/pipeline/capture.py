@@ -67,6 +67,7 @@ class TeacherCapture(L.LightningModule):
 
     def predict_step(self, batch: dict, batch_idx: int) -> None:
         """Run the teacher on ``batch`` and add each layer's pooled q/k vectors to the reservoir; count its tokens."""
+
         def record(index, q, k, v, pad, out):
             self.reservoir.add(index, pooled_vectors(q, k, pad, self.pooling))
 

@@ -72,8 +72,10 @@ class LitDofCLI(LightningCLI):
         given = [key for key in ("optimizer", "lr_scheduler") if config.get(key) is not None]
         if given:
             command = f"{parser.prog} {subcommand}" if subcommand else parser.prog
-            print(f"{command}: error: {'/'.join('--' + key for key in given)} is not supported. {OPTIMIZER_REFUSED}",
-                  file=sys.stderr)
+            print(
+                f"{command}: error: {'/'.join('--' + key for key in given)} is not supported. {OPTIMIZER_REFUSED}",
+                file=sys.stderr,
+            )
             raise SystemExit(2)
 
     def before_instantiate_classes(self) -> None:

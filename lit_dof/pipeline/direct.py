@@ -34,8 +34,7 @@ class DirectDistillation(LayerwiseDistillation):
         logit_kd: weight of the teacher-logit KL term (0: plain next-token loss).
     """
 
-    def __init__(self, *args, trainable: Trainable = "feature_maps", logit_kd: float = 0.0,
-                 **kwargs) -> None:
+    def __init__(self, *args, trainable: Trainable = "feature_maps", logit_kd: float = 0.0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if self.finetune_fraction:
             raise ValueError("finetune_fraction is a layer-wise option: every direct step is already end-to-end")

@@ -309,8 +309,9 @@ class LayerwiseDistillation(StudentModule):
         logits = self.student(ids, attention_mask=mask, position_ids=positions, use_cache=False).logits
         loss = logit_distillation_loss(logits, teacher_logits, mask, temperature=self.kd_temperature)
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite logit distillation loss at step {self.global_step}; "
-                                     "lower finetune_lr_ratio")
+            raise FloatingPointError(
+                f"non-finite logit distillation loss at step {self.global_step}; lower finetune_lr_ratio"
+            )
         self.log("train/logit_kd", loss.detach(), prog_bar=True)
         self.log("train/tokens", float(ids.numel()), reduce_fx="sum")
         return loss if loss.requires_grad else None

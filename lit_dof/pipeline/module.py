@@ -160,8 +160,10 @@ class StudentModule(L.LightningModule):
 
         strategy = self._trainer.strategy if self._trainer is not None else None
         if isinstance(strategy, DDPStrategy) and not getattr(strategy, "_ddp_kwargs", {}).get("find_unused_parameters"):
-            raise ValueError("LoRA under DDP needs find_unused_parameters: the adapters train in the end-to-end tail "
-                             "only; set --trainer.strategy.init_args.find_unused_parameters=true")
+            raise ValueError(
+                "LoRA under DDP needs find_unused_parameters: the adapters train in the end-to-end tail "
+                "only; set --trainer.strategy.init_args.find_unused_parameters=true"
+            )
 
     def _lightning_device_mesh(self):
         try:
@@ -192,8 +194,10 @@ class StudentModule(L.LightningModule):
         # Sorted by name: the same order on every rank.
         self._replicated = [p for _, p in sorted(named_twins, key=lambda item: item[0]) if p.requires_grad]
         self._replicated_group = dp.get_group()
-        twin_states = sorted([(n, t) for n, t in [*named_twins, *self.student.named_buffers()] if ".lit_dof." in n],
-                             key=lambda item: item[0])
+        twin_states = sorted(
+            [(n, t) for n, t in [*named_twins, *self.student.named_buffers()] if ".lit_dof." in n],
+            key=lambda item: item[0],
+        )
         twins_now = [t.detach() for _, t in twin_states]
         _coalesced(twins_now, torch.distributed.broadcast, group_src=0, group=self._replicated_group)
 
@@ -209,8 +213,11 @@ class StudentModule(L.LightningModule):
         window-only twins)."""
         unused = {id(p) for twin in self.student.linear_modules().values() if not getattr(twin, "far_term", True)
                   for p in twin.parameters()}  # fmt: skip  # compact comprehension
-        return [(n, p) for n, p in self.student.named_parameters()
-                if (".lit_dof.linear." in n or ".lora_" in n) and id(p) not in unused]
+        return [
+            (n, p)
+            for n, p in self.student.named_parameters()
+            if (".lit_dof.linear." in n or ".lora_" in n) and id(p) not in unused
+        ]
 
     # -- checkpoints: only what training changes -------------------------------------------------------------
     def state_dict(self, *args, **kwargs) -> dict:

@@ -90,9 +90,11 @@ def resolve_teacher_config(teacher: str):
     try:
         return AutoConfig.from_pretrained(teacher)
     except OSError as exc:
-        raise PlanError(f"no architecture for teacher {teacher!r}: not a local directory, alias or .gguf file, no "
-                        f"configs/models/*/config.json with _name_or_path {teacher!r} (or in ${ARCHITECTURES_ENV}), "
-                        "and not in the Hugging Face cache; ship its config.json there") from exc
+        raise PlanError(
+            f"no architecture for teacher {teacher!r}: not a local directory, alias or .gguf file, no "
+            f"configs/models/*/config.json with _name_or_path {teacher!r} (or in ${ARCHITECTURES_ENV}), "
+            "and not in the Hugging Face cache; ship its config.json there"
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -240,8 +242,10 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
         PlanError: non-positive sizes.
     """
     if run.devices < 1 or run.num_nodes < 1 or run.batch_size < 1 or run.seq_len < 1:
-        raise PlanError(f"devices, num_nodes, batch_size and seq_len must be >= 1, got {run.devices}, "
-                        f"{run.num_nodes}, {run.batch_size}, {run.seq_len}")
+        raise PlanError(
+            f"devices, num_nodes, batch_size and seq_len must be >= 1, got {run.devices}, "
+            f"{run.num_nodes}, {run.batch_size}, {run.seq_len}"
+        )
     a, b = arch, _DTYPE_BYTES[run.teacher_dtype]
     B, T, W, L = run.batch_size, run.seq_len, run.world_size, a.linear_layers
     R = min(run.query_rows or T, T)
@@ -271,7 +275,8 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     eigen = 3 * run.dof_samples**2 * 8  # one head's J x J Gram and eigenvectors, float64
     dof = Phase("dof", runs=run.dof_enabled)
     (dof.host if run.sharded or not run.on_gpu else dof.device).update(
-        {"teacher (whole, unsharded)": teacher, "activations (one layer, no grad)": layer_act, "logits": logits})
+        {"teacher (whole, unsharded)": teacher, "activations (one layer, no grad)": layer_act, "logits": logits}
+    )
     dof.host.update({"q/k reservoir": reservoir, "candidates + eigen work": candidates + eigen})
     phases.append(dof)
 
@@ -292,8 +297,9 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     layerwise = Phase("layerwise", tokens=tokens * W * run.accumulate, runs=run.finetune_fraction < 1)
     layerwise.device.update(static)
     if run.layer_backward:  # one layer's graph at a time, and its gradients gathered until the surrogate backward
-        layerwise.device.update({"captured q/k": captured, "loss graph (one layer)": one_graph,
-                                 "per-layer gradients": twins})
+        layerwise.device.update(
+            {"captured q/k": captured, "loss graph (one layer)": one_graph, "per-layer gradients": twins}
+        )
     else:
         layerwise.device.update({"captured q/k": captured, "loss graphs (all layers)": graphs})
     layerwise.device["activations (max of forward, one loss)"] = max(layer_act, loss_now)

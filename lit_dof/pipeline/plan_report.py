@@ -42,8 +42,10 @@ def settings_from_config(config) -> RunSettings:
         devices = len(devices)
     elif str(devices) in ("-1", "auto"):
         if accelerator != "cpu":
-            raise PlanError(f"--trainer.devices {devices} means every GPU of the machine the run starts on: "
-                            "give the count to plan for, e.g. --trainer.devices 8")
+            raise PlanError(
+                f"--trainer.devices {devices} means every GPU of the machine the run starts on: "
+                "give the count to plan for, e.g. --trainer.devices 8"
+            )
         devices = 1
     elif isinstance(devices, str) and "," in devices:
         devices = len([x for x in devices.split(",") if x.strip()])
@@ -53,8 +55,10 @@ def settings_from_config(config) -> RunSettings:
     sharded = name.rsplit(".", 1)[-1] in sharding or name.startswith("fsdp")
     class_path = getattr(model, "class_path", "")
     if not class_path.endswith(("LayerwiseDistillation", "DirectDistillation")):
-        raise PlanError(f"lit-dof plan covers the distillation phases (LayerwiseDistillation, DirectDistillation), "
-                        f"not {class_path or 'a model without class_path'}")
+        raise PlanError(
+            f"lit-dof plan covers the distillation phases (LayerwiseDistillation, DirectDistillation), "
+            f"not {class_path or 'a model without class_path'}"
+        )
     alloc, dof = config.allocator, config.dof
     budget = alloc.budget or (margs.get("feature_dim") if alloc.strategy == "fix" else None)
     feature_dims = None
@@ -114,8 +118,11 @@ def format_plan(arch: Architecture, run: RunSettings, phases: list[Phase]) -> st
     rows = "all" if run.query_rows is None else run.query_rows
     dims = "from the DoF report" if run.feature_dims else f"budget {run.budget or arch.head_dim}"
     dtype = str(run.teacher_dtype).removeprefix("torch.")
-    attention = (f"; sliding window {run.window} + {run.sink_tokens} sink tokens + linear far term" if run.window
-                 else "; pure linear attention")
+    attention = (
+        f"; sliding window {run.window} + {run.sink_tokens} sink tokens + linear far term"
+        if run.window
+        else "; pure linear attention"
+    )
     lines = [
         (f"teacher {run.teacher}: {arch.params / 1e9:.3f} B parameters, {arch.num_layers} layers "
          f"({arch.linear_layers} linearised), {arch.heads} heads / {arch.kv_heads} KV heads of {arch.head_dim}, "

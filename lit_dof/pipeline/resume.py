@@ -39,9 +39,11 @@ def checkpointed_version(root: str | os.PathLike) -> int | None:
     Returns:
         N, or ``None`` when no version holds ``checkpoints/last*.ckpt``.
     """
-    versions = [int(folder.name.removeprefix("version_")) for folder in Path(root).glob("version_*")
-                if folder.name.removeprefix("version_").isdigit()
-                and any((folder / "checkpoints").glob(LAST_CHECKPOINT))]  # fmt: skip
+    versions = [
+        int(folder.name.removeprefix("version_"))
+        for folder in Path(root).glob("version_*")
+        if folder.name.removeprefix("version_").isdigit() and any((folder / "checkpoints").glob(LAST_CHECKPOINT))
+    ]
     return max(versions, default=None)
 
 
@@ -83,8 +85,11 @@ def resumed_checkpoint(ckpt_path: str | None, trainer, resume_dir: str | None) -
 
     if ckpt_path != "last":
         return Path(ckpt_path) if ckpt_path and os.path.exists(ckpt_path) else None
-    folders = [callback.dirpath or (resume_dir and os.path.join(resume_dir, "checkpoints"))
-               for callback in trainer.checkpoint_callbacks if isinstance(callback, ModelCheckpoint)]  # fmt: skip
+    folders = [
+        callback.dirpath or (resume_dir and os.path.join(resume_dir, "checkpoints"))
+        for callback in trainer.checkpoint_callbacks
+        if isinstance(callback, ModelCheckpoint)
+    ]
     found = [path for folder in folders if folder for path in Path(folder).glob(LAST_CHECKPOINT)]
     return max(found, key=lambda path: path.stat().st_mtime, default=None)
 
@@ -158,17 +163,23 @@ def saved_settings(checkpoint: dict, callbacks: list) -> dict[str, Any]:
     """The :func:`run_settings` a checkpoint recorded (``callbacks``: the current trainer's, to find the
     allocator's state by its key)."""
     allocator = _allocator(callbacks)
-    return run_settings(checkpoint["hyper_parameters"], checkpoint.get("datamodule_hyper_parameters"),
-                        checkpoint.get("callbacks", {}).get(allocator.state_key) if allocator else None,
-                        checkpoint.get("lit_dof_feature_map"))  # fmt: skip
+    return run_settings(
+        checkpoint["hyper_parameters"],
+        checkpoint.get("datamodule_hyper_parameters"),
+        checkpoint.get("callbacks", {}).get(allocator.state_key) if allocator else None,
+        checkpoint.get("lit_dof_feature_map"),
+    )
 
 
 def current_settings(model, datamodule, callbacks: list) -> dict[str, Any]:
     """The :func:`run_settings` of the run about to fit."""
     allocator, feature_map = _allocator(callbacks), getattr(model, "feature_map", None)
-    return run_settings(dict(model.hparams), dict(datamodule.hparams) if datamodule is not None else None,
-                        allocator.state_dict() if allocator else None,
-                        factory_name(feature_map) if feature_map is not None else None)  # fmt: skip
+    return run_settings(
+        dict(model.hparams),
+        dict(datamodule.hparams) if datamodule is not None else None,
+        allocator.state_dict() if allocator else None,
+        factory_name(feature_map) if feature_map is not None else None,
+    )
 
 
 def check_resume(path: str | os.PathLike, saved: dict[str, Any], current: dict[str, Any]) -> None:
@@ -185,8 +196,9 @@ def check_resume(path: str | os.PathLike, saved: dict[str, Any], current: dict[s
     Raises:
         ResumeMismatchError: some setting differs; the message names each (saved → now) and the fix.
     """
-    differ = sorted(key for key in saved.keys() & current.keys()
-                    if key not in FREE_ON_RESUME and saved[key] != current[key])  # fmt: skip
+    differ = sorted(
+        key for key in saved.keys() & current.keys() if key not in FREE_ON_RESUME and saved[key] != current[key]
+    )
     if not differ:
         return
     changes = "; ".join(f"{key}: {saved[key]!r} in the checkpoint, {current[key]!r} now" for key in differ)

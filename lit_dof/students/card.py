@@ -27,8 +27,17 @@ LAM_KEYS = ("lam", "lambda", "λ", "ridge")
 STRATEGY_KEYS = ("strategy", "allocation", "allocator", "allocation_strategy")
 RESULT_METRICS = ("acc_norm", "acc")
 """Task metrics shown, in order of preference (lm-eval's usual headline: acc_norm where defined)."""
-_NOT_RESULTS = {"config.json", "generation_config.json", "dof.json", "tokenizer.json", "tokenizer_config.json",
-                "special_tokens_map.json", "added_tokens.json", "vocab.json", "model.safetensors.index.json"}  # fmt: skip
+_NOT_RESULTS = {
+    "config.json",
+    "generation_config.json",
+    "dof.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "model.safetensors.index.json",
+}
 _MAX_RECORD_BYTES = 20 * 2**20
 
 
@@ -109,8 +118,14 @@ def _add_task(tasks: dict, task: str, entry) -> None:
         tasks[task] = (metric, float(entry[metric]), _number(entry.get(f"{metric}_stderr")), entry.get("n"))
 
 
-def model_card(config: dict, *, dof: dict | None = None, strategy: str | None = None,
-               results: tuple[list, dict] = ([], {}), model_id: str = "path/to/student") -> ModelCard:  # fmt: skip
+def model_card(
+    config: dict,
+    *,
+    dof: dict | None = None,
+    strategy: str | None = None,
+    results: tuple[list, dict] = ([], {}),
+    model_id: str = "path/to/student",
+) -> ModelCard:
     """The model card of a student.
 
     Args:
@@ -126,20 +141,34 @@ def model_card(config: dict, *, dof: dict | None = None, strategy: str | None = 
         :data:`TAGS`, ``base_model`` (the teacher source) and ``pipeline_tag: text-generation``.
     """
     teacher = config.get("teacher") or None
-    data = ModelCardData(library_name="transformers", tags=list(TAGS), base_model=teacher,
-                         pipeline_tag="text-generation")  # fmt: skip
+    data = ModelCardData(
+        library_name="transformers", tags=list(TAGS), base_model=teacher, pipeline_tag="text-generation"
+    )
     dims = list(config.get("feature_dims") or [])
     lines = [f"# {model_id.rstrip('/').rpartition('/')[2]}", ""]
     source = f"`{teacher}`" if teacher else "a pretrained causal Transformer"
-    lines += [(f"A linear-attention student of {source}, made with lit-dof: the teacher's weights (projections, "
-               "positions, MLPs) with a linear-attention twin per attention layer; layers listed as softmax keep "
-               "exact attention."), ""]  # fmt: skip
+    lines += [
+        (
+            f"A linear-attention student of {source}, made with lit-dof: the teacher's weights (projections, "
+            "positions, MLPs) with a linear-attention twin per attention layer; layers listed as softmax keep "
+            "exact attention."
+        ),
+        "",
+    ]
     lines += ["## Method", "", *_method_lines(config, dims), ""]
     lines += _dof_lines(dims, dof, strategy)
     lines += _results_lines(*results)
-    lines += ["## How to load", "", "```python", 'import lit_dof  # registers the "lit_dof" model type',
-              "from transformers import AutoModelForCausalLM", "",
-              f'model = AutoModelForCausalLM.from_pretrained("{model_id}")', "```", ""]  # fmt: skip
+    lines += [
+        "## How to load",
+        "",
+        "```python",
+        'import lit_dof  # registers the "lit_dof" model type',
+        "from transformers import AutoModelForCausalLM",
+        "",
+        f'model = AutoModelForCausalLM.from_pretrained("{model_id}")',
+        "```",
+        "",
+    ]
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
 
 
@@ -160,8 +189,13 @@ def _method_lines(config: dict, dims: list) -> list[str]:
         lines += ["", "| layer | M |", "|---|---|"]
         lines += [f"| {i}{' (softmax)' if i in softmax else ''} | {m} |" for i, m in enumerate(dims)]
         total = sum(layer_mean_dims(dims))
-        lines += ["", (f"Total ΣM = {total:g} over {len(dims)} layers (softmax layers' twins included; a layer with "
-                       "one M per KV head counts their mean).")]  # fmt: skip
+        lines += [
+            "",
+            (
+                f"Total ΣM = {total:g} over {len(dims)} layers (softmax layers' twins included; a layer with "
+                "one M per KV head counts their mean)."
+            ),
+        ]
     return lines
 
 
@@ -185,13 +219,18 @@ def _dof_lines(dims: list, dof: dict | None, strategy: str | None) -> list[str]:
         rule = ", ".join(f"{k} {dof[k]}" for k in ("lam_rule", "relative_to") if dof.get(k) is not None)
         lines.append(f"- λ = {lam:g}" if isinstance(lam, (int, float)) else f"- λ = {lam}")
         lines[-1] += f" ({rule})" if rule else ""
-    for key, label in (("num_samples", "query/key samples per head (J)"), ("pooling", "pooling"),
-                       ("tokens", "tokens captured")):  # fmt: skip
+    for key, label in (
+        ("num_samples", "query/key samples per head (J)"),
+        ("pooling", "pooling"),
+        ("tokens", "tokens captured"),
+    ):
         if dof.get(key) is not None:
             lines.append(f"- {label}: {dof[key]}")
     layer_dof = dof.get("layer_dof")
     if isinstance(layer_dof, list) and layer_dof:
-        shown = ", ".join("–" if n is None else f"{n:.1f}" if isinstance(n, (int, float)) else str(n) for n in layer_dof)
+        shown = ", ".join(
+            "–" if n is None else f"{n:.1f}" if isinstance(n, (int, float)) else str(n) for n in layer_dof
+        )
         lines.append(f"- DoF per layer: {shown}")
     return [*lines, ""]
 
@@ -202,7 +241,9 @@ def _results_lines(perplexities: list, tasks: dict) -> list[str]:
     lines = ["## Measured", ""]
     if perplexities:
         lines += ["| record | perplexity | tokens |", "|---|---|---|"]
-        lines += [f"| {name} | {ppl:.3f} | {tokens if tokens is not None else '–'} |" for name, ppl, tokens in perplexities]
+        lines += [
+            f"| {name} | {ppl:.3f} | {tokens if tokens is not None else '–'} |" for name, ppl, tokens in perplexities
+        ]
         lines.append("")
     if tasks:
         lines += ["| task | metric | value | n |", "|---|---|---|---|"]
@@ -213,8 +254,9 @@ def _results_lines(perplexities: list, tasks: dict) -> list[str]:
     return lines
 
 
-def write_model_card(directory: str | os.PathLike, *, dof: dict | None = None, strategy: str | None = None,
-                     model_id: str | None = None) -> Path:  # fmt: skip
+def write_model_card(
+    directory: str | os.PathLike, *, dof: dict | None = None, strategy: str | None = None, model_id: str | None = None
+) -> Path:
     """Write (or rewrite) ``README.md`` of a saved student, atomically.
 
     Args:
@@ -235,8 +277,13 @@ def write_model_card(directory: str | os.PathLike, *, dof: dict | None = None, s
         raise FileNotFoundError(f"{directory / 'config.json'} is missing or unreadable: write the student first")
     if dof is None:
         dof = find_dof_report(directory, list(config.get("feature_dims") or []))
-    card = model_card(config, dof=dof, strategy=strategy, results=find_results(directory),
-                      model_id=model_id or f"path/to/{directory.name}")  # fmt: skip
+    card = model_card(
+        config,
+        dof=dof,
+        strategy=strategy,
+        results=find_results(directory),
+        model_id=model_id or f"path/to/{directory.name}",
+    )
     path = directory / CARD_FILE
     atomic_write_text(path, str(card))
     return path
@@ -261,7 +308,12 @@ def push_folder(folder: str | os.PathLike, repo_id: str, **kwargs) -> str:
 
     api = HfApi(token=kwargs.get("token"))
     repo = api.create_repo(repo_id, private=kwargs.get("private"), exist_ok=True).repo_id
-    api.upload_folder(repo_id=repo, folder_path=str(folder), revision=kwargs.get("revision"),
-                      commit_message=kwargs.get("commit_message") or "Upload lit-dof student",
-                      commit_description=kwargs.get("commit_description"), create_pr=kwargs.get("create_pr"))  # fmt: skip
+    api.upload_folder(
+        repo_id=repo,
+        folder_path=str(folder),
+        revision=kwargs.get("revision"),
+        commit_message=kwargs.get("commit_message") or "Upload lit-dof student",
+        commit_description=kwargs.get("commit_description"),
+        create_pr=kwargs.get("create_pr"),
+    )
     return repo

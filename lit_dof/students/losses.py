@@ -136,8 +136,11 @@ def attention_distillation_loss(
     valid = torch.ones(B, T, dtype=torch.bool, device=q.device) if key_padding is None else key_padding.bool()
     row_valid = valid[:, rows]  # (B, R)
     k_full = k.repeat_interleave(G, dim=1)
-    logits = (q_r.double() if kind == "l2" else q_r.float()) @ k_full.to(
-        torch.float64 if kind == "l2" else torch.float32).transpose(-1, -2) / math.sqrt(d)  # (B, Hq, R, T)
+    logits = (
+        (q_r.double() if kind == "l2" else q_r.float())
+        @ k_full.to(torch.float64 if kind == "l2" else torch.float32).transpose(-1, -2)
+        / math.sqrt(d)
+    )  # (B, Hq, R, T)
     log_khat = None
     if not windowed or twin.far_term:
         log_q, log_k = _twin_log_features(twin, q_r, k, exact=kind == "l2" or windowed)
@@ -247,8 +250,10 @@ def logit_distillation_loss(
         ValueError: mismatched shapes or a non-positive temperature.
     """
     if student_logits.shape != teacher_logits.shape:
-        raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
-                         f"{tuple(teacher_logits.shape)} differ in shape")
+        raise ValueError(
+            f"student logits {tuple(student_logits.shape)} and teacher logits "
+            f"{tuple(teacher_logits.shape)} differ in shape"
+        )
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     log_q = torch.log_softmax(student_logits.float() / temperature, dim=-1)

@@ -312,8 +312,11 @@ def _warn_if_unregistered(spec: dict) -> None:
     try:
         feature_map_class(spec)
     except ValueError:
-        warnings.warn(f"feature map {spec.get('class')!r} is not registered: loading this student will need "
-                      "lit_dof.attention.register_feature_map(<the class>) first", stacklevel=4)  # fmt: skip
+        warnings.warn(
+            f"feature map {spec.get('class')!r} is not registered: loading this student will need "
+            "lit_dof.attention.register_feature_map(<the class>) first",
+            stacklevel=4,
+        )
 
 
 def linearize(

@@ -139,9 +139,11 @@ def attach_linear_attention(
 
         m = dims[layer.index]
         if isinstance(m, list) and (not share_kv_maps or len(m) != layer.num_kv_heads):
-            raise ValueError(f"layer {layer.index}: per-head feature dims need one M per KV head "
-                             f"({layer.num_kv_heads}) and share_kv_maps=True, "
-                             f"got {m} (share_kv_maps={share_kv_maps})")
+            raise ValueError(
+                f"layer {layer.index}: per-head feature dims need one M per KV head "
+                f"({layer.num_kv_heads}) and share_kv_maps=True, "
+                f"got {m} (share_kv_maps={share_kv_maps})"
+            )
         with torch.device("cpu"), _seeded(None if seed is None else layer_seed(seed, layer.index)):
             if isinstance(m, list):
                 linear = HeadGroupedAttention(build, m, layer.num_heads)
@@ -215,4 +217,3 @@ def _check_indices(indices: Iterable[int], num_layers: int) -> set[int]:
             raise ValueError(f"layer index {i!r} is outside 0..{num_layers - 1}")
         out.add(i)
     return out
-

@@ -62,8 +62,10 @@ def materialise_random_teacher(
     config = AutoConfig.from_pretrained(config_dir)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     if len(tokenizer) != config.vocab_size:
-        raise ValueError(f"the tokenizer of {tokenizer_dir} has {len(tokenizer)} tokens but {config_file} has "
-                         f"vocab_size {config.vocab_size}: they must be equal")
+        raise ValueError(
+            f"the tokenizer of {tokenizer_dir} has {len(tokenizer)} tokens but {config_file} has "
+            f"vocab_size {config.vocab_size}: they must be equal"
+        )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

@@ -19,8 +19,11 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 def _inputs(T, Hq=6, Hk=2, M=16, D=8, scale=1.5, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(2, Hq, T, M, generator=g) * scale, torch.randn(2, Hk, T, M, generator=g) * scale,
-            torch.randn(2, Hk, T, D, generator=g))
+    return (
+        torch.randn(2, Hq, T, M, generator=g) * scale,
+        torch.randn(2, Hk, T, M, generator=g) * scale,
+        torch.randn(2, Hk, T, D, generator=g),
+    )
 
 
 @pytest.mark.parametrize("T", [1, 63, 257, 1000])

@@ -31,8 +31,9 @@ def test_far_shares_and_log_ratio_match_the_reference_attention_matrix():
 
     lq, lk = fm.log_features(q.reshape(1, 2, 2 * T, 8)).view(1, 4, T, -1), fm.log_features(k)
     onehot = torch.eye(T, dtype=torch.float64).expand(1, 2, T, T)
-    p_hat = naive_sliding_window_attention(q.double(), k.double(), onehot, lq, lk, window=window, sink_tokens=sinks,
-                                           log_mix=twin.log_mix.detach())[0]  # (Hq, T, T)
+    p_hat = naive_sliding_window_attention(
+        q.double(), k.double(), onehot, lq, lk, window=window, sink_tokens=sinks, log_mix=twin.log_mix.detach()
+    )[0]  # (Hq, T, T)
     logits = q.double() @ k.double().repeat_interleave(2, 1).transpose(-1, -2) / math.sqrt(8)
     p = logits.masked_fill(~torch.ones(T, T).tril().bool(), -torch.inf).softmax(-1)[0]
     j = torch.arange(T)

@@ -171,8 +171,9 @@ def test_bf16_inputs_accumulate_in_fp32():
 
 
 AUTOCAST_FORMS = {
-    "chunked": lambda lq, lk, v, state=None: chunked_linear_attention(lq, lk, v, chunk_size=16, block_size=32,
-                                                                      initial_state=state),
+    "chunked": lambda lq, lk, v, state=None: chunked_linear_attention(
+        lq, lk, v, chunk_size=16, block_size=32, initial_state=state
+    ),
     "recurrent": lambda lq, lk, v, state=None: recurrent_linear_attention(lq, lk, v, initial_state=state),
 }
 
@@ -199,8 +200,10 @@ def test_kernels_under_autocast_compute_in_fp32(form, dtype):
     assert out.dtype == torch.float32 and state.kv.dtype == torch.float32
     tight = dict(rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(out, ref, **tight)
-    for got, want in zip(grads + [state.kv, state.k_sum, state.log_scale],
-                         ref_grads + [ref_state.kv, ref_state.k_sum, ref_state.log_scale]):
+    for got, want in zip(
+        grads + [state.kv, state.k_sum, state.log_scale],
+        ref_grads + [ref_state.kv, ref_state.k_sum, ref_state.log_scale],
+    ):
         torch.testing.assert_close(got, want, **tight)
     exact = naive_linear_attention(*(x.double() for x in (lq, lk, v)))[:, :, 9:]  # the float64 reference
     torch.testing.assert_close(out.double(), exact, rtol=1e-4, atol=1e-5)

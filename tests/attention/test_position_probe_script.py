@@ -23,8 +23,11 @@ def _student():
 def test_teacher_and_control_are_shift_invariant_and_the_far_term_is_not(tmp_path):
     probe, student = _script(), _student()
     blocks = torch.randint(3, 2048, (2, 40), generator=torch.Generator().manual_seed(0))
-    nll = {(mode, shift): probe.block_nll(student, blocks, shift, mode, first=8)
-           for mode in ("teacher", "control", "student") for shift in (0, 300)}
+    nll = {
+        (mode, shift): probe.block_nll(student, blocks, shift, mode, first=8)
+        for mode in ("teacher", "control", "student")
+        for shift in (0, 300)
+    }
     torch.testing.assert_close(nll["teacher", 300], nll["teacher", 0], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(nll["control", 300], nll["control", 0], rtol=1e-4, atol=1e-4)
     assert not torch.allclose(nll["control", 0], nll["teacher", 0], atol=1e-3)  # 40 tokens reach past window + sink

@@ -138,8 +138,9 @@ def test_prefill_then_decode_equals_one_pass(splits, sinks):
 
 def test_decode_memory_is_constant_in_the_context_length():
     q, k, v, lq, lk, mix = _inputs(1, 4, 2, 200, seed=9)
-    _, state = sliding_window_linear_attention(q[:, :, :16], k[:, :, :16], v[:, :, :16], lq[:, :, :16], lk[:, :, :16],
-                                               window=8, sink_tokens=2, log_mix=mix)
+    _, state = sliding_window_linear_attention(
+        q[:, :, :16], k[:, :, :16], v[:, :, :16], lq[:, :, :16], lk[:, :, :16], window=8, sink_tokens=2, log_mix=mix
+    )
     sizes = set()
     for t in range(16, 200):
         one = slice(t, t + 1)

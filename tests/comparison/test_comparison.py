@@ -130,8 +130,9 @@ def test_relative_paths_are_resolved_before_the_fits_run_in_the_cell_directory(t
     (tmp_path / "corpus.txt").write_text("text")
     (tmp_path / "data").mkdir()
     (tmp_path / "teacher").mkdir()
-    runner = Comparison(out=tmp_path / "cells", corpus="corpus.txt", data_dir="data", teacher="teacher",
-                                   base_config="base.yaml")
+    runner = Comparison(
+        out=tmp_path / "cells", corpus="corpus.txt", data_dir="data", teacher="teacher", base_config="base.yaml"
+    )
     command = runner.fit_command(ROWS["fix"], 16, resume=False)
     assert f"--data.init_args.path={tmp_path / 'corpus.txt'}" in command
     assert f"--model.init_args.teacher={tmp_path / 'teacher'}" in command
@@ -291,7 +292,13 @@ def test_paired_difference_closed_form_and_errors():
 def test_token_counts_keep_their_unit():
     # the untrained Performer sees 1024 tokens; the full recipe 800 × 2 × 512 = 819 200, 1.6M for 1600 steps
     assert [_fmt_tokens(n) for n in (None, 0, 512, 1024, 819_200, 1_638_400)] == [
-        "–", "–", "512", "1.0k", "819.2k", "1.64M"]
+        "–",
+        "–",
+        "512",
+        "1.0k",
+        "819.2k",
+        "1.64M",
+    ]
 
 
 def test_collect_pairs_every_method_with_fix_on_the_same_examples(tmp_path):
@@ -375,8 +382,9 @@ def test_the_device_reaches_every_stage_and_every_record_names_it(tmp_path):
         (tmp_path / "C64" / row / "eval").mkdir(parents=True)
         entry = {"acc": 0.5, "acc_norm": 0.5, "n": 2, "provenance": provenance}
         (tmp_path / "C64" / row / "eval" / "piqa.json").write_text(json.dumps(entry))
-    (tmp_path / "C64" / "dof" / "ppl.json").write_text(json.dumps({"ppl": 9.0, "tokens": 9, "window": 4, "stride": 2,
-                                                                    "device": "cpu"}))
+    (tmp_path / "C64" / "dof" / "ppl.json").write_text(
+        json.dumps({"ppl": 9.0, "tokens": 9, "window": 4, "stride": 2, "device": "cpu"})
+    )
     rows = [ROWS["fix"], ROWS["dof"]]
     report = collect(runner, rows, [64], tasks=["piqa"])
     assert [c["devices"] for c in report["cells"]] == [["cpu"], ["cpu", "cuda (NVIDIA H100)"]]
@@ -390,16 +398,20 @@ def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
     sd/√n of those per-seed differences (closed form below), not any single run's paired SE."""
     runner = Comparison(out=tmp_path)
     hits = {  # (row, seed): per-example wsc273 scores
-        ("fix", 0): [1, 0, 0, 1], ("dof", 0): [1, 1, 0, 1],  # +1/4
-        ("fix", 1): [1, 1, 0, 1], ("dof", 1): [1, 1, 0, 1],  # 0
-        ("fix", 2): [0, 0, 0, 1], ("dof", 2): [1, 1, 1, 1],  # +3/4
+        ("fix", 0): [1, 0, 0, 1],
+        ("dof", 0): [1, 1, 0, 1],  # +1/4
+        ("fix", 1): [1, 1, 0, 1],
+        ("dof", 1): [1, 1, 0, 1],  # 0
+        ("fix", 2): [0, 0, 0, 1],
+        ("dof", 2): [1, 1, 1, 1],  # +3/4
     }
     for (row, seed), values in hits.items():
         folder = tmp_path / "C64" / (f"seed{seed}" if seed else "") / row / "eval"
         folder.mkdir(parents=True)
         (folder / "wsc273.json").write_text(json.dumps({"acc": sum(values) / 4, "n": 4, "items": {"acc": values}}))
-        (folder.parent / "ppl.json").write_text(json.dumps({"ppl": 100.0 + 10 * seed + (row == "dof"), "tokens": 8,
-                                                             "window": 4, "stride": 2}))
+        (folder.parent / "ppl.json").write_text(
+            json.dumps({"ppl": 100.0 + 10 * seed + (row == "dof"), "tokens": 8, "window": 4, "stride": 2})
+        )
     rows = [ROWS["fix"], ROWS["dof"]]
     report = collect(runner, rows, [64], tasks=["wsc273"], seeds=[0, 1, 2, 3])
     assert report["pending"] == ["fix (seed 3)", "dof (seed 3)"]
@@ -410,7 +422,7 @@ def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
     summary = {s["row"]: s for s in report["seed_summary"]}
     dof = summary["dof"]
     assert dof["seeds"] == [0, 1, 2] and dof["vs_reference_per_seed"] == pytest.approx({0: 0.25, 1: 0.0, 2: 0.75})
-    mean, sd = 1 / 3, ((0.25 - 1 / 3) ** 2 + (1 / 3) ** 2 + (0.75 - 1 / 3) ** 2) ** 0.5 / 2 ** 0.5
+    mean, sd = 1 / 3, ((0.25 - 1 / 3) ** 2 + (1 / 3) ** 2 + (0.75 - 1 / 3) ** 2) ** 0.5 / 2**0.5
     assert dof["vs_reference"]["mean"] == pytest.approx(mean)
     assert dof["vs_reference"]["stderr"] == pytest.approx(sd / 3**0.5)
     assert dof["average"]["mean"] == pytest.approx((0.75 + 0.75 + 1.0) / 3)
@@ -422,12 +434,15 @@ def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
     ratio_sd = statistics.stdev(ratios.values())
     assert dof["ppl_ratio"]["mean"] == pytest.approx(statistics.mean(ratios.values()))
     assert dof["ppl_ratio"]["stderr"] == pytest.approx(ratio_sd / 3**0.5)
-    assert f"| dof | fix | 64 | 0, 1, 2 | 0.833 ± 0.144 | 111.0 ± 10.0 | 1.010 (s0), 1.009 (s1), 1.008 (s2) | " \
-           f"1.009 ± {ratio_sd / 3**0.5:.3f} (n=3) | +25.0 (s0), +0.0 (s1), +75.0 (s2) | " \
-           f"+33.3 ± {100 * sd / 3**0.5:.1f} (n=3) |" in table
+    assert (
+        f"| dof | fix | 64 | 0, 1, 2 | 0.833 ± 0.144 | 111.0 ± 10.0 | 1.010 (s0), 1.009 (s1), 1.008 (s2) | "
+        f"1.009 ± {ratio_sd / 3**0.5:.3f} (n=3) | +25.0 (s0), +0.0 (s1), +75.0 (s2) | "
+        f"+33.3 ± {100 * sd / 3**0.5:.1f} (n=3) |" in table
+    )
     ppl_only = {**report, "cells": [{**c, "scores": {}} for c in report["cells"]]}  # a perplexity-only study
-    assert "| dof | fix | 64 | 0, 1, 2 | 111.0 ± 10.0 | 1.010 (s0), 1.009 (s1), 1.008 (s2) | 1.009 ± " \
-           in "\n".join(seed_table(ppl_only))
+    assert "| dof | fix | 64 | 0, 1, 2 | 111.0 ± 10.0 | 1.010 (s0), 1.009 (s1), 1.008 (s2) | 1.009 ± " in "\n".join(
+        seed_table(ppl_only)
+    )
     assert "| dof (seed 2) | 1.000 | 1.000 |" in markdown(report)  # one line per seed: wsc273, avg
     panel = {line.get_label(): list(zip(*line.get_data())) for line in figure(report).axes[0].lines}
     assert panel["dof"] == [(0, pytest.approx(0.8333333))]  # one point per budget: the mean over the seeds
@@ -450,8 +465,9 @@ def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
         (folder / "wsc273.json").write_text(
             json.dumps({"acc": sum(hits[row]) / 4, "n": 4, "items": {"acc": hits[row]}})
         )
-        (folder.parent / "ppl.json").write_text(json.dumps({"ppl": 10.0 + len(row), "tokens": 8, "window": 4,
-                                                             "stride": 2}))
+        (folder.parent / "ppl.json").write_text(
+            json.dumps({"ppl": 10.0 + len(row), "tokens": 8, "window": 4, "stride": 2})
+        )
 
     for row in ("performer", "fix", "dof"):
         measure(row)
@@ -491,8 +507,7 @@ def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
     # a report from before items were kept: the earlier pairing stands while the reference is carried too,
     # and is dropped when the reference was measured again (different measurements)
     legacy = {**stored, "cells": [{k: v for k, v in c.items() if k != "items"} for c in stored["cells"]]}
-    kept = collect(Comparison(out=tmp_path / "none"), rows[:3], [64], tasks=["wsc273"],
-                              previous=legacy)
+    kept = collect(Comparison(out=tmp_path / "none"), rows[:3], [64], tasks=["wsc273"], previous=legacy)
     dof = next(c for c in kept["cells"] if c["row"] == "dof")
     assert dof["vs_reference"] == next(c for c in stored["cells"] if c["row"] == "dof")["vs_reference"]
     measure("fix")

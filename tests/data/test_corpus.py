@@ -51,8 +51,11 @@ def test_check_corpus_counts_until_the_needs_are_met(tmp_path):
     (tmp_path / "c.txt").write_text("\n\n".join(docs))
     found = check_corpus(tmp_path / "c.txt", _WordTokenizer(), seq_len=10, val_every=5, train_blocks=3, val_blocks=2)
     assert found == {"train_tokens": 30, "val_tokens": 20, "documents": 6}  # stops after document 5
-    with pytest.raises(ValueError, match=r"too short: 10 documents give 80 training tokens and 20 held-out.*"
-                                         r"needs at least 90 training tokens \(9 blocks of 10\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"too short: 10 documents give 80 training tokens and 20 held-out.*"
+        r"needs at least 90 training tokens \(9 blocks of 10\)",
+    ):
         check_corpus(tmp_path / "c.txt", _WordTokenizer(), seq_len=10, val_every=5, train_blocks=9, val_blocks=2)
 
 

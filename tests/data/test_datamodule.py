@@ -86,8 +86,11 @@ def test_hub_stream_in_two_workers_keeps_the_held_out_rule_and_every_document(tm
                                 for i in range(15 * f, 15 * (f + 1))))  # fmt: skip  # packed args
         files.append(str(path))
     real = datasets.load_dataset
-    monkeypatch.setattr(datasets, "load_dataset", lambda name, config, split, streaming: real(
-        "json", data_files=files, split=split, streaming=streaming))
+    monkeypatch.setattr(
+        datasets,
+        "load_dataset",
+        lambda name, config, split, streaming: real("json", data_files=files, split=split, streaming=streaming),
+    )
     data = PackedBlocks(lambda: datamodule._hub_documents("wikimedia/wikipedia", None), _Tokenizer(), 8, "train", 10)
     docs = [
         row[0] // 1000 for batch in DataLoader(data, batch_size=1, num_workers=2) for row in batch["input_ids"].tolist()

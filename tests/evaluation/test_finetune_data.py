@@ -12,8 +12,9 @@ pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not pr
 
 
 def test_splits_are_limited_and_batched_with_every_option():
-    data = MultipleChoiceDataModule("arc_easy", str(DATA), tokenizer=str(TINYSTORIES), batch_size=2, seq_len=64,
-                                    train_limit=4, eval_limit=3)
+    data = MultipleChoiceDataModule(
+        "arc_easy", str(DATA), tokenizer=str(TINYSTORIES), batch_size=2, seq_len=64, train_limit=4, eval_limit=3
+    )
     data.setup("fit")
     assert len(data.train_docs) == 4 and len(data.eval_docs) == 3
     batches = list(data.val_dataloader())

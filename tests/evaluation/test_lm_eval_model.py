@@ -50,11 +50,29 @@ def test_lm_eval_cli_with_lit_dof_model_equals_lit_dof_eval(student_dir, tmp_pat
     from lit_dof.evaluation.cli import evaluate
 
     limit, batch = 12, 4
-    code, out, err = _run(capsys, monkeypatch, "lm-eval", "run", "--model", "lit_dof",
-                          "--model_args", f"pretrained={student_dir}", "--device", "cpu", "--batch_size", str(batch),
-                          "--tasks", "lit_dof_arc_easy", "--limit", str(limit),
-                          "--metadata", json.dumps({"data_dir": str(DATA)}), "--output_path", str(tmp_path / "out"),
-                          "--log_samples")  # fmt: skip
+    code, out, err = _run(
+        capsys,
+        monkeypatch,
+        "lm-eval",
+        "run",
+        "--model",
+        "lit_dof",
+        "--model_args",
+        f"pretrained={student_dir}",
+        "--device",
+        "cpu",
+        "--batch_size",
+        str(batch),
+        "--tasks",
+        "lit_dof_arc_easy",
+        "--limit",
+        str(limit),
+        "--metadata",
+        json.dumps({"data_dir": str(DATA)}),
+        "--output_path",
+        str(tmp_path / "out"),
+        "--log_samples",
+    )
     assert code == 0, err
     assert "lit_dof_arc_easy" in out  # lm-eval's own results table
     (written,) = (tmp_path / "out").rglob("results_*.json")
@@ -62,8 +80,9 @@ def test_lm_eval_cli_with_lit_dof_model_equals_lit_dof_eval(student_dir, tmp_pat
     row = harness["results"]["lit_dof_arc_easy"]
     assert harness["config"]["model"] == "lit_dof"
 
-    ours = evaluate(model=str(student_dir), tasks=["arc_easy"], data_dir=str(DATA), limit=limit, batch_size=batch,
-                    device="cpu")  # fmt: skip
+    ours = evaluate(
+        model=str(student_dir), tasks=["arc_easy"], data_dir=str(DATA), limit=limit, batch_size=batch, device="cpu"
+    )
     entry = ours["tasks"]["arc_easy"]
     assert entry["n"] == limit
     assert row["acc,none"] == pytest.approx(entry["acc"], abs=1e-12)
@@ -118,8 +137,10 @@ def test_without_lm_eval_the_commands_say_which_extra(capsys, monkeypatch, comma
         extra.require_lm_eval("this")
     code, _, err = _run(capsys, monkeypatch, *command)
     assert code == 1
-    assert err.strip() == f"lit-dof: lit-dof {command[0]} needs lm-eval, an optional dependency of lit-dof: " \
-                          "pip install 'lit-dof[eval]'"  # fmt: skip
+    assert (
+        err.strip() == f"lit-dof: lit-dof {command[0]} needs lm-eval, an optional dependency of lit-dof: "
+        "pip install 'lit-dof[eval]'"
+    )
 
 
 def test_without_lm_eval_the_harness_says_which_extra(monkeypatch):
@@ -139,12 +160,14 @@ def test_every_module_but_the_lm_eval_model_imports_without_lm_eval():
 
     from tests.conftest import REPO
 
-    probe = ("import importlib, pkgutil, sys\nsys.modules['lm_eval'] = None  # `import lm_eval` raises\n"
-             "import lit_dof\n"
-             "skip = ('lit_dof.__main__', 'lit_dof.evaluation.lm_eval_model')\n"
-             "names = [m.name for m in pkgutil.walk_packages(lit_dof.__path__, 'lit_dof.')\n"
-             "         if m.name not in skip and 'lm_eval_tasks' not in m.name]\n"
-             "for name in names:\n    importlib.import_module(name)\nprint(len(names))")  # fmt: skip
+    probe = (
+        "import importlib, pkgutil, sys\nsys.modules['lm_eval'] = None  # `import lm_eval` raises\n"
+        "import lit_dof\n"
+        "skip = ('lit_dof.__main__', 'lit_dof.evaluation.lm_eval_model')\n"
+        "names = [m.name for m in pkgutil.walk_packages(lit_dof.__path__, 'lit_dof.')\n"
+        "         if m.name not in skip and 'lm_eval_tasks' not in m.name]\n"
+        "for name in names:\n    importlib.import_module(name)\nprint(len(names))"
+    )
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert int(result.stdout.split()[-1]) > 50

@@ -14,10 +14,12 @@ def test_bank_recipe_reads_the_fit_config_next_to_the_bank(tmp_path):
     student.mkdir(parents=True)
     assert bank_recipe(student) is None  # no config.yaml: nothing is claimed
     (tmp_path / "version_0" / "config.yaml").write_text(
-        "trainer:\n  max_steps: 400\nmodel:\n  init_args:\n    loss: output\n    finetune_fraction: 0.0\n")
+        "trainer:\n  max_steps: 400\nmodel:\n  init_args:\n    loss: output\n    finetune_fraction: 0.0\n"
+    )
     assert bank_recipe(student) == "output loss, 400 steps, no end-to-end tail"
     (tmp_path / "version_0" / "config.yaml").write_text(
-        "trainer:\n  max_steps: 800\nmodel:\n  init_args:\n    loss: softmax\n    finetune_fraction: 0.3\n")
+        "trainer:\n  max_steps: 800\nmodel:\n  init_args:\n    loss: softmax\n    finetune_fraction: 0.3\n"
+    )
     assert bank_recipe(student) == "softmax loss, 800 steps, end-to-end tail 30% of the steps"
 
 

@@ -32,10 +32,6 @@ def bank(tmp_path_factory):
     return path
 
 
-
-
-
-
 @needs_data
 def test_search_exports_reports_and_resumes(bank, tmp_path):
     from lit_dof.hybrid.cli import main

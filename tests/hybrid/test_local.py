@@ -20,6 +20,7 @@ def test_local_losses_match_a_direct_computation_and_vanish_for_exact_twins():
     ids = torch.randint(3, 97, (2, 12))
     losses = local_losses(student, [{"input_ids": ids}])
     captured = {}
+
     def record(i, q, k, v, p, o):
         captured[i] = (q, k, v, o)
 

@@ -47,7 +47,7 @@ def test_perplexity_scorer_cached_equals_uncached_and_teacher():
     ids = torch.cat([b["input_ids"] for b in batches])
     nll = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
     assert cached(frozenset()) == pytest.approx(float(nll.exp()), rel=1e-5)
-    assert cached.evaluations == 2 ** L + 1 and not cached.higher_is_better
+    assert cached.evaluations == 2**L + 1 and not cached.higher_is_better
     with pytest.raises(ValueError, match="outside"):
         cached(frozenset({L}))
 

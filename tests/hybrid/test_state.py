@@ -22,8 +22,9 @@ def test_state_resumes_with_the_same_settings_and_refuses_others(tmp_path):
     score = state.memoised(state.data["heldout"], lambda linear: calls.append(linear) or len(linear) / 10)
     assert score([2, 1]) == 0.2 and score((1, 2)) == 0.2 and calls == [frozenset({1, 2})]
     state.add_round(Round(0, {1: 0.5}, 1, 0.5, [1], True, 1), seconds=2.0)
-    assert state.saved_rounds() == [{"index": 0, "scores": {1: 0.5}, "chosen": 1, "score": 0.5, "linear": [1],
-                                     "passed": True, "evaluations": 1}]
+    assert state.saved_rounds() == [
+        {"index": 0, "scores": {1: 0.5}, "chosen": 1, "score": 0.5, "linear": [1], "passed": True, "evaluations": 1}
+    ]
     saved = json.loads(path.read_text())
     assert saved["heldout"]["1,2"]["score"] == 0.2 and saved["search_evaluations"] == 1
     assert saved["timing"]["search"] == 2.0 and saved["rounds"][0]["seconds"] == 2.0

@@ -31,12 +31,16 @@ def fit_args(tmp_path, *configs: str, steps: int = 3, extra=()) -> list[str]:
     args = ["fit", "--config", str(REPO / "configs" / "quickstart.yaml"), "--config", str(PURE_LINEAR)]
     for config in configs:
         args += ["--config", str(REPO / "configs" / config)]
-    return args + TINY_ARGS + [
-        f"--trainer.max_steps={steps}",
-        f"--trainer.val_check_interval={steps}",
-        f"--trainer.logger.init_args.save_dir={tmp_path}",
-        *extra,
-    ]
+    return (
+        args
+        + TINY_ARGS
+        + [
+            f"--trainer.max_steps={steps}",
+            f"--trainer.val_check_interval={steps}",
+            f"--trainer.logger.init_args.save_dir={tmp_path}",
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture

@@ -20,8 +20,9 @@ QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
 def _lit_dof(*args: str, module: str = "lit_dof") -> subprocess.CompletedProcess:
     """``python -m lit_dof ARGS`` in a fresh process of this checkout."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "100"}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=REPO, env=env, capture_output=True, text=True, check=False
+    )
 
 
 def _main(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
@@ -42,14 +43,30 @@ def _main(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
 def test_help_lists_every_command_without_importing_lightning():
     result = _lit_dof("--help")
     assert result.returncode == 0 and result.stdout.startswith("usage: lit-dof ")
-    listed = {line.split()[0]: " ".join(line.split()[1:]) for line in result.stdout.splitlines()
-              if line.startswith("    ") and line.split()[0] in COMMANDS}
-    expected = {"fit", "validate", "test", "predict", "eval", "lm-eval", "compare", "hybrid", "plan", "generate",
-                "configs"}
+    listed = {
+        line.split()[0]: " ".join(line.split()[1:])
+        for line in result.stdout.splitlines()
+        if line.startswith("    ") and line.split()[0] in COMMANDS
+    }
+    expected = {
+        "fit",
+        "validate",
+        "test",
+        "predict",
+        "eval",
+        "lm-eval",
+        "compare",
+        "hybrid",
+        "plan",
+        "generate",
+        "configs",
+    }
     assert set(listed) == set(COMMANDS) == expected
     assert listed == COMMANDS  # one line each, as written
-    probe = ("import sys\nfrom lit_dof.cli import main\ntry: main(['--help'])\n"
-             "except SystemExit: print(sorted(m for m in ('lightning', 'torch', 'transformers') if m in sys.modules))")
+    probe = (
+        "import sys\nfrom lit_dof.cli import main\ntry: main(['--help'])\n"
+        "except SystemExit: print(sorted(m for m in ('lightning', 'torch', 'transformers') if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
     assert result.stdout.strip().endswith("[]")
 
@@ -127,6 +144,7 @@ def test_optimizer_is_refused_with_the_fix(capsys, monkeypatch, tmp_path, where)
 def test_saved_configs_with_null_optimizer_still_parse(capsys, monkeypatch, tmp_path):
     """Every saved run config has ``optimizer: null`` and ``lr_scheduler: null``; they stay valid input."""
     (tmp_path / "saved.yaml").write_text("optimizer: null\nlr_scheduler: null\n")
-    code, out, _ = _main(capsys, monkeypatch, "fit", "--config", QUICKSTART, "--config", str(tmp_path / "saved.yaml"),
-                         "--print_config")
+    code, out, _ = _main(
+        capsys, monkeypatch, "fit", "--config", QUICKSTART, "--config", str(tmp_path / "saved.yaml"), "--print_config"
+    )
     assert code == 0 and "optimizer: null" in out

@@ -20,11 +20,19 @@ ROLES = re.compile(r":(class|func|meth|mod|data|attr|obj|paramref):`")
 LIGHTNING_OPTIONS = ("--trainer", "--optimizer", "--lr_scheduler", "--ckpt_path", "--weights_only", "--seed_everything")
 """Options whose help comes from Lightning or torch (their own docstrings), not from lit-dof."""
 
-MODELS = ["lit_dof.pipeline.layerwise.LayerwiseDistillation", "lit_dof.pipeline.direct.DirectDistillation",
-          "lit_dof.pipeline.capture.TeacherCapture", "lit_dof.evaluation.finetune.TaskFinetuning"]  # fmt: skip
+MODELS = [
+    "lit_dof.pipeline.layerwise.LayerwiseDistillation",
+    "lit_dof.pipeline.direct.DirectDistillation",
+    "lit_dof.pipeline.capture.TeacherCapture",
+    "lit_dof.evaluation.finetune.TaskFinetuning",
+]
 DATA = ["lit_dof.data.datamodule.WikipediaDataModule", "lit_dof.evaluation.finetune_data.MultipleChoiceDataModule"]
-FEATURE_MAPS = ["lit_dof.attention.LearnedPRF", "lit_dof.attention.PerformerFeatureMap",
-                "lit_dof.attention.HedgehogFeatureMap", "lit_dof.attention.DiJiangFeatureMap"]  # fmt: skip
+FEATURE_MAPS = [
+    "lit_dof.attention.LearnedPRF",
+    "lit_dof.attention.PerformerFeatureMap",
+    "lit_dof.attention.HedgehogFeatureMap",
+    "lit_dof.attention.DiJiangFeatureMap",
+]
 
 HELPS = {
     **{command: [command, "--help"] for command in ("eval", "compare", "hybrid", "generate")},
@@ -34,10 +42,12 @@ HELPS = {
     "plan": ["plan", "--config", QUICKSTART, "--help"],
     **{f"model={name.rsplit('.', 1)[1]}": ["fit", "--model.help", name] for name in MODELS},
     **{f"data={name.rsplit('.', 1)[1]}": ["fit", "--data.help", name] for name in DATA},
-    **{f"feature_map={name.rsplit('.', 1)[1]}": ["fit", "--model", MODELS[0], "--model.feature_map.help", name]
-       for name in FEATURE_MAPS},
+    **{
+        f"feature_map={name.rsplit('.', 1)[1]}": ["fit", "--model", MODELS[0], "--model.feature_map.help", name]
+        for name in FEATURE_MAPS
+    },
     "strategy": ["fit", "--trainer.strategy.help", "lit_dof.pipeline.strategies.ShardedDataParallelStrategy"],
-}  # fmt: skip
+}
 """Each help screen checked: the commands, and the classes a config names by ``class_path``."""
 
 OURS_UNDER_TRAINER = ("--trainer.strategy.data_parallel_size", "--trainer.strategy.tensor_parallel_size")
@@ -87,20 +97,29 @@ def undocumented(helps: dict[str, str]) -> tuple[list[str], list[str]]:
 
 
 def test_option_helps_parses_argparse_layout():
-    text = ("usage: x\n\noptions:\n  -h, --help            Show this help.\n  --a A                 first line\n"
-            "                        second line (type: int, default: 1)\n  --b B\n"
-            "                        (type: int, default: 2)\n  --c.help [CLASS]\n                        help of c.\n"
-            "\nLinked arguments:\n  x --> y\n                        Use --y.help for details.\n")  # fmt: skip
-    assert option_helps(text) == {"--help": "Show this help.", "--a": "first line second line", "--b": "",
-                                  "--c.help": "help of c."}  # fmt: skip
+    text = (
+        "usage: x\n\noptions:\n  -h, --help            Show this help.\n  --a A                 first line\n"
+        "                        second line (type: int, default: 1)\n  --b B\n"
+        "                        (type: int, default: 2)\n  --c.help [CLASS]\n                        help of c.\n"
+        "\nLinked arguments:\n  x --> y\n                        Use --y.help for details.\n"
+    )
+    assert option_helps(text) == {
+        "--help": "Show this help.",
+        "--a": "first line second line",
+        "--b": "",
+        "--c.help": "help of c.",
+    }
 
 
 @pytest.mark.parametrize("screen", list(HELPS))
 def test_every_option_has_help_without_sphinx_roles(capsys, monkeypatch, screen):
     text = lit_dof_help(capsys, monkeypatch, HELPS[screen])
     helps = option_helps(text)
-    ours = {name: help_text for name, help_text in helps.items()
-            if not name.startswith(LIGHTNING_OPTIONS) or name in OURS_UNDER_TRAINER}  # fmt: skip
+    ours = {
+        name: help_text
+        for name, help_text in helps.items()
+        if not name.startswith(LIGHTNING_OPTIONS) or name in OURS_UNDER_TRAINER
+    }
     assert ours, text
     missing, roles = undocumented(ours)
     assert not missing, f"options without help: {missing}"

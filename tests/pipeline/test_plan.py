@@ -60,8 +60,10 @@ def _estimated_step_bytes(args: list[str], phase: str = "layerwise") -> int:
     return sum(size for term, size in steps.host.items() if not term.startswith("runtime"))
 
 
-@pytest.mark.parametrize("case", ["tinystories", "tinystories-summed", "tinystories-tail-window",
-                                  pytest.param("smollm2", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "case",
+    ["tinystories", "tinystories-summed", "tinystories-tail-window", pytest.param("smollm2", marks=pytest.mark.slow)],
+)
 def test_layerwise_estimate_matches_measured_peak(case, tmp_path, request):
     """Peak resident memory of real layer-wise steps (a subprocess: its imports subtracted, high-water mark
     reset after the first step) is within 25% of the independent estimate. glibc's dynamic mmap threshold is
@@ -99,16 +101,19 @@ def test_sharded_plan_shrinks_with_devices_and_nodes(capsys):
     DDP replicates the teacher: the peak does not depend on the device count."""
     peaks, tokens = [], []
     for devices, nodes in ((1, 1), (2, 1), (8, 1), (8, 2)):
-        _, run, phases = plan_config(parse_fit_config([*LLAMA_FSDP, "--trainer.devices", str(devices),
-                                                       "--trainer.num_nodes", str(nodes)]))
+        _, run, phases = plan_config(
+            parse_fit_config([*LLAMA_FSDP, "--trainer.devices", str(devices), "--trainer.num_nodes", str(nodes)])
+        )
         peaks.append(max(p.device_total() for p in phases if p.runs))
         tokens.append(next(p for p in phases if p.name == "layerwise").tokens)
         assert run.world_size == devices * nodes
     assert peaks == sorted(peaks, reverse=True) and len(set(peaks)) == len(peaks)
     assert tokens == [2048, 4096, 16384, 32768]
     ddp = [REPO / "configs/models/llama-3-8b.yaml", REPO / "configs/trainer/ddp.yaml"]
-    replicated = {plan_main(["--config", str(ddp[0]), "--config", str(ddp[1]), "--trainer.devices", str(n)])
-                  .splitlines()[-1] for n in (1, 8)}
+    replicated = {
+        plan_main(["--config", str(ddp[0]), "--config", str(ddp[1]), "--trainer.devices", str(n)]).splitlines()[-1]
+        for n in (1, 8)
+    }
     assert len(replicated) == 1
     capsys.readouterr()
 

@@ -15,8 +15,9 @@ def _module(tmp_path, family="llama", shift=100, seq_len=16, **kwargs):
     model = tiny_model(family)
     model.save_pretrained(tmp_path / family)
     save_tokenizer(tmp_path / family)
-    module = LayerwiseDistillation(teacher=str(tmp_path / family), feature_dim=8, seq_len=seq_len,
-                                   position_shift=shift, seed=0, **kwargs)
+    module = LayerwiseDistillation(
+        teacher=str(tmp_path / family), feature_dim=8, seq_len=seq_len, position_shift=shift, seed=0, **kwargs
+    )
     return module
 
 

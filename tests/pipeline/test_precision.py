@@ -58,8 +58,11 @@ def test_half_precision_fit_runs_end_to_end(tmp_path, precision, teacher_dtype, 
     """2 steps (one layer-wise, one end-to-end) and a validation (about a second each on a CPU): the teacher
     is loaded in the precision's dtype, the optimizer's master weights and Adam state are float32, the
     metrics finite."""
-    extra = [f"--trainer.precision={precision}", f"--trainer.accelerator={accelerator}",
-             "--model.init_args.finetune_fraction=0.5"]
+    extra = [
+        f"--trainer.precision={precision}",
+        f"--trainer.accelerator={accelerator}",
+        "--model.init_args.finetune_fraction=0.5",
+    ]
     args = fit_args(tmp_path, steps=2, extra=extra)
     cli = build_cli(args)
     module = cli.model

@@ -28,7 +28,8 @@ def test_quickstart_config_runs_on_smollm2(tmp_path, smollm2_dir, monkeypatch):
     student = load_student(log_dir / "student")
     twins = student.linear_modules().values()  # the shipped recipe: window 64 + 4 sinks + a linear far term
     assert {(type(t).__name__, t.window, t.sink_tokens, t.far_term) for t in twins} == {
-        ("SlidingWindowLinearAttention", 64, 4, True)}
+        ("SlidingWindowLinearAttention", 64, 4, True)
+    }
     assert student.feature_dims == [max(8, m) for m in report["allocations"]["dof"]]
     assert cli.trainer.global_step == 2
     assert 10 < float(cli.trainer.callback_metrics["val/ppl_teacher"]) < 100

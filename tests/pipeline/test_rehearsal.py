@@ -95,8 +95,10 @@ def _assert_rehearsal(run: Path, teacher_dtype: torch.dtype, world: int = 2) -> 
     hold bit-equal float32 twins at the start and the end; each ran 2 layer-wise then 2 tail steps on its own
     blocks (no block seen by both), validated after steps 2 and 4 and logged the same global perplexities;
     rank 0 exported one student that loads, in the teacher's dtype with float32 twins equal to the trained ones."""
-    probes = {e: [torch.load(run / "probe" / f"{e}_rank{r}.pt", weights_only=False) for r in range(world)]
-              for e in ("start", "end")}
+    probes = {
+        e: [torch.load(run / "probe" / f"{e}_rank{r}.pt", weights_only=False) for r in range(world)]
+        for e in ("start", "end")
+    }
     for event, ranks in probes.items():
         first = ranks[0]
         assert len(first["feature_dims"]) == 32 and all(m >= 1 for m in first["feature_dims"])

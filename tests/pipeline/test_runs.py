@@ -54,8 +54,16 @@ def test_resume_continues_in_the_same_version_directory(tmp_path):
 def test_resuming_another_experiments_checkpoint_is_refused(tmp_path):
     _fit(tmp_path)
     with pytest.raises(ResumeMismatchError) as refused:
-        _fit(tmp_path, steps=4, extra=["--ckpt_path=last", "--model.init_args.lr_z=0.05", "--allocator.budget=8",
-                                       "--data.init_args.num_workers=1"])  # fmt: skip
+        _fit(
+            tmp_path,
+            steps=4,
+            extra=[
+                "--ckpt_path=last",
+                "--model.init_args.lr_z=0.05",
+                "--allocator.budget=8",
+                "--data.init_args.num_workers=1",
+            ],
+        )
     message = str(refused.value)
     assert "model.lr_z: 0.02 in the checkpoint, 0.05 now" in message
     assert "allocator.budget: None in the checkpoint, 8 now" in message

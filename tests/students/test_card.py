@@ -44,8 +44,16 @@ def test_tinystories_student_has_a_card_and_loads_through_auto_classes(tmp_path)
     assert {"lit-dof", "linear-attention"} <= set(card.data.tags)
     assert card.data.base_model == str(TINYSTORIES)  # the source as given
     assert json.loads((target / "config.json").read_text())["teacher"] == str(TINYSTORIES)
-    for expected in ("`LearnedPRF`", "window 0, sink tokens 0", "Softmax layers: 1", "| 0 | 8 |", "| 1 (softmax) | 12 |",
-                     "Total ΣM = 20 over 2 layers", "import lit_dof", 'from_pretrained("path/to/tiny-student")'):  # fmt: skip
+    for expected in (
+        "`LearnedPRF`",
+        "window 0, sink tokens 0",
+        "Softmax layers: 1",
+        "| 0 | 8 |",
+        "| 1 (softmax) | 12 |",
+        "Total ΣM = 20 over 2 layers",
+        "import lit_dof",
+        'from_pretrained("path/to/tiny-student")',
+    ):
         assert expected in card.text, expected
     assert "## DoF allocation" not in card.text and "## Measured" not in card.text  # nothing known: nothing claimed
 
@@ -59,12 +67,19 @@ def test_import_lit_dof_is_all_the_card_asks_for(tmp_path):
     """In a fresh interpreter, ``import lit_dof`` (which imports neither torch nor transformers) is enough for
     transformers' Auto classes to load a student: the registration follows transformers' import."""
     linearize(tiny_model("llama"), LearnedPRF, 8).save_pretrained(tmp_path / "s")
-    probe = ("import sys, lit_dof\nlight = 'transformers' not in sys.modules\n"
-             "from transformers import AutoModelForCausalLM\n"
-             f"print(light, type(AutoModelForCausalLM.from_pretrained({str(tmp_path / 's')!r})).__name__)")  # fmt: skip
+    probe = (
+        "import sys, lit_dof\nlight = 'transformers' not in sys.modules\n"
+        "from transformers import AutoModelForCausalLM\n"
+        f"print(light, type(AutoModelForCausalLM.from_pretrained({str(tmp_path / 's')!r})).__name__)"
+    )
     env_path = str(Path(__file__).resolve().parents[2])
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                            env={**os.environ, "PYTHONPATH": env_path, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": env_path, "HF_HUB_OFFLINE": "1"},
+    )
     assert result.stdout.split()[-2:] == ["True", "LitDofForCausalLM"]
 
 
@@ -79,8 +94,11 @@ def test_card_reads_a_dof_report_and_measurements_tolerantly(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     dims = [6, 10, 7]
-    (run / "dof.json").write_text(json.dumps({"lambda": 0.25, "allocations": {"dof_clip": dims, "fix": [16, 16, 16]},
-                                              "layer_dof": [4.5, None, 3.0]}))  # fmt: skip
+    (run / "dof.json").write_text(
+        json.dumps(
+            {"lambda": 0.25, "allocations": {"dof_clip": dims, "fix": [16, 16, 16]}, "layer_dof": [4.5, None, 3.0]}
+        )
+    )
     student = linearize(tiny_model("llama"), LearnedPRF, dims)
     student.save_pretrained(run / "student")  # the report one folder up describes these dims
     text = (run / "student" / "README.md").read_text()
@@ -94,8 +112,9 @@ def test_card_reads_a_dof_report_and_measurements_tolerantly(tmp_path):
 
     folder = run / "student"
     (folder / "ppl.json").write_text(json.dumps({"ppl": 12.3456, "tokens": 4096}))
-    (folder / "eval.json").write_text(json.dumps({"tasks": {"piqa": {"acc": 0.6, "acc_norm": 0.61, "acc_norm_stderr":
-                                                                      0.01, "n": 100}}}))  # fmt: skip
+    (folder / "eval.json").write_text(
+        json.dumps({"tasks": {"piqa": {"acc": 0.6, "acc_norm": 0.61, "acc_norm_stderr": 0.01, "n": 100}}})
+    )
     (folder / "eval").mkdir()
     (folder / "eval" / "arc_easy.json").write_text(json.dumps({"acc": 0.4, "n": 50}))
     (folder / "broken.json").write_text("{not json")
@@ -163,7 +182,9 @@ def test_teacher_is_recorded_as_the_source_not_the_cache_path(tmp_path, monkeypa
     tiny_model("llama").save_pretrained(cache)
     save_tokenizer(cache)
     resolve = loading._resolve_source
-    monkeypatch.setattr(loading, "_resolve_source", lambda name, cache_dir: cache if name == "tiny-alias" else resolve(name, cache_dir))
+    monkeypatch.setattr(
+        loading, "_resolve_source", lambda name, cache_dir: cache if name == "tiny-alias" else resolve(name, cache_dir)
+    )
     teacher, _ = loading.load_teacher("tiny-alias")  # an alias resolved to a conversion in the cache
     assert teacher.name_or_path == teacher.config.name_or_path == "tiny-alias"
     linearize(teacher, LearnedPRF, 8).save_pretrained(tmp_path / "s")

@@ -167,9 +167,10 @@ def test_windowed_softmax_loss_is_kl_to_the_twins_whole_rows(sinks):
     onehot = torch.eye(T, dtype=torch.float64).expand(B, 2, T, T)
     lq, lk = fm.log_features(q.reshape(B, 2, 2 * T, 8)).view(B, 4, T, -1), fm.log_features(k)
     mix = twin.log_mix.detach()
-    p_hat = naive_sliding_window_attention(q.double(), k.double(), onehot, lq, lk, window=3, sink_tokens=sinks,
-                                           log_mix=mix, key_padding_mask=valid)
-    logits = (q.double() @ k.double().repeat_interleave(2, 1).transpose(-1, -2) / math.sqrt(8))
+    p_hat = naive_sliding_window_attention(
+        q.double(), k.double(), onehot, lq, lk, window=3, sink_tokens=sinks, log_mix=mix, key_padding_mask=valid
+    )
+    logits = q.double() @ k.double().repeat_interleave(2, 1).transpose(-1, -2) / math.sqrt(8)
     allowed = torch.ones(T, T).tril().bool()[None, None] & valid[:, None, None, :]
     p = logits.masked_fill(~allowed, -torch.inf).softmax(-1)
     kl = torch.where(allowed, p * (p.clamp_min(1e-300).log() - p_hat.clamp_min(1e-300).log()), 0).sum(-1)

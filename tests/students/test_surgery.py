@@ -59,8 +59,9 @@ def test_linear_layers_match_naive_reference(family):
         expected = naive_linear_attention(log_q, log_k, c.v)  # (B, Hq, T, D)
         got = c.out.transpose(1, 2)
         valid = mask.bool()
-        torch.testing.assert_close(got.permute(0, 2, 1, 3)[valid], expected.permute(0, 2, 1, 3)[valid].to(got.dtype),
-                                   rtol=2e-4, atol=2e-5)
+        torch.testing.assert_close(
+            got.permute(0, 2, 1, 3)[valid], expected.permute(0, 2, 1, 3)[valid].to(got.dtype), rtol=2e-4, atol=2e-5
+        )
 
 
 def test_sliding_window_layers_stay_softmax():
@@ -118,8 +119,16 @@ def test_softmax_layer_index_out_of_range():
 def test_unsupported_model_names_class_and_families():
     from transformers import BertConfig, BertLMHeadModel
 
-    model = BertLMHeadModel(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                       intermediate_size=32, is_decoder=True))
+    model = BertLMHeadModel(
+        BertConfig(
+            vocab_size=50,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            is_decoder=True,
+        )
+    )
     with pytest.raises(UnsupportedModelError, match=r"BertLMHeadModel.*Supported families: llama.*gpt2.*gpt_neox"):
         linearize(model, LearnedPRF, 8)
 

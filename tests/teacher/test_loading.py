@@ -45,8 +45,11 @@ def test_embedded_default_loads_offline_with_real_perplexity(smollm2_dir, monkey
 def test_local_directory_real_weights():
     model, tokenizer = load_teacher(str(TINYSTORIES))
     assert model.config.model_type == "llama" and tokenizer.pad_token is not None
-    ids = tokenizer("Once upon a time, there was a little girl named Lily. She liked to play with her ball in the "
-                    "park. One day, she saw a big dog.", return_tensors="pt").input_ids
+    ids = tokenizer(
+        "Once upon a time, there was a little girl named Lily. She liked to play with her ball in the "
+        "park. One day, she saw a big dog.",
+        return_tensors="pt",
+    ).input_ids
     with torch.no_grad():  # a 656K-parameter model: far below the vocabulary size (2048) a random model scores
         assert math.exp(model(ids, labels=ids).loss.item()) < 100
 
@@ -85,8 +88,16 @@ def test_embedded_alias_without_its_package(monkeypatch):
 def test_unsupported_family_is_named(tmp_path):
     from transformers import AutoTokenizer, OPTConfig, OPTForCausalLM
 
-    OPTForCausalLM(OPTConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, ffn_dim=16, num_attention_heads=2,
-                             word_embed_proj_dim=16)).save_pretrained(tmp_path)
+    OPTForCausalLM(
+        OPTConfig(
+            vocab_size=64,
+            hidden_size=16,
+            num_hidden_layers=1,
+            ffn_dim=16,
+            num_attention_heads=2,
+            word_embed_proj_dim=16,
+        )
+    ).save_pretrained(tmp_path)
     AutoTokenizer.from_pretrained(TINYSTORIES).save_pretrained(tmp_path)
     with pytest.raises(UnsupportedModelError, match=r"OPTForCausalLM \(model_type='opt'\).*Supported families"):
         load_teacher(str(tmp_path))

@@ -29,8 +29,9 @@ class _PositiveRandomFeatures(FeatureMap):
 
     def _bias(self, device: torch.device) -> Tensor:
         """½ log α − ½ log M, ``(H or 1, 1, M)``: √(α/M) on each side gives K̂ = (1/M) Σ α φφ."""
-        bias = torch.full((1, 1, self.feature_dim), -0.5 * math.log(self.feature_dim), dtype=torch.float32,
-                          device=device)
+        bias = torch.full(
+            (1, 1, self.feature_dim), -0.5 * math.log(self.feature_dim), dtype=torch.float32, device=device
+        )
         log_alpha = self._log_alpha()
         return bias if log_alpha is None else bias + 0.5 * log_alpha.unsqueeze(-2)
 

@@ -15,8 +15,10 @@ from lit_dof.evaluation import task_data
 def _dataset(name: str, metadata: dict, **options) -> dict:
     data_dir = metadata.get("data_dir") or os.environ.get("LIT_DOF_DATA")
     if not data_dir:
-        raise FileNotFoundError(f"task {name}: no data directory; pass data_dir (lit-dof eval --data_dir) or set "
-                                "LIT_DOF_DATA to a folder laid out like ../shared/data")
+        raise FileNotFoundError(
+            f"task {name}: no data directory; pass data_dir (lit-dof eval --data_dir) or set "
+            "LIT_DOF_DATA to a folder laid out like ../shared/data"
+        )
     return {"test": datasets.Dataset.from_list(task_data.load_task(name, data_dir, **options))}
 
 
