@@ -54,7 +54,7 @@ ROWS: dict[str, Row] = {r.name: r for r in [
         "DoF dims", reference="swa_sink"),
     Row("swa_sink_linear_shift", ("methods/swa_sink_linear.yaml",), ("--model.init_args.position_shift=7680",),
         note="swa_sink_linear trained at random absolute positions (offsets up to 7680)", reference="swa_sink"),
-    Row("swa_sink_linear_long", ("methods/swa_sink_linear.yaml",),
+    Row("swa_sink_linear_2k", ("methods/swa_sink_linear.yaml",),
         ("--data.init_args.seq_len=2048", "--data.init_args.batch_size=1", "--trainer.max_steps=400",
          "--trainer.val_check_interval=200", "--model.init_args.position_shift=auto"),
         note="swa_sink_linear trained on 2048-token blocks at random absolute positions (same tokens, half the "
