@@ -44,7 +44,6 @@ from lit_dof.hybrid.items import Items, task_items, text_blocks
 from lit_dof.hybrid.local import local_losses
 from lit_dof.hybrid.scoring import METRICS, HybridScorer, choice_batches
 from lit_dof.hybrid.search import (
-    Round,
     SearchResult,
     Tolerance,
     dof_order,
@@ -54,6 +53,7 @@ from lit_dof.hybrid.search import (
     uniform_order,
 )
 from lit_dof.hybrid.state import SEARCH_FILE, SearchState
+from lit_dof.hybrid.workspace import RoundLog, Workspace
 from lit_dof.io import library_versions
 from lit_dof.precision import DtypeName
 from lit_dof.students import load_student
@@ -77,53 +77,6 @@ def _on(batches: list[dict], device: torch.device) -> list[dict]:
 def _lowest(rank: dict[int, float], k: int, current: frozenset, remaining: list[int]) -> list[int]:
     """The shortlist of a round: the ``k`` remaining layers of lowest ``rank`` (ties by index)."""
     return sorted(remaining, key=lambda i: (rank[i], i))[:k]
-
-
-@dataclass
-class Workspace:
-    """What the stages of one search share: the run directory, the record, the bank, the items, the rule.
-
-    Attributes:
-        out: the run directory. state: its ``search.json``. student, tokenizer: the bank, loaded.
-        candidates: the layers that have a twin. items: the scored data. rule: the acceptance rule.
-    """
-
-    out: Path
-    state: SearchState
-    student: torch.nn.Module
-    tokenizer: object
-    candidates: list[int]
-    items: Items
-    rule: Tolerance
-
-    @property
-    def data(self) -> dict:
-        """The record's contents (``state.data``)."""
-        return self.state.data
-
-    @property
-    def num_layers(self) -> int:
-        """Decoder layers of the bank."""
-        return len(self.student.linear_layers)
-
-
-class _RoundLog:
-    """``on_round`` of the greedy search: records each finished round with its wall time and logs the passed
-    ones to TensorBoard."""
-
-    def __init__(self, state: SearchState, logger: TensorBoardLogger, num_layers: int) -> None:
-        self.state, self.logger, self.num_layers = state, logger, num_layers
-        self.started = time.perf_counter()
-
-    def __call__(self, round_: Round) -> None:
-        self.state.add_round(round_, time.perf_counter() - self.started)
-        if round_.passed:
-            fraction = len(round_.linear) / self.num_layers
-            self.logger.log_metrics({"search/score": round_.score, "search/linear_fraction": fraction,
-                                     "search/chosen_layer": round_.chosen, "search/evaluations": round_.evaluations},
-                                    step=len(round_.linear))  # fmt: skip  # packed args
-            self.logger.save()
-        self.started = time.perf_counter()
 
 
 @dataclass
@@ -284,7 +237,7 @@ class HybridSearch:
         shortlist = functools.partial(_lowest, rank, self.shortlist_k) if rank else None
         result = greedy_replacement(ws.candidates, scorer, ws.rule, shortlist=shortlist, max_linear=self.max_linear,
                                     teacher_score=data["teacher_search_score"], resume=ws.state.saved_rounds(),
-                                    on_round=_RoundLog(ws.state, logger, ws.num_layers))  # fmt: skip  # packed args
+                                    on_round=RoundLog(ws.state, logger, ws.num_layers))  # fmt: skip  # packed args
         data["search"] = {k: v for k, v in result.to_json().items() if k != "rounds"}
         data["search"]["evaluations"] = data.get("search_evaluations", 0)
         data["search"]["seconds"] = data["timing"].get("search", 0.0)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -33,6 +32,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PretrainedConfig, PreTrainedModel
 
 from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFactory
+from lit_dof.attention.feature_maps.registry import warn_if_unregistered
 from lit_dof.attention.grouped import HeadGroupedAttention
 from lit_dof.interface import MODEL_CACHE_ARGUMENT, AttentionSlot
 from lit_dof.io import atomic_directory
@@ -301,22 +301,10 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
 
     def _save_with_card(self, target: Path, model_id: str, **kwargs) -> None:
         """Weights, config and model card into a temporary directory renamed to ``target``."""
-        _warn_if_unregistered(self.config.feature_map)
+        warn_if_unregistered((self.config.feature_map or {}).get("class"), stacklevel=4)
         with atomic_directory(target) as tmp:
             super().save_pretrained(tmp, **kwargs)
             write_model_card(tmp, model_id=model_id)
-
-
-def _warn_if_unregistered(spec: dict) -> None:
-    """Warn when the student's feature map is not registered: loading it will need ``register_feature_map``."""
-    try:
-        feature_map_class(spec)
-    except ValueError:
-        warnings.warn(
-            f"feature map {spec.get('class')!r} is not registered: loading this student will need "
-            "lit_dof.attention.register_feature_map(<the class>) first",
-            stacklevel=4,
-        )
 
 
 def linearize(

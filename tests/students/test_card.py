@@ -181,9 +181,9 @@ def test_teacher_is_recorded_as_the_source_not_the_cache_path(tmp_path, monkeypa
     cache = tmp_path / "cache" / "gguf" / "converted-0123456789ab"
     tiny_model("llama").save_pretrained(cache)
     save_tokenizer(cache)
-    resolve = loading._resolve_source
+    resolve = loading.resolve_source
     monkeypatch.setattr(
-        loading, "_resolve_source", lambda name, cache_dir: cache if name == "tiny-alias" else resolve(name, cache_dir)
+        loading, "resolve_source", lambda name, cache_dir: cache if name == "tiny-alias" else resolve(name, cache_dir)
     )
     teacher, _ = loading.load_teacher("tiny-alias")  # an alias resolved to a conversion in the cache
     assert teacher.name_or_path == teacher.config.name_or_path == "tiny-alias"

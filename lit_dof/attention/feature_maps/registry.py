@@ -14,6 +14,7 @@ that defines it, before a student using it is loaded::
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from typing import TypeVar
 
@@ -93,3 +94,19 @@ def registered_feature_map(name: str) -> type[FeatureMap]:
 def registered_feature_maps() -> dict[str, type[FeatureMap]]:
     """A copy of the registry: ``{name: class}`` (aliases included)."""
     return dict(_REGISTRY)
+
+
+def warn_if_unregistered(name: str | None, stacklevel: int = 2) -> None:
+    """Warn when a feature-map name (``config.json``'s ``feature_map["class"]``) is not registered: a student
+    saved with it will need :func:`register_feature_map` before it loads. ``None`` (no twins) is fine.
+
+    Args:
+        name: the recorded name, or ``None``.
+        stacklevel: passed to :func:`warnings.warn`.
+    """
+    if name is not None and name not in _REGISTRY:
+        warnings.warn(
+            f"feature map {name!r} is not registered: loading this student will need "
+            "lit_dof.attention.register_feature_map(<the class>) first",
+            stacklevel=stacklevel + 1,
+        )
