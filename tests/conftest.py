@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,21 @@ def bf16_default_dtype():
         yield torch.bfloat16
     finally:
         torch.set_default_dtype(previous)
+
+
+def run_lit_dof(capsys, monkeypatch, *args: str, argv: bool = False) -> tuple[int, str, str]:
+    """``lit-dof ARGS`` in this process: (exit code, stdout, stderr). ``argv``: read from ``sys.argv`` as the
+    console script does, instead of passed to ``main``."""
+    from lit_dof.cli import main
+
+    monkeypatch.setenv("LIT_DOF_TUNE_ALLOCATOR", "0")
+    if argv:
+        monkeypatch.setenv("COLUMNS", "100")
+        monkeypatch.setattr(sys, "argv", ["lit-dof", *args])
+    code = 0
+    try:
+        main() if argv else main(list(args))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -10,7 +10,6 @@ import re
 import pytest
 import torch
 
-from lit_dof.cli import main
 from lit_dof.generation import (
     GenerateUsageError,
     generate,
@@ -19,7 +18,7 @@ from lit_dof.generation import (
     teacher_kv_nbytes,
     with_bare_flags,
 )
-from tests.conftest import TINYSTORIES
+from tests.conftest import TINYSTORIES, run_lit_dof
 
 pytestmark = pytest.mark.skipif(not TINYSTORIES.is_dir(), reason="needs ../shared/models/TinyStories-656K")
 
@@ -46,14 +45,7 @@ def student_dir(tmp_path_factory):
 
 def _lit_dof(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
     """``lit-dof ARGS`` through the real entry point: (exit code, stdout, stderr)."""
-    monkeypatch.setenv("LIT_DOF_TUNE_ALLOCATOR", "0")
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_lit_dof(capsys, monkeypatch, *args)
 
 
 def _direct(source, prompt: str, max_new_tokens: int) -> list[int]:

@@ -9,8 +9,7 @@ import sys
 import pytest
 import torch
 
-from lit_dof.cli import main
-from tests.conftest import DATA, TINYSTORIES
+from tests.conftest import DATA, TINYSTORIES, run_lit_dof
 
 pytest.importorskip("lm_eval")
 needs_data = pytest.mark.skipif(not (DATA.is_dir() and TINYSTORIES.is_dir()), reason="../shared not present")
@@ -33,14 +32,7 @@ def student_dir(tmp_path_factory):
 
 def _run(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
     """``lit-dof ARGS`` in this process: (exit code, stdout, stderr)."""
-    monkeypatch.setenv("LIT_DOF_TUNE_ALLOCATOR", "0")
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_lit_dof(capsys, monkeypatch, *args)
 
 
 @needs_data

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from lit_dof.cli import COMMANDS, main
+from lit_dof.cli import COMMANDS
 from lit_dof.config_files import config_description, config_path, shipped_configs
-from tests.conftest import REPO
+from tests.conftest import REPO, run_lit_dof
 
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
 
@@ -28,16 +28,7 @@ def _lit_dof(*args: str, module: str = "lit_dof") -> subprocess.CompletedProcess
 def _main(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
     """``lit-dof ARGS`` in this process, read from ``sys.argv`` as the console script does: (exit code, stdout,
     stderr)."""
-    monkeypatch.setenv("LIT_DOF_TUNE_ALLOCATOR", "0")
-    monkeypatch.setenv("COLUMNS", "100")
-    monkeypatch.setattr(sys, "argv", ["lit-dof", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_lit_dof(capsys, monkeypatch, *args, argv=True)
 
 
 def test_help_lists_every_command_without_importing_lightning():
