@@ -24,6 +24,7 @@ from typing import Literal
 
 import torch
 
+from lit_dof.attention.feature_maps.base import PARAM_GROUPS, FeatureMap
 from lit_dof.pipeline.module import StudentModule
 from lit_dof.students.layer_losses import LayerLoss, SoftmaxRowLoss, resolve_layer_loss
 from lit_dof.students.losses import logit_distillation_loss
@@ -337,16 +338,36 @@ class LayerwiseDistillation(StudentModule):
             self.log("train/loss", total.detach() / count, prog_bar=True)
         return result  # None: nothing trainable (e.g. Performer): just log
 
-    def configure_optimizers(self):
-        """Adam with parameter groups ``z``, ``log_alpha``, ``other`` and ``lora`` at their learning rates; linear
-        warm-up then cosine decay to ``min_lr_ratio``; in the tail a second cosine from ``finetune_lr_ratio``.
-        ``None`` when nothing is trainable."""
+    def optimizer_groups(self) -> list[dict]:
+        """Adam's parameter groups: each feature map's parameters in the group its
+        :meth:`~lit_dof.attention.FeatureMap.param_groups` names (``z`` at ``lr_z``, ``log_alpha`` at ``lr_alpha``,
+        ``other`` at ``lr``), LoRA adapters (peft's ``lora_`` parameters) at ``lr_lora``, any other trainable
+        parameter (a sliding window's far-term weight β) in ``other``.
+
+        Returns:
+            ``[{"params", "lr", "name"}]`` for the non-empty groups.
+
+        Raises:
+            ValueError: a feature map names a group outside :data:`~lit_dof.attention.feature_maps.base.PARAM_GROUPS`.
+        """
+        group_of = {}  # id(parameter) -> group, as each feature map declares it
+        for module in self.student.modules():
+            if isinstance(module, FeatureMap):
+                for group, members in module.param_groups().items():
+                    if group not in PARAM_GROUPS:
+                        name = type(module).__name__
+                        raise ValueError(f"{name}.param_groups() names group {group!r}; use one of {PARAM_GROUPS}")
+                    group_of.update((id(p), group) for p in members)
         groups: dict[str, list] = {"z": [], "log_alpha": [], "other": [], "lora": []}
         for name, parameter in self.trainable_parameters():
-            leaf = name.rsplit(".", 1)[-1]
-            groups["lora" if ".lora_" in name else leaf if leaf in ("z", "log_alpha") else "other"].append(parameter)
+            groups["lora" if ".lora_" in name else group_of.get(id(parameter), "other")].append(parameter)
         lrs = {"z": self.lr_z, "log_alpha": self.lr_alpha, "other": self.lr, "lora": self.lr_lora}
-        params = [{"params": p, "lr": lrs[g], "name": g} for g, p in groups.items() if p]
+        return [{"params": p, "lr": lrs[g], "name": g} for g, p in groups.items() if p]
+
+    def configure_optimizers(self):
+        """Adam over :meth:`optimizer_groups`; linear warm-up then cosine decay to ``min_lr_ratio``; in the tail a
+        second cosine from ``finetune_lr_ratio``. ``None`` when nothing is trainable."""
+        params = self.optimizer_groups()
         if not params:
             return None  # e.g. Performer: nothing to train (validation and export still run)
         optimizer = torch.optim.Adam(params, betas=self.betas, weight_decay=self.weight_decay)

@@ -15,10 +15,14 @@ import math
 from abc import ABC, abstractmethod
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from lit_dof.attention._validation import check_finite, check_positive_int, check_rank
 from lit_dof.precision import Float32Parameters, fp32_region
+
+PARAM_GROUPS = ("z", "log_alpha", "other")
+"""The optimizer groups a :meth:`FeatureMap.param_groups` may name (the layer-wise phase's ``lr_z``,
+``lr_alpha`` and ``lr``)."""
 
 
 class FeatureMap(Float32Parameters, ABC):
@@ -49,6 +53,16 @@ class FeatureMap(Float32Parameters, ABC):
     def extra_repr(self) -> str:
         """Head size d, heads H and feature dimension M, for ``print(module)``."""
         return f"head_dim={self.head_dim}, num_heads={self.num_heads}, feature_dim={self.feature_dim}"
+
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        """This map's parameters by optimizer group (:data:`PARAM_GROUPS`): ``"z"`` — projections, trained at
+        ``lr_z`` — ``"log_alpha"`` — feature weights, at ``lr_alpha`` — or ``"other"`` (``lr``). The default puts
+        every parameter in ``"other"``; a map whose parameters want their own learning rates overrides it.
+
+        Returns:
+            ``{group: [parameters]}``, every parameter of the map in exactly one group.
+        """
+        return {"other": list(self.parameters())}
 
     def config_kwargs(self) -> dict:
         """JSON-serialisable constructor keywords (beyond d, H, M) needed to rebuild this map's behaviour;

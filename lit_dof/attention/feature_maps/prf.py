@@ -78,6 +78,14 @@ class LearnedPRF(_PositiveRandomFeatures):
     def _generator(self) -> torch.Generator | None:
         return None if self.seed is None else torch.Generator().manual_seed(self.seed)
 
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        """``z`` in group ``"z"`` and ``log_alpha`` in ``"log_alpha"`` (the paper's two learning rates).
+
+        Returns:
+            ``{"z": [z], "log_alpha": [log_alpha]}``.
+        """
+        return {"z": [self.z], "log_alpha": [self.log_alpha]}
+
     def _log_alpha(self) -> Tensor:
         return self.log_alpha
 
