@@ -20,9 +20,8 @@ import lightning as L
 import torch
 
 from lit_dof.evaluation.multiple_choice import option_scores, score_matrix
+from lit_dof.students.trainable import Trainable, check_trainable, trainable_parameters
 from lit_dof.teacher import DEFAULT_TEACHER
-
-Trainable = Literal["all", "attention", "feature_maps"]
 
 
 class TaskFinetuning(L.LightningModule):
@@ -48,8 +47,7 @@ class TaskFinetuning(L.LightningModule):
                  weight_decay: float = 0.0, warmup_steps: int = 10, seq_len: int = 512,
                  selection: Literal["best", "last"] = "best") -> None:  # fmt: skip  # packed signature
         super().__init__()
-        if trainable not in ("all", "attention", "feature_maps"):
-            raise ValueError(f"trainable must be 'all', 'attention' or 'feature_maps', got {trainable!r}")
+        check_trainable(trainable)
         if selection not in ("best", "last"):
             raise ValueError(f"selection must be 'best' or 'last', got {selection!r}")
         self.save_hyperparameters()
@@ -71,18 +69,11 @@ class TaskFinetuning(L.LightningModule):
 
         self.model, _ = load_model(self.teacher_name)
         self.model.requires_grad_(False)
-        names = [n for n, _ in self.model.named_parameters()]
-        if self.trainable == "all":
-            chosen = names
-        elif self.trainable == "feature_maps":
-            chosen = [n for n in names if ".lit_dof.linear." in n]  # the twins: feature maps, far-term weights
-        else:
-            chosen = [n for n in names if ".self_attn." in n or ".attn." in n or ".attention." in n]
+        chosen = trainable_parameters(self.model, self.trainable)
         if not chosen:
             raise ValueError(f"trainable={self.trainable!r} selects no parameter of {self.teacher_name}")
-        params = dict(self.model.named_parameters())
-        for name in chosen:
-            params[name].requires_grad_(True)
+        for _, parameter in chosen:
+            parameter.requires_grad_(True)
         self.model.train()  # from_pretrained returns eval mode; dropout (if any) belongs to fine-tuning
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:

@@ -11,15 +11,11 @@ What trains is configurable — ``trainable``:
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
 from lit_dof.pipeline.layerwise import LayerwiseDistillation
 from lit_dof.students.losses import logit_distillation_loss
-from lit_dof.teacher.families import attention_layers
-
-Trainable = Literal["feature_maps", "attention", "all"]
+from lit_dof.students.trainable import Trainable, check_trainable, trainable_parameters
 
 
 class DirectDistillation(LayerwiseDistillation):
@@ -38,21 +34,13 @@ class DirectDistillation(LayerwiseDistillation):
         super().__init__(*args, **kwargs)
         if self.finetune_fraction:
             raise ValueError("finetune_fraction is a layer-wise option: every direct step is already end-to-end")
-        if trainable not in ("feature_maps", "attention", "all"):
-            raise ValueError(f"trainable must be 'feature_maps', 'attention' or 'all', got {trainable!r}")
-        self.trainable, self.logit_kd = trainable, logit_kd
+        self.trainable, self.logit_kd = check_trainable(trainable), logit_kd
 
     def trainable_parameters(self):
         """(name, parameter) pairs trained end to end: every parameter (``all``), the linear layers' attention
         blocks (``attention``) or the inherited default, the twins' feature maps (``feature_maps``)."""
-        params = list(self.student.named_parameters())
-        if self.trainable == "all":
-            return params
-        if self.trainable == "attention":
-            linear = {i for i, on in enumerate(self.student.linear_layers) if on}
-            attn = [layer.module for layer in attention_layers(self.student.model) if layer.index in linear]
-            names = {id(p) for module in attn for p in module.parameters()}
-            return [(n, p) for n, p in params if id(p) in names]
+        if self.trainable != "feature_maps":
+            return trainable_parameters(self.student, self.trainable)
         return super().trainable_parameters()
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:

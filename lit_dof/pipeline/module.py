@@ -24,6 +24,7 @@ from lit_dof.precision import DtypeName, fp32_region, resolve_dtype
 from lit_dof.students.card import write_model_card
 from lit_dof.students.lora import LoRA, add_lora, has_adapters, merged_state_dict
 from lit_dof.students.modeling import LitDofForCausalLM, linearize
+from lit_dof.students.trainable import trainable_parameters
 from lit_dof.teacher import DEFAULT_TEACHER
 from lit_dof.teacher.families import attention_layers
 
@@ -211,13 +212,8 @@ class StudentModule(L.LightningModule):
         """(name, parameter) pairs this phase trains (default: the linear twins' feature maps, and their far-term
         weights where they have a sliding window, and LoRA adapters when ``lora`` is set; not the unused maps of
         window-only twins)."""
-        unused = {id(p) for twin in self.student.linear_modules().values() if not getattr(twin, "far_term", True)
-                  for p in twin.parameters()}  # fmt: skip  # compact comprehension
-        return [
-            (n, p)
-            for n, p in self.student.named_parameters()
-            if (".lit_dof.linear." in n or ".lora_" in n) and id(p) not in unused
-        ]
+        chosen = {id(p) for _, p in trainable_parameters(self.student, "feature_maps")}
+        return [(n, p) for n, p in self.student.named_parameters() if id(p) in chosen or ".lora_" in n]
 
     # -- checkpoints: only what training changes -------------------------------------------------------------
     def state_dict(self, *args, **kwargs) -> dict:
