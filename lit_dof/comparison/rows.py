@@ -38,6 +38,7 @@ ROWS: dict[str, Row] = {r.name: r for r in [
     Row("fix", ("methods/fix.yaml",), note="learned PRF, uniform M, softmax loss"),
     Row("dof", ("methods/dof.yaml",), note="learned PRF, DoF allocation (λ auto), softmax loss"),
     Row("dof_clip", ("methods/dof_clip.yaml",), note="DoF capped at C, softmax loss"),
+    Row("dof_head", ("methods/dof_head.yaml",), note="learned PRF, DoF dims per KV head, softmax loss"),
     Row("fix_l2", ("methods/fix.yaml", "methods/l2.yaml"), note="L2 kernel loss"),
     Row("dof_l2", ("methods/dof.yaml", "methods/l2.yaml"), note="L2 kernel loss", reference="fix_l2"),
     Row("dof_clip_l2", ("methods/dof_clip.yaml", "methods/l2.yaml"), note="L2 kernel loss", reference="fix_l2"),
