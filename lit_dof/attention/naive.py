@@ -87,10 +87,12 @@ def naive_sliding_window_attention(
     window: int,
     sink_tokens: int = 0,
     log_mix: Tensor | None = None,
+    far_decay: Tensor | None = None,
     key_padding_mask: Tensor | None = None,
 ) -> Tensor:
     """Reference (quadratic, float64) sliding-window + linear attention: one softmax over the logits
-    ``qᵀk/√d`` on exact pairs and ``β_h + log K̂(q, k)`` on linear pairs (:func:`sliding_window_masks`).
+    ``qᵀk/√d`` on exact pairs and ``β_h − λ_h (i − w − j) + log K̂(q_i, k_j)`` on linear pairs
+    (:func:`sliding_window_masks`).
 
     Args:
         q: ``(B, Hq, T, d)`` scaled queries.
@@ -101,6 +103,7 @@ def naive_sliding_window_attention(
         window: w, tokens attended exactly.
         sink_tokens: s, first tokens attended exactly.
         log_mix: ``(Hq,)`` β, log-weight of the linear terms (``None``: 0).
+        far_decay: ``(Hk,)`` λ, decay rate of the linear terms per key head (``None``: 0).
         key_padding_mask: ``(B, T)`` bool, False for padding keys.
 
     Returns:
@@ -117,6 +120,9 @@ def naive_sliding_window_attention(
         far = log_kernel_matrix(log_phi_q.double(), log_phi_k.double().repeat_interleave(group, dim=1))
         if log_mix is not None:
             far = far + log_mix.double()[None, :, None, None]
+        if far_decay is not None:
+            beyond = (torch.arange(T, device=q.device)[:, None] - window - torch.arange(T, device=q.device)).double()
+            far = far - far_decay.double().repeat_interleave(group)[:, None, None] * beyond
         far = far.masked_fill(~linear, float("-inf"))
     logits = torch.where(exact, logits, far)
     if key_padding_mask is not None:

@@ -9,6 +9,8 @@ pure linear layer; ``window = 0`` in the student configuration means that pure l
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -29,10 +31,16 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         far_term: include the linear far term; ``False`` leaves the window and sinks alone (a control).
         learn_mix: give each query head a trainable log-weight β of its far term (initialised to 0, i.e.
             the far terms count as the kernel estimates they are).
+        far_decay: τ > 0 in tokens: weight the far terms by e^{−(p − w − t)/τ}, a decay with the distance past
+            the window (λ = 1/τ per feature-map head; :mod:`lit_dof.attention.sliding_window`), so the far term
+            reaches about τ tokens past the window at any context length; ``None`` (default): no decay.
+        learn_decay: train the decay rates (log λ per feature-map head, initialised to ``log(1/far_decay)``);
+            ``False`` keeps them fixed.
         chunk_size: chunk size of both parts' parallel forms.
 
     Raises:
-        ValueError: ``window < 1``, ``sink_tokens < 0``, or a feature map / head layout the parent rejects.
+        ValueError: ``window < 1``, ``sink_tokens < 0``, ``far_decay <= 0``, ``learn_decay`` without
+            ``far_decay``, or a feature map / head layout the parent rejects.
     """
 
     def __init__(
@@ -45,6 +53,8 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         sink_tokens: int = 0,
         far_term: bool = True,
         learn_mix: bool = True,
+        far_decay: float | None = None,
+        learn_decay: bool = False,
         chunk_size: int = 64,
         decode_max_tokens: int = 1,
     ) -> None:
@@ -57,11 +67,41 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         self.sink_tokens = sink_tokens
         self.far_term = bool(far_term)
         self.log_mix = nn.Parameter(torch.zeros(num_heads, dtype=torch.float32)) if far_term and learn_mix else None
+        # log λ per feature-map head (the heads of the linear state): a parameter, a fixed buffer, or None
+        if far_decay is None:
+            if learn_decay:
+                raise ValueError("learn_decay needs far_decay (the initial decay length in tokens)")
+            self.register_buffer("far_log_decay", None)
+        else:
+            if isinstance(far_decay, bool) or not isinstance(far_decay, (int, float)) or not far_decay > 0:
+                raise ValueError(f"far_decay must be a positive number of tokens (or None), got {far_decay!r}")
+            init = torch.full((self.feature_map.num_heads,), -math.log(float(far_decay)), dtype=torch.float32)
+            if learn_decay:
+                self.far_log_decay = nn.Parameter(init)
+            else:
+                self.register_buffer("far_log_decay", init)
+
+    def decay_rates(self, per_query_head: bool = False) -> Tensor | None:
+        """λ of the far terms, nats per token past the window, or ``None`` without a decay.
+
+        Args:
+            per_query_head: repeat the rates of maps shared by a KV group for each query head of the group.
+
+        Returns:
+            ``(H,)`` float32: H = the feature map's heads, or Hq with ``per_query_head``.
+        """
+        if self.far_log_decay is None:
+            return None
+        rates = self.far_log_decay.float().exp()
+        if per_query_head and self.shares_kv_maps:
+            rates = rates.repeat_interleave(self.num_heads // self.num_kv_heads)
+        return rates
 
     def extra_repr(self) -> str:
         """The linear layer's fields plus the sliding window, sink tokens and far term, for ``print(module)``."""
         far = "linear" if self.far_term else "none"
-        return f"{super().extra_repr()}, window={self.window}, sink_tokens={self.sink_tokens}, far_term={far}"
+        decay = "" if self.far_log_decay is None else f", far_decay={(-self.far_log_decay).exp().tolist()}"
+        return f"{super().extra_repr()}, window={self.window}, sink_tokens={self.sink_tokens}, far_term={far}{decay}"
 
     def exact_log_features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Log-features with every constant kept (the far terms are added to exact softmax terms).
@@ -121,5 +161,5 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         return sliding_window_linear_attention(
             q, k, v, log_q, log_k, window=self.window, sink_tokens=self.sink_tokens, log_mix=self.log_mix,
-            state=state, key_padding_mask=key_padding_mask, chunk_size=self.chunk_size,
+            far_decay=self.decay_rates(), state=state, key_padding_mask=key_padding_mask, chunk_size=self.chunk_size,
         )  # fmt: skip  # packed args

@@ -6,18 +6,26 @@ size, M features, w window (tokens), s attention-sink tokens. Positions are abso
 For a query at position p and a key at position t ≤ p::
 
     exact   E_p = {t : p − w < t ≤ p} ∪ {t : t < s}          softmax terms  e^{a_pt},  a_pt = q_pᵀk_t/√d
-    linear  L_p = {t : s ≤ t ≤ p − w}                           kernel terms   e^{β_h} K̂(q_p, k_t)
+    linear  L_p = {t : s ≤ t ≤ p − w}                           kernel terms   e^{β_h − λ_h (p − w − t)} K̂(q_p, k_t)
     y_p = (Σ_E e^{a_pt} v_t + Σ_L e^{β_h} K̂(q_p, k_t) v_t) / (Σ_E e^{a_pt} + Σ_L e^{β_h} K̂(q_p, k_t))
 
 Every term estimates exp(qᵀk/√d), so numerators and denominators simply add (one normaliser); β_h is an
 optional per-query-head log-weight of the linear terms that training can use to turn a useless far term
-down (the mixing factor of LoLCATs, Zhang et al. 2025, §3.1). ``s`` tokens kept exact are StreamingLLM's
-attention sinks (Xiao et al. 2024, §3). ``w = 1, s = 0`` leaves only the token itself exact.
+down (the mixing factor of LoLCATs, Zhang et al. 2025, §3.1). λ_h ≥ 0 is an optional per-head decay rate
+(nats per token) of the far terms with their distance beyond the window — the scalar decay of RetNet (Sun et
+al. 2023, §2.1) applied to the far part only: with λ_h > 0 the far term sees ≈ 1/λ_h tokens past the window
+whatever the context length, so a term trained on short blocks meets the distances it was trained on at any
+length; λ = 0 is the plain estimate. ``s`` tokens kept exact are StreamingLLM's attention sinks (Xiao et al.
+2024, §3). ``w = 1, s = 0`` leaves only the token itself exact.
 
 Each part is computed normalised with its log-normaliser — the window by a banded, chunked softmax, the far
 part by :func:`~lit_dof.attention.chunked.chunked_linear_attention` on the key stream delayed by w tokens —
 and the parts are merged by their normalisers (:func:`merge_normalized`), so nothing overflows for any
-norm. Decoding keeps a :class:`SlidingWindowState`: the last ≤ w keys/values, the s sink keys/values and
+norm. The decay needs no kernel of its own: e^{−λ(p − w − t)} = e^{−λ(p − w − P)} · e^{λ(t − P)} for any
+reference position P, so it is a per-head offset of the query log-features (−λ(p − w − P)) and of the key
+log-features (+λ(t − P)) — exact, with the linear kernel's stabilisers absorbing the offsets. P is the first
+new token of each call; the carried linear state is re-referenced by −λ·T at the end of a call (a shift of
+its per-feature log-scale), so offsets stay bounded by the tokens of one call. Decoding keeps a :class:`SlidingWindowState`: the last ≤ w keys/values, the s sink keys/values and
 the linear state of everything older, so its memory is constant in the context length.
 
 Sinks are the first s *positions* of the sequence: in a left-padded batch a padded row's sinks are padding
@@ -197,6 +205,7 @@ def sliding_window_linear_attention(
     window: int,
     sink_tokens: int = 0,
     log_mix: Tensor | None = None,
+    far_decay: Tensor | None = None,
     state: SlidingWindowState | None = None,
     key_padding_mask: Tensor | None = None,
     chunk_size: int = 64,
@@ -213,6 +222,8 @@ def sliding_window_linear_attention(
         window: w ≥ 1, the tokens attended exactly (the query's own token included).
         sink_tokens: s ≥ 0, the first tokens of the sequence always attended exactly.
         log_mix: ``(Hq,)`` β, log-weight of the linear terms per query head (``None``: 0).
+        far_decay: ``(Hk,)`` λ ≥ 0, decay rate of the linear terms per key head in nats per token of distance
+            beyond the window (``None``: 0, no decay). A call's state carries it: pass the same λ to every call.
         state: state after the preceding tokens (decoding, chunked prefill), or ``None`` for a fresh sequence.
         key_padding_mask: ``(B, T)`` bool, False for padding keys (never attended; rows of padding queries are
             finite but meaningless).
@@ -225,7 +236,8 @@ def sliding_window_linear_attention(
         the :class:`SlidingWindowState` after the last token.
 
     Raises:
-        ValueError: inconsistent shapes, ``window < 1``, ``sink_tokens < 0``, or only one of the log-features.
+        ValueError: inconsistent shapes, ``window < 1``, ``sink_tokens < 0``, only one of the log-features, or
+            ``far_decay`` not of shape ``(Hk,)``.
     """
     check_rank("q", q, 4, "(B, Hq, T, d)")
     check_rank("k", k, 4, "(B, Hk, T, d)")
@@ -245,6 +257,8 @@ def sliding_window_linear_attention(
         raise ValueError("pass both log_phi_q and log_phi_k (linear far term) or neither (window and sinks only)")
     if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, T):
         raise ValueError(f"key_padding_mask must have shape (B, T) = {(B, T)}, got {tuple(key_padding_mask.shape)}")
+    if far_decay is not None and tuple(far_decay.shape) != (Hk,):
+        raise ValueError(f"far_decay must have shape (Hk,) = ({Hk},), got {tuple(far_decay.shape)}")
     G = Hq // Hk
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     prev = state if state is not None else _empty_state_like(k, v, log_phi_k)
@@ -280,7 +294,7 @@ def sliding_window_linear_attention(
         log_phi = torch.cat([prev.log_phi_k.to(log_phi_k.dtype), log_phi_k], 2) if b else log_phi_k
         log_phi = log_phi.masked_fill(~valid[:, None, :, None], EMPTY_LOG_SCALE)
         y_lin, log_z_lin, linear = _far_part(
-            log_phi_q, log_phi, values, b, P, window, sink_tokens, prev.linear, chunk_size
+            log_phi_q, log_phi, values, b, P, window, sink_tokens, prev.linear, chunk_size, far_decay
         )
         if y_lin is not None:
             if log_mix is not None:
@@ -298,13 +312,14 @@ def sliding_window_linear_attention(
 
 def _far_part(
     log_phi_q: Tensor, log_phi: Tensor, values: Tensor, b: int, P: int, window: int, sinks: int,
-    linear: LinearAttentionState | None, chunk_size: int,
+    linear: LinearAttentionState | None, chunk_size: int, decay: Tensor | None = None,
 ) -> tuple[Tensor | None, Tensor | None, LinearAttentionState | None]:  # fmt: skip  # packed signature
     """Linear attention of T queries over the stream delayed by w tokens (keys of position < s excluded).
 
     The stream holds b buffered then T new tokens; stream index j is position P − b + j. Query i sees stream
-    keys j0 ≤ j ≤ b + i − w (j0: the first non-sink) plus ``linear``. Returns ``(y (B, Hq, T, D), log_z
-    (B, Hq, T), state)``, or ``(None, None, linear)`` when no query has a far key.
+    keys j0 ≤ j ≤ b + i − w (j0: the first non-sink) plus ``linear``, each weighted e^{−λ(P + i − w − position)}
+    (``decay`` λ ``(Hk,)``; ``linear`` is referenced to position P, the returned state to P + T). Returns ``(y
+    (B, Hq, T, D), log_z (B, Hq, T), state)``, or ``(None, None, linear)`` when no query has a far key.
     """
     T = log_phi_q.shape[2]
     j0 = max(0, sinks - (P - b))  # the first stream key that is not a sink
@@ -313,6 +328,26 @@ def _far_part(
     if linear is None and count == 0:
         return None, None, None
     lk, lv = log_phi[:, :, j0 : j0 + count], values[:, :, j0 : j0 + count]
+    if decay is not None:  # e^{−λ(P + i − w − t)} = e^{−λ(i − w)} · e^{λ(t − P)}, t = P − b + j
+        lam = decay.float()
+        key_pos = torch.arange(j0 - b, j0 - b + count, device=lk.device, dtype=torch.float32)
+        lk = lk.float() + lam[None, :, None, None] * key_pos[:, None]
+        query_pos = torch.arange(T, device=lk.device, dtype=torch.float32) - window
+        group = log_phi_q.shape[1] // lam.shape[0]
+        log_phi_q = log_phi_q.float() - lam.repeat_interleave(group)[None, :, None, None] * query_pos[:, None]
+    y, log_z, state = _far_kernels(log_phi_q, lk, lv, first, count, linear, chunk_size)
+    if decay is not None:  # re-reference the carried state from position P to P + T
+        state = LinearAttentionState(state.kv, state.k_sum, state.log_scale - decay.float()[None, :, None] * T)
+    return y, log_z, state
+
+
+def _far_kernels(
+    log_phi_q: Tensor, lk: Tensor, lv: Tensor, first: int, count: int, linear: LinearAttentionState | None,
+    chunk_size: int,
+) -> tuple[Tensor, Tensor, LinearAttentionState]:  # fmt: skip  # packed signature
+    """The linear kernels of :func:`_far_part`: queries ``first…T−1`` aligned one to one with the ``count`` far
+    keys ``lk``/``lv``, continuing from ``linear`` (then every query, the first ``first`` on the state alone)."""
+    T = log_phi_q.shape[2]
     if linear is None:  # the first `first` queries have no far key at all: run the others alone
         y, state, log_z = chunked_linear_attention(
             log_phi_q[:, :, first:], lk, lv, chunk_size=chunk_size, check_inputs=False, return_log_normalizer=True

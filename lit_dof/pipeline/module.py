@@ -47,6 +47,9 @@ class StudentModule(L.LightningModule):
         far_term: with a window, keep the linear far term (``False``: the window and sinks alone, a control
             with nothing to train).
         learn_mix: with a window, train a per-head log-weight of the far term.
+        far_decay: with a window, τ in tokens: the far terms decay as e^{−(distance past the window)/τ}, so the
+            far term reaches about τ tokens past the window at any context length (``None``: no decay).
+        learn_decay: with ``far_decay``, train the decay rates (initialised at 1/τ) instead of fixing them.
         lora: low-rank adapters on the teacher's projections (lit_dof.students.lora.LoRA), trained
             by the end-to-end objective and merged into the weights at export; ``None``: none.
         seq_len: training block length in tokens (linked from ``data.seq_len`` by the CLI).
@@ -80,6 +83,8 @@ class StudentModule(L.LightningModule):
         sink_tokens: int = 0,
         far_term: bool = True,
         learn_mix: bool = True,
+        far_decay: float | None = None,
+        learn_decay: bool = False,
         lora: LoRA | None = None,
         seq_len: int = 512,
         export_dir: str | None = None,
@@ -100,6 +105,8 @@ class StudentModule(L.LightningModule):
             "sink_tokens": sink_tokens,
             "far_term": far_term,
             "learn_mix": learn_mix,
+            "far_decay": far_decay,
+            "learn_decay": learn_decay,
         }
         self.export_dir, self.seed = export_dir, seed
         self.teacher_dtype = teacher_dtype

@@ -172,12 +172,16 @@ def _windowed_scores(
     twin: SlidingWindowLinearAttention, logits: Tensor, log_khat: Tensor | None, rows: Tensor, T: int
 ) -> Tensor:
     """The log-terms of a sliding-window twin's rows ``(B, Hq, R, T)``: the teacher's logits on exact pairs,
-    ``β_h + log K̂`` on far pairs, ``-inf`` elsewhere (:func:`~lit_dof.attention.naive.sliding_window_masks`)."""
+    ``β_h − λ_h (i − w − j) + log K̂`` on far pairs, ``-inf`` elsewhere (:func:`~lit_dof.attention.naive.sliding_window_masks`)."""
     exact, far = (m[rows] for m in sliding_window_masks(T, twin.window, twin.sink_tokens, device=logits.device))
     scores = torch.full_like(logits, float("-inf"))
     if log_khat is not None:
         if twin.log_mix is not None:
             log_khat = log_khat + twin.log_mix.float()[None, :, None, None]
+        rates = twin.decay_rates(per_query_head=True)
+        if rates is not None:  # e^{−λ (i − w − j)} on far pairs
+            beyond = (rows[:, None] - twin.window - torch.arange(T, device=logits.device)).float()  # (R, T)
+            log_khat = log_khat - rates.to(logits.device)[None, :, None, None] * beyond
         scores = log_khat.masked_fill(~far, float("-inf"))
     return torch.where(exact, logits, scores)
 

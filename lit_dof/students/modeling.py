@@ -29,7 +29,7 @@ from typing import Iterable, Sequence
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 
 from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFactory
 from lit_dof.attention.feature_maps.registry import warn_if_unregistered
@@ -38,6 +38,7 @@ from lit_dof.interface import MODEL_CACHE_ARGUMENT, AttentionSlot
 from lit_dof.io import atomic_directory
 from lit_dof.students.cache import student_cache
 from lit_dof.students.card import HUB_KWARGS, push_folder, write_model_card
+from lit_dof.students.config import LitDofConfig
 from lit_dof.students.lora import adapters_enabled, set_adapters_enabled
 from lit_dof.students.surgery import (
     attach_linear_attention,
@@ -49,61 +50,6 @@ from lit_dof.students.surgery import (
     set_softmax_layers,
 )
 from lit_dof.teacher.families import attention_layers, check_supported
-
-
-class LitDofConfig(PretrainedConfig):
-    """Configuration of a lit-dof student.
-
-    Args:
-        text_config: the teacher's config (a ``PretrainedConfig`` or its dict with ``model_type``).
-        feature_dims: M_s per attention layer, or a list of M per KV head for a layer with per-head dims
-            (sliding-window layers' entries are unused).
-        feature_map: ``{"class": "pkg.module.Class", "kwargs": {...}}`` (see
-            :func:`~lit_dof.students.surgery.feature_map_spec`).
-        softmax_layers: layer indices that run softmax attention.
-        share_kv_maps: one feature map per KV head (default) or per query head.
-        chunk_size: chunk size of the parallel linear-attention form (tokens).
-        teacher: where the teacher came from (provenance only; never loaded).
-        window: 0 for pure linear attention, w ≥ 1 for sliding-window + linear attention (tokens).
-        sink_tokens: first tokens always attended exactly (sliding window only).
-        far_term: the sliding-window layers keep their linear far term (``False``: window and sinks alone).
-        learn_mix: the sliding-window layers have a learned per-head log-weight of the far term.
-    """
-
-    model_type = "lit_dof"
-    sub_configs = {"text_config": AutoConfig}
-
-    def __init__(
-        self,
-        text_config: PretrainedConfig | dict | None = None,
-        feature_dims: Sequence[int] | None = None,
-        feature_map: dict | None = None,
-        softmax_layers: Iterable[int] = (),
-        share_kv_maps: bool = True,
-        chunk_size: int = 64,
-        teacher: str | None = None,
-        window: int = 0,
-        sink_tokens: int = 0,
-        far_term: bool = True,
-        learn_mix: bool = True,
-        **kwargs,
-    ) -> None:
-        if isinstance(text_config, dict):
-            text_config = dict(text_config)
-            text_config = AutoConfig.for_model(text_config.pop("model_type"), **text_config)
-        self.text_config = text_config
-        self.feature_dims = [
-            [int(x) for x in m] if isinstance(m, (list, tuple)) else int(m) for m in feature_dims or []
-        ]
-        self.feature_map = dict(feature_map or {"class": "lit_dof.attention.feature_maps.prf.LearnedPRF", "kwargs": {}})
-        self.softmax_layers = sorted(int(i) for i in softmax_layers)
-        self.share_kv_maps = bool(share_kv_maps)
-        self.chunk_size = int(chunk_size)
-        self.teacher = teacher
-        self.window, self.sink_tokens = int(window), int(sink_tokens)
-        self.far_term, self.learn_mix = bool(far_term), bool(learn_mix)
-        kwargs.setdefault("tie_word_embeddings", False)  # the wrapped teacher ties its own embeddings
-        super().__init__(**kwargs)
 
 
 class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
@@ -148,7 +94,8 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
         attach_linear_attention(
             self.model, feature_map_factory, config.feature_dims, softmax_layers=config.softmax_layers,
             share_kv_maps=config.share_kv_maps, chunk_size=config.chunk_size, window=config.window,
-            sink_tokens=config.sink_tokens, far_term=config.far_term, learn_mix=config.learn_mix, seed=seed,
+            sink_tokens=config.sink_tokens, far_term=config.far_term, learn_mix=config.learn_mix,
+            far_decay=getattr(config, "far_decay", None), learn_decay=getattr(config, "learn_decay", False), seed=seed,
         )  # fmt: skip  # packed args
         if teacher is not None and getattr(teacher, "generation_config", None) is not None:
             self.generation_config = teacher.generation_config
@@ -319,6 +266,8 @@ def linearize(
     sink_tokens: int = 0,
     far_term: bool = True,
     learn_mix: bool = True,
+    far_decay: float | None = None,
+    learn_decay: bool = False,
     seed: int | None = None,
 ) -> LitDofForCausalLM:
     """Replace every softmax attention layer of ``model`` by linear attention (paper §3; METHOD.md §1).
@@ -339,6 +288,8 @@ def linearize(
         sink_tokens: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
         far_term: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
         learn_mix: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
+        far_decay: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
+        learn_decay: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
         seed: makes the twins' initial values independent of the global RNG, one seed per layer.
 
     Returns:
@@ -356,7 +307,8 @@ def linearize(
     config = LitDofConfig(
         text_config=model.config.get_text_config(decoder=True), feature_dims=dims, softmax_layers=set(softmax_layers),
         share_kv_maps=share_kv_maps, chunk_size=chunk_size, teacher=getattr(model.config, "name_or_path", None) or None,
-        window=window, sink_tokens=sink_tokens, far_term=far_term, learn_mix=learn_mix,
+        window=window, sink_tokens=sink_tokens, far_term=far_term, learn_mix=learn_mix, far_decay=far_decay,
+        learn_decay=learn_decay,
     )  # fmt: skip  # packed args
     student = LitDofForCausalLM(config, teacher=model, feature_map_factory=feature_map_factory, seed=seed)
     twins = [t.groups[0] if isinstance(t, HeadGroupedAttention) else t for t in student.linear_modules().values()]

@@ -84,6 +84,8 @@ def attach_linear_attention(
     sink_tokens: int = 0,
     far_term: bool = True,
     learn_mix: bool = True,
+    far_decay: float | None = None,
+    learn_decay: bool = False,
     seed: int | None = None,
 ) -> list[AttentionLayer]:
     """Attach a linear twin to every linearisable attention layer of ``model`` (in place).
@@ -103,6 +105,9 @@ def attach_linear_attention(
         far_term: include the linear far term (keys beyond the window and sinks); ``False``: window and sinks
             alone (``window > 0`` only).
         learn_mix: give each query head a trainable log-weight β of its far term (``window > 0`` only).
+        far_decay: τ in tokens: the far terms decay as e^{−(distance past the window)/τ} (``window > 0`` only;
+            ``None``: no decay; see :class:`~lit_dof.attention.SlidingWindowLinearAttention`).
+        learn_decay: train the decay rates (``far_decay`` is then their initial value).
         seed: when given, each layer's feature map draws its initial values from the CPU generator seeded with
             :func:`layer_seed` ``(seed, layer index)``, so processes that consumed different random numbers
             before still build identical twins; ``None``: the global RNG as it stands.
@@ -117,12 +122,14 @@ def attach_linear_attention(
     layers = attention_layers(model)
     dims = resolve_feature_dims(feature_dims, len(layers))
     softmax = _check_indices(softmax_layers, len(layers))
-    if window < 0 or (window == 0 and (sink_tokens or not far_term)):
+    if window < 0 or (window == 0 and (sink_tokens or not far_term or far_decay is not None or learn_decay)):
         raise ValueError(
-            f"sink_tokens={sink_tokens} and far_term={far_term} need a sliding window (window >= 1), "
-            f"got window={window}"
+            f"sink_tokens={sink_tokens}, far_term={far_term}, far_decay={far_decay} and learn_decay={learn_decay} "
+            f"need a sliding window (window >= 1), got window={window}"
         )
     windowed = {"window": window, "sink_tokens": sink_tokens, "far_term": far_term, "learn_mix": learn_mix}
+    if far_term:
+        windowed.update(far_decay=far_decay, learn_decay=learn_decay)
     for layer in layers:
         module = layer.module
         if not layer.linearizable:
