@@ -5,9 +5,9 @@ size, M features, w window (tokens), s attention-sink tokens. Positions are abso
 
 For a query at position p and a key at position t ≤ p::
 
-    exact   E_p = {t : p − w < t ≤ p} ∪ {t : t < s}          softmax terms  e^{a_pt},  a_pt = q_pᵀk_t/√d
-    linear  L_p = {t : s ≤ t ≤ p − w}                           kernel terms   e^{β_h − λ_h (p − w − t)} K̂(q_p, k_t)
-    y_p = (Σ_E e^{a_pt} v_t + Σ_L e^{β_h} K̂(q_p, k_t) v_t) / (Σ_E e^{a_pt} + Σ_L e^{β_h} K̂(q_p, k_t))
+    exact   E_p = {t : p − w < t ≤ p} ∪ {t : t < s}   softmax terms  e^{a_pt},  a_pt = q_pᵀk_t/√d
+    linear  L_p = {t : s ≤ t ≤ p − w}                    kernel terms   κ_pt = e^{β_h − λ_h (p − w − t)} K̂(q_p, k_t)
+    y_p = (Σ_E e^{a_pt} v_t + Σ_L κ_pt v_t) / (Σ_E e^{a_pt} + Σ_L κ_pt)
 
 Every term estimates exp(qᵀk/√d), so numerators and denominators simply add (one normaliser); β_h is an
 optional per-query-head log-weight of the linear terms that training can use to turn a useless far term
@@ -21,11 +21,12 @@ length; λ = 0 is the plain estimate. ``s`` tokens kept exact are StreamingLLM's
 Each part is computed normalised with its log-normaliser — the window by a banded, chunked softmax, the far
 part by :func:`~lit_dof.attention.chunked.chunked_linear_attention` on the key stream delayed by w tokens —
 and the parts are merged by their normalisers (:func:`merge_normalized`), so nothing overflows for any
-norm. The decay needs no kernel of its own: e^{−λ(p − w − t)} = e^{−λ(p − w − P)} · e^{λ(t − P)} for any
-reference position P, so it is a per-head offset of the query log-features (−λ(p − w − P)) and of the key
-log-features (+λ(t − P)) — exact, with the linear kernel's stabilisers absorbing the offsets. P is the first
-new token of each call; the carried linear state is re-referenced by −λ·T at the end of a call (a shift of
-its per-feature log-scale), so offsets stay bounded by the tokens of one call. Decoding keeps a :class:`SlidingWindowState`: the last ≤ w keys/values, the s sink keys/values and
+norm. The decay needs no kernel of its own: queries and far keys are aligned one to one (a query with the
+key w positions before it), and e^{−λ(n − m)} between aligned indices is a per-head offset of the query
+log-features (−λn) and of the key log-features (+λm), exact, with the linear kernel's stabilisers absorbing
+the offsets; offsets are taken from the start of 512-token segments and the carried linear state is
+re-referenced by a shift of its per-feature log-scale (−λ · segment length), so they stay small at any context
+length. Decoding keeps a :class:`SlidingWindowState`: the last ≤ w keys/values, the s sink keys/values and
 the linear state of everything older, so its memory is constant in the context length.
 
 Sinks are the first s *positions* of the sequence: in a left-padded batch a padded row's sinks are padding
@@ -317,9 +318,10 @@ def _far_part(
     """Linear attention of T queries over the stream delayed by w tokens (keys of position < s excluded).
 
     The stream holds b buffered then T new tokens; stream index j is position P − b + j. Query i sees stream
-    keys j0 ≤ j ≤ b + i − w (j0: the first non-sink) plus ``linear``, each weighted e^{−λ(P + i − w − position)}
-    (``decay`` λ ``(Hk,)``; ``linear`` is referenced to position P, the returned state to P + T). Returns ``(y
-    (B, Hq, T, D), log_z (B, Hq, T), state)``, or ``(None, None, linear)`` when no query has a far key.
+    keys j0 ≤ j ≤ b + i − w (j0: the first non-sink) plus ``linear``: queries and far keys are aligned one to
+    one (query i with the key w positions earlier), so the decay e^{−λ(P + i − w − t)} is e^{−λ(n − m)} between
+    aligned indices n (query) and m (key). Returns ``(y (B, Hq, T, D), log_z (B, Hq, T), state)``, or
+    ``(None, None, linear)`` when no query has a far key.
     """
     T = log_phi_q.shape[2]
     j0 = max(0, sinks - (P - b))  # the first stream key that is not a sink
@@ -328,36 +330,68 @@ def _far_part(
     if linear is None and count == 0:
         return None, None, None
     lk, lv = log_phi[:, :, j0 : j0 + count], values[:, :, j0 : j0 + count]
-    if decay is not None:  # e^{−λ(P + i − w − t)} = e^{−λ(i − w)} · e^{λ(t − P)}, t = P − b + j
-        lam = decay.float()
-        key_pos = torch.arange(j0 - b, j0 - b + count, device=lk.device, dtype=torch.float32)
-        lk = lk.float() + lam[None, :, None, None] * key_pos[:, None]
-        query_pos = torch.arange(T, device=lk.device, dtype=torch.float32) - window
-        group = log_phi_q.shape[1] // lam.shape[0]
-        log_phi_q = log_phi_q.float() - lam.repeat_interleave(group)[None, :, None, None] * query_pos[:, None]
-    y, log_z, state = _far_kernels(log_phi_q, lk, lv, first, count, linear, chunk_size)
-    if decay is not None:  # re-reference the carried state from position P to P + T
-        state = LinearAttentionState(state.kv, state.k_sum, state.log_scale - decay.float()[None, :, None] * T)
-    return y, log_z, state
-
-
-def _far_kernels(
-    log_phi_q: Tensor, lk: Tensor, lv: Tensor, first: int, count: int, linear: LinearAttentionState | None,
-    chunk_size: int,
-) -> tuple[Tensor, Tensor, LinearAttentionState]:  # fmt: skip  # packed signature
-    """The linear kernels of :func:`_far_part`: queries ``first…T−1`` aligned one to one with the ``count`` far
-    keys ``lk``/``lv``, continuing from ``linear`` (then every query, the first ``first`` on the state alone)."""
-    T = log_phi_q.shape[2]
     if linear is None:  # the first `first` queries have no far key at all: run the others alone
-        y, state, log_z = chunked_linear_attention(
-            log_phi_q[:, :, first:], lk, lv, chunk_size=chunk_size, check_inputs=False, return_log_normalizer=True
-        )
+        y, log_z, state = _aligned_linear_attention(log_phi_q[:, :, first:], lk, lv, None, chunk_size, decay)
         y = F.pad(y, (0, 0, T - count, 0))
         log_z = F.pad(log_z, (T - count, 0), value=float("-inf"))
         return y, log_z, state
     skip = T - count  # queries that see only the carried state: empty keys (φ = 0) in front
     lk = F.pad(lk, (0, 0, skip, 0), value=EMPTY_LOG_SCALE)
     lv = F.pad(lv, (0, 0, skip, 0))
-    kernel = recurrent_linear_attention if T == 1 else partial(chunked_linear_attention, chunk_size=chunk_size)
-    y, state, log_z = kernel(log_phi_q, lk, lv, initial_state=linear, check_inputs=False, return_log_normalizer=True)
-    return y, log_z, state
+    return _aligned_linear_attention(log_phi_q, lk, lv, linear, chunk_size, decay)
+
+
+_DECAY_SEGMENT = 512  # most tokens per kernel call under a decay
+_DECAY_SPAN = 16.0  # nats: a segment's log-feature offsets stay within this (float32 keeps them to ~1e-6)
+
+
+def _aligned_linear_attention(
+    lq: Tensor, lk: Tensor, lv: Tensor, state: LinearAttentionState | None, chunk_size: int, decay: Tensor | None
+) -> tuple[Tensor, Tensor, LinearAttentionState]:
+    """Causal linear attention of N queries over N aligned keys (query n sees keys m ≤ n and ``state``), each
+    term weighted e^{−λ(n − m)} (``decay`` λ ``(Hk,)``, or none).
+
+    The decay is a per-head offset of the log-features, −λn on queries and +λm on keys, taken relative to the
+    start of segments of at most :data:`_DECAY_SEGMENT` tokens and at most :data:`_DECAY_SPAN` / max λ (whole
+    chunks, at least one): the offsets stay small, so float32 keeps them exact to about 1e-6 and the kernel's
+    per-block stabiliser does not underflow a row; the state carried from one segment to the next is
+    re-referenced by a shift of its log-scale, −λ · length (:func:`_rereference`).
+    ``state`` is referenced to index 0 and the returned state to index N (the next call's 0).
+    Returns ``(y (B, Hq, N, D), log_z (B, Hq, N), state)``.
+    """
+    N = lq.shape[2]
+    step = N
+    if decay is not None:
+        fastest = float(decay.detach().max())
+        span = _DECAY_SEGMENT if fastest <= 0 else int(_DECAY_SPAN / fastest) // chunk_size * chunk_size
+        step = max(chunk_size, min(_DECAY_SEGMENT, span))
+    ys, log_zs = [], []
+    for start in range(0, N, step):
+        q_s, k_s, v_s = (x[:, :, start : start + step] for x in (lq, lk, lv))
+        n = q_s.shape[2]
+        if decay is not None:
+            lam = decay.float()
+            offsets = torch.arange(n, device=lk.device, dtype=torch.float32)[:, None]
+            k_s = k_s.float() + lam[None, :, None, None] * offsets
+            q_s = q_s.float() - lam.repeat_interleave(q_s.shape[1] // lam.shape[0])[None, :, None, None] * offsets
+        kernel = recurrent_linear_attention if n == 1 else partial(chunked_linear_attention, chunk_size=chunk_size)
+        y, state, log_z = kernel(q_s, k_s, v_s, initial_state=state, check_inputs=False, return_log_normalizer=True)
+        if decay is not None:
+            state = _rereference(state, lam * n)
+        ys.append(y)
+        log_zs.append(log_z)
+    if len(ys) == 1:
+        return ys[0], log_zs[0], state
+    return torch.cat(ys, 2), torch.cat(log_zs, 2), state
+
+
+def _rereference(state: LinearAttentionState, shift: Tensor) -> LinearAttentionState:
+    """The state with every key's weight multiplied by e^{−shift} (``shift`` ``(Hk,)``): in value a shift of the
+    per-feature log-scale, which the kernels treat as a constant stabiliser; the gradient with respect to
+    ``shift`` goes through a factor e^{sg(shift) − shift} = 1 on the accumulators."""
+    shift = shift[None, :, None]
+    log_scale = state.log_scale - shift.detach()
+    if not (torch.is_grad_enabled() and shift.requires_grad):
+        return LinearAttentionState(state.kv, state.k_sum, log_scale)
+    factor = torch.exp(shift.detach() - shift)  # 1, with d/dshift = −1
+    return LinearAttentionState(state.kv * factor[..., None], state.k_sum * factor, log_scale)

@@ -172,7 +172,8 @@ def _windowed_scores(
     twin: SlidingWindowLinearAttention, logits: Tensor, log_khat: Tensor | None, rows: Tensor, T: int
 ) -> Tensor:
     """The log-terms of a sliding-window twin's rows ``(B, Hq, R, T)``: the teacher's logits on exact pairs,
-    ``β_h − λ_h (i − w − j) + log K̂`` on far pairs, ``-inf`` elsewhere (:func:`~lit_dof.attention.naive.sliding_window_masks`)."""
+    ``β_h − λ_h (i − w − j) + log K̂`` on far pairs, ``-inf`` elsewhere
+    (:func:`~lit_dof.attention.naive.sliding_window_masks`)."""
     exact, far = (m[rows] for m in sliding_window_masks(T, twin.window, twin.sink_tokens, device=logits.device))
     scores = torch.full_like(logits, float("-inf"))
     if log_khat is not None:
