@@ -155,3 +155,30 @@ def test_resume_with_two_workers_continues_the_interrupted_stream(hub, files):
     assert len(full) >= 8
     for a, b in itertools.zip_longest(full[3:], resumed):
         assert torch.equal(a["input_ids"], b["input_ids"])
+
+
+def test_the_data_module_streams_the_hub_without_a_local_corpus(hub, monkeypatch):
+    """No path and no $LIT_DOF_CORPUS: the module reads the hub stream; its validation blocks are the first
+    held-out documents, split across ranks; its training blocks are the rank's share."""
+    from lit_dof.data.datamodule import WikipediaDataModule
+
+    hub(4)
+    monkeypatch.delenv("LIT_DOF_CORPUS", raising=False)
+    module = WikipediaDataModule(path=None, seq_len=8, batch_size=1, val_every=VAL_EVERY, val_blocks=4)
+    module.tokenizer = _Tokenizer()
+    monkeypatch.setattr(WikipediaDataModule, "_rank", lambda self: (1, 2))
+    val = [b["input_ids"][0, 0].item() // 1000 for b in module.val_dataloader()]
+    assert val == sorted(_reference_heldout(with_id=True))[:4][1::2]
+    train = [b["input_ids"][0, 0].item() // 1000 for b in module.train_dataloader()]
+    assert train and not set(train) & _reference_heldout(with_id=True)
+
+
+def test_a_hub_stream_that_cannot_load_names_the_dataset_and_the_local_fix(monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("offline")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(RuntimeError, match=r"cannot stream wikimedia/wikipedia \(20231101.en\).*--data.path FILE"):
+        next(HubDocuments("wikimedia/wikipedia", "20231101.en").select(False, 4, rank=0, world=1, role=0, workers=1))
