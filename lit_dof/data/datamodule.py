@@ -2,24 +2,31 @@
 
 * Source: a local file (``path``, or the ``LIT_DOF_CORPUS`` environment variable; plain text, ``.gz``,
   jsonl or WikiExtractor, see :mod:`lit_dof.data.corpus`), else the hub dataset ``wikimedia/wikipedia``
-  streamed with ``datasets`` (``streaming=True``; nothing is downloaded in full).
-* Held-out split: document *i* (in corpus order) is validation iff ``i % val_every == 0``
-  (:func:`~lit_dof.data.corpus.is_heldout`) — deterministic, identical on every rank and every run; validation
-  uses the first ``val_blocks`` packed blocks of it.
+  streamed with ``datasets`` (``streaming=True``; nothing is downloaded in full). See :mod:`lit_dof.data.sources`.
+* Held-out split, deterministic and identical on every rank and every run: in a local file, document *i* (in
+  file order) is validation iff ``i % val_every == 0`` (:func:`~lit_dof.data.corpus.is_heldout`); in a hub
+  stream, which is split by node and has no global index, a document is validation iff the blake2b hash of its
+  ``id`` (else its text) is ``0 mod val_every`` (:func:`~lit_dof.data.sources.is_heldout_by_content`), the same
+  documents whatever the rank, worker or shard layout. Validation uses the first ``val_blocks`` packed blocks.
 * Training: the other documents, tokenised on the fly with an EOS after each, concatenated and cut into
-  blocks of ``seq_len`` tokens; under DDP each rank takes every ``world_size``-th document (and each
-  dataloader worker every ``num_workers``-th of those). Nothing is materialised beyond one block.
+  blocks of ``seq_len`` tokens; each (rank, dataloader worker) reads its own documents. A local file is dealt
+  round robin (rank r, worker w of W takes every (world × W)-th document from r × W + w); a hub stream is split by
+  node with ``datasets.distributed.split_dataset_by_node`` (by files when the world size divides the number of
+  files, else by example) and by worker (by files where possible, else round robin) — split once, so each node
+  reads only its share. Nothing is materialised beyond one block.
 * Validation: the ``val_blocks`` held-out blocks (rounded down to a multiple of the world size, so that every
   rank runs as many forwards) are split across ranks (rank r takes blocks r, r + world, …); the perplexities
   are summed as NLL and token counts over ranks, so they are the exact global ones.
 * Resume: the training stream skips exactly the batches already consumed (``trainer.global_step ×
   accumulate_grad_batches`` per rank); with dataloader workers, which hand out batches in turn, each worker
-  takes over the role of the interrupted run's worker whose batch is due next and skips what that one had
-  produced, so a resumed run continues the uninterrupted one's stream batch for batch.
+  takes over the share of the interrupted run's worker whose batch is due next and skips what that one had
+  produced, so a resumed run continues the uninterrupted one's stream batch for batch (exactly, as long as no
+  worker's share has run dry).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from typing import Iterator
@@ -28,35 +35,18 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from lit_dof.data.corpus import check_corpus, is_heldout, iter_documents
+from lit_dof.data.corpus import check_corpus, iter_documents
+from lit_dof.data.sources import CORPUS_ENV, HubDocuments, LocalDocuments
 from lit_dof.teacher import DEFAULT_TEACHER
-
-CORPUS_ENV = "LIT_DOF_CORPUS"
-
-
-def _hub_documents(dataset: str, config: str | None) -> Iterator[str]:
-    try:
-        from datasets import load_dataset
-
-        stream = load_dataset(dataset, config, split="train", streaming=True)
-        # ``stream.iter`` and not ``for row in stream``: iterated inside a DataLoader worker, the latter hands each
-        # worker only its share of the files, so the global held-out rule and PackedBlocks' own split would break.
-        for batch in stream.iter(batch_size=64):
-            for text in batch.get("text", []):
-                if text and text.strip():
-                    yield text.strip()
-    except Exception as exc:  # offline, unknown dataset, …: say how to use a local corpus instead
-        raise RuntimeError(
-            f"cannot stream {dataset} ({config}) from the Hugging Face hub: {exc}. Offline, point at a local "
-            f"corpus with --data.path FILE or the {CORPUS_ENV} environment variable"
-        ) from exc
 
 
 class PackedBlocks(IterableDataset):
     """Blocks ``{"input_ids": (seq_len,)}`` packed from a document stream (see the module docstring).
 
     Args:
-        documents: a zero-argument callable returning a fresh document iterator.
+        documents: a :class:`~lit_dof.data.sources.LocalDocuments` or
+            :class:`~lit_dof.data.sources.HubDocuments` (anything with their ``select``), or a zero-argument
+            callable returning a fresh iterator over a local corpus's documents (wrapped in ``LocalDocuments``).
         tokenizer: a transformers tokenizer (its EOS separates documents).
         seq_len: tokens per block. split: ``"train"`` or ``"val"``. val_every: see the module docstring.
         rank, world_size: the DDP shard. skip_batches, batch_size: batches of this rank already consumed
@@ -68,7 +58,8 @@ class PackedBlocks(IterableDataset):
                  world_size: int = 1, skip_batches: int = 0, batch_size: int = 1,
                  max_blocks: int | None = None) -> None:  # fmt: skip  # packed signature
         super().__init__()
-        self.documents, self.tokenizer, self.seq_len = documents, tokenizer, seq_len
+        self.documents = documents if hasattr(documents, "select") else LocalDocuments(documents)
+        self.tokenizer, self.seq_len = tokenizer, seq_len
         self.split, self.val_every = split, val_every
         self.rank, self.world_size, self.max_blocks = rank, world_size, max_blocks
         self.skip_batches, self.batch_size = skip_batches, batch_size
@@ -87,18 +78,12 @@ class PackedBlocks(IterableDataset):
         return len(range(role, self.skip_batches, workers)) * self.batch_size
 
     def _my_documents(self) -> Iterator[str]:
+        if self.split == "val":  # every rank (and worker) validates on the same blocks
+            return self.documents.select(True, self.val_every, rank=0, world=1, role=0, workers=1)
         workers, role = self._worker()
-        shards, shard = self.world_size * workers, self.rank * workers + role
-        n = 0
-        for i, doc in enumerate(self.documents()):
-            if is_heldout(i, self.val_every) != (self.split == "val"):
-                continue
-            if self.split == "train":
-                if n % shards == shard:
-                    yield doc
-                n += 1
-            else:
-                yield doc  # every rank validates on the same blocks
+        return self.documents.select(
+            False, self.val_every, rank=self.rank, world=self.world_size, role=role, workers=workers
+        )
 
     def __iter__(self) -> Iterator[dict]:
         eos = self.tokenizer.eos_token_id
@@ -142,7 +127,8 @@ class WikipediaDataModule(L.LightningDataModule):
         hub_config: that dataset's configuration (the Wikipedia dump and language).
         seq_len: tokens per block.
         batch_size: blocks per batch (per device).
-        val_every: every ``val_every``-th document is held out.
+        val_every: every ``val_every``-th document of a local file is held out (of a hub stream: about one in
+            ``val_every``, by content hash).
         val_blocks: validation blocks (from the held-out documents).
         predict_blocks: training blocks (per rank) that ``predict`` (teacher capture) reads.
         num_workers: dataloader workers (tokenisation runs there).
@@ -195,11 +181,12 @@ class WikipediaDataModule(L.LightningDataModule):
                          train_blocks=self.batch_size * world, val_blocks=self.val_blocks)  # fmt: skip  # packed args
             self._checked = True
 
-    def documents(self) -> Iterator[str]:
-        """A fresh iterator over the corpus documents (local file or hub stream)."""
+    @property
+    def documents(self) -> LocalDocuments | HubDocuments:
+        """The document source: the local file, else the hub stream (:mod:`lit_dof.data.sources`)."""
         if self.path is not None:
-            return iter_documents(self.path)
-        return _hub_documents(self.hub_dataset, self.hub_config)
+            return LocalDocuments(functools.partial(iter_documents, self.path))
+        return HubDocuments(self.hub_dataset, self.hub_config)
 
     def _rank(self) -> tuple[int, int]:
         trainer = self.trainer

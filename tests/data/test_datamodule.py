@@ -70,29 +70,3 @@ def test_validation_blocks_are_split_across_ranks(monkeypatch, tmp_path):
     monkeypatch.setattr(WikipediaDataModule, "_rank", lambda self: (0, 8))
     with pytest.raises(ValueError, match="val_blocks=5 is fewer than the 8 ranks"):
         module.val_dataloader()
-
-
-def test_hub_stream_in_two_workers_keeps_the_held_out_rule_and_every_document(tmp_path, monkeypatch):
-    """A streamed hub dataset (here a local 4-file JSON stream) iterated by 2 dataloader workers: every training
-    document once, no held-out one — datasets' own per-worker file split must not apply under PackedBlocks."""
-    import json
-
-    import datasets
-
-    files = []
-    for f in range(4):
-        path = tmp_path / f"part{f}.jsonl"
-        path.write_text("".join(json.dumps({"text": " ".join(str(1000 * i + j) for j in range(1, 8))}) + "\n"
-                                for i in range(15 * f, 15 * (f + 1))))  # fmt: skip  # packed args
-        files.append(str(path))
-    real = datasets.load_dataset
-    monkeypatch.setattr(
-        datasets,
-        "load_dataset",
-        lambda name, config, split, streaming: real("json", data_files=files, split=split, streaming=streaming),
-    )
-    data = PackedBlocks(lambda: datamodule._hub_documents("wikimedia/wikipedia", None), _Tokenizer(), 8, "train", 10)
-    docs = [
-        row[0] // 1000 for batch in DataLoader(data, batch_size=1, num_workers=2) for row in batch["input_ids"].tolist()
-    ]
-    assert sorted(docs) == [i for i in range(60) if i % 10]
