@@ -185,7 +185,7 @@ class MetricsFile(L.Callback):
 
     Args:
         enabled: False writes no metrics file.
-        filename: the file's name in the run's log directory (:func:`run_log_dir`).
+        filename: the file's name in the run's log directory (run_log_dir).
     """
 
     def __init__(self, enabled: bool = True, filename: str = METRICS_FILE) -> None:
