@@ -23,7 +23,9 @@ held-out documents concatenated, up to 16,384 tokens) for the student (with the 
 and prints their paired perplexity ratio overall and in the last position bucket.
 
 Usage: python scripts/position_probe.py STUDENT_DIR --corpus FILE [--shifts 0 1536 3584 7680] [--blocks 8]
-       [--unrotate-period P] [--contexts 512 2048 4096 8192]
+       [--unrotate-period P] [--contexts 512 2048 4096 8192] [--device auto|cpu|cuda[:N]]
+       [--dtype auto|float32|bfloat16|float16]
+``--device`` / ``--dtype`` as for ``lit-dof eval`` (lit_dof.devices; auto: CUDA when available, the recorded dtype).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import torch
 from transformers import AutoTokenizer
 from transformers.models.llama.modeling_llama import rotate_half
 
+from lit_dof.devices import DEVICE_OPTIONS, DTYPE_OPTIONS, device_errors_exit, resolve_device, resolve_model_dtype
 from lit_dof.evaluation.perplexity import heldout_documents, text_tokens
 from lit_dof.students import load_student
 
@@ -71,7 +74,7 @@ def unrotated_far_features(student, period: float, positions: torch.Tensor):
     slow = (2 * torch.pi / omega > period).float()
 
     def unrotate(x: torch.Tensor) -> torch.Tensor:  # (B, H, T, d) at positions[-T:]
-        angle = positions[-x.shape[-2] :, None].float() * (omega * slow)[None, :]
+        angle = (positions[-x.shape[-2] :, None].float().to(omega.device) * (omega * slow)[None, :]).to(x.device)
         cos, sin = torch.cat([angle.cos()] * 2, -1).to(x.dtype), torch.cat([angle.sin()] * 2, -1).to(x.dtype)
         return x * cos - rotate_half(x) * sin  # R(−θ) x: transformers' RoPE with the angle negated
 
@@ -101,6 +104,8 @@ def block_nll(student, blocks: torch.Tensor, shift: int, mode: str, first: int, 
         "student": contextlib.nullcontext,
     }
     N, T = blocks.shape
+    device = next(student.parameters()).device
+    blocks = blocks.to(device)
     out = []
     remedy = contextlib.nullcontext()
     if unrotate_period is not None and mode == "student":
@@ -108,10 +113,10 @@ def block_nll(student, blocks: torch.Tensor, shift: int, mode: str, first: int, 
     with torch.no_grad(), modes[mode](), remedy:
         for i in range(0, N, batch_size):
             ids = blocks[i : i + batch_size]
-            positions = (torch.arange(T) + shift).expand_as(ids)
+            positions = (torch.arange(T, device=device) + shift).expand_as(ids)
             logits = student(ids, position_ids=positions, use_cache=False).logits[:, :-1].float()
             nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
-            out.append(nll[:, max(0, first - 1) :].mean(-1))
+            out.append(nll[:, max(0, first - 1) :].mean(-1).cpu())
     return torch.cat(out)
 
 
@@ -164,8 +169,14 @@ def main(argv: list[str] | None = None) -> dict:
         default=None,
         help="score blocks of these lengths from position 0 instead of shifted blocks",
     )
+    parser.add_argument("--device", default="auto", help=f"where the student runs: {DEVICE_OPTIONS}")
+    parser.add_argument(
+        "--dtype", default="auto", choices=DTYPE_OPTIONS, help="its weights' dtype (auto: the recorded one)"
+    )
     args = parser.parse_args(argv)
-    student = load_student(args.student).eval()
+    with device_errors_exit("position_probe.py"):  # a bad value: a usage error, before the student loads
+        device, dtype = resolve_device(args.device), resolve_model_dtype(args.dtype)
+    student = load_student(args.student, **({"dtype": dtype} if dtype is not None else {})).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.student)
     if args.contexts:
         tokens = text_tokens(heldout_documents(args.corpus), tokenizer, max(16384, max(args.contexts)))

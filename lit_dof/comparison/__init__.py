@@ -31,7 +31,7 @@ Modules, one idea each:
 * :mod:`~lit_dof.comparison.rows` — the methods (``Row``, ``ROWS``), the metric per task, the grid of cells;
 * :mod:`~lit_dof.comparison.cells` — ``Comparison``: a cell's directory and the stages that fill it;
 * :mod:`~lit_dof.comparison.runner` — one subprocess run in a folder, logged, its exit code checked;
-* :mod:`~lit_dof.comparison.artefacts` — reading a cell's files (TensorBoard, ``config.yaml``, JSON records);
+* :mod:`~lit_dof.comparison.artefacts` — reading a cell's files (``metrics.jsonl``, ``config.yaml``, JSON records);
 * :mod:`~lit_dof.comparison.collect` — the report's cells, carried over from an earlier report where gone;
 * :mod:`~lit_dof.comparison.summary` — means, paired differences, spread over seeds;
 * :mod:`~lit_dof.comparison.lookup` — a report cell's key, label, reference and validation curves;

@@ -1,5 +1,6 @@
-"""Reading a cell directory's artefacts: the fit's Lightning run folders (TensorBoard events, ``config.yaml``,
-the exported student, ``dof.json``), its attempts (``fit_attempts.json``) and the JSON records of each stage."""
+"""Reading a cell directory's artefacts: the fit's Lightning run folders (``metrics.jsonl``, or TensorBoard events for
+runs from before it; ``config.yaml``, the exported student, ``dof.json``), its attempts (``fit_attempts.json``) and
+the JSON records of each stage."""
 
 from __future__ import annotations
 
@@ -81,23 +82,47 @@ def checkpoint_dof_report(cell: Path, attempts: Sequence[dict]) -> Path | None:
     return reports[0].resolve() if reports else None  # absolute: the fit runs in the cell
 
 
-def validation_curve(cell: Path) -> list[tuple[int, float]]:
-    """``(step, val/ppl_student)`` from every TensorBoard log of a cell (resumed runs included).
+def validation_curve(cell: Path, metric: str = "val/ppl_student") -> list[tuple[int, float]]:
+    """``(step, metric)`` from every run of a cell (resumed runs included): each run folder's ``metrics.jsonl``
+    (written by every fit whatever its logger, :class:`~lit_dof.pipeline.run_files.MetricsFile`), else — runs from
+    before that file existed — its TensorBoard event files.
 
     Args:
         cell: a cell directory.
+        metric: the logged metric.
 
     Returns:
         The points sorted by step; a later run's value wins at a step logged twice.
     """
+    points: dict[int, float] = {}
+    for version in sorted(cell.glob("runs/*/version_*"), key=lambda p: (p.parent.name, int(p.name.split("_")[1]))):
+        points.update(run_metric(version, metric))
+    return sorted(points.items())
+
+
+def run_metric(run: Path, metric: str) -> dict[int, float]:
+    """One run folder's ``step → value`` of ``metric``: from its ``metrics.jsonl`` when there is one, else from its
+    TensorBoard event files (empty when neither has it).
+
+    Args:
+        run: a ``runs/<name>/version_N`` folder.
+        metric: the logged metric, e.g. ``val/ppl_student``.
+
+    Returns:
+        the values by step.
+    """
+    from lit_dof.pipeline.run_files import METRICS_FILE, read_metrics
+
+    if (run / METRICS_FILE).is_file():
+        return dict(read_metrics(run / METRICS_FILE).get(metric, []))
+    if not any(run.glob("events.out.tfevents.*")):
+        return {}
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    points: dict[int, float] = {}
-    for version in sorted(cell.glob("runs/*/version_*")):
-        events = EventAccumulator(str(version)).Reload()
-        if "val/ppl_student" in events.Tags().get("scalars", []):
-            points.update({e.step: e.value for e in events.Scalars("val/ppl_student")})
-    return sorted(points.items())
+    events = EventAccumulator(str(run)).Reload()
+    if metric not in events.Tags().get("scalars", []):
+        return {}
+    return {e.step: e.value for e in events.Scalars(metric)}
 
 
 def summarise_fit(cell: Path, attempts: list[dict], command: list[str]) -> dict:

@@ -15,6 +15,7 @@ from lit_dof.comparison.cells import Comparison
 from lit_dof.comparison.report import write_report
 from lit_dof.comparison.rows import REPO_CONFIGS, ROWS, grid
 from lit_dof.evaluation.task_data import TASKS, TRAIN_SPLITS
+from lit_dof.progress import Progress
 
 
 # The list defaults are read by jsonargparse (shown in --help) and never mutated.
@@ -41,7 +42,8 @@ def compare(
     seeds: list[int] = [0],  # noqa: B006
     carry: bool = True,
 ) -> dict:
-    """Run (or resume) the comparison and write its report.
+    """Run (or resume) the comparison and write its report. Progress goes to stderr: the cell under way (k of n),
+    the time elapsed and an estimate of the time left.
 
     Args:
         rows: method rows (default: all of them, lit_dof.comparison.rows.ROWS, teacher first).
@@ -95,10 +97,12 @@ def compare(
                             finetune_args=tuple(finetune_args), device=device,
                             batch_size=eval_batch_size)  # fmt: skip  # packed args
     selected = [ROWS[name] for name in rows]
-    for budget, seed, row in grid(selected, budgets, seeds):
+    cells = list(grid(selected, budgets, seeds))
+    progress = Progress("compare", len(cells), "cell")  # stderr: cells done / total, elapsed, ETA
+    for budget, seed, row in cells:
         seeded = replace(comparison, seed=seed)
         seed_note = f" seed {seed}" if seed and row.kind != "teacher" else ""
-        print(f"[compare] C={budget} {row.name}{seed_note}", flush=True)
+        progress.begin(f"C={budget} {row.name}{seed_note} ({', '.join(stages)})")
         if row.kind != "teacher" and "fit" in stages:
             seeded.fit(row, budget)
         ready = row.kind == "teacher" or (seeded.cell_dir(row, budget) / "fit.json").is_file()
@@ -111,6 +115,8 @@ def compare(
         if ready and "finetune" in stages:
             for task in finetune_tasks:
                 seeded.finetune(row, budget, task)
+    if cells:
+        progress.end("every cell; writing the report")
     return write_report(comparison, selected, budgets, Path(report_dir or out), seeds=seeds, carry=carry)
 
 

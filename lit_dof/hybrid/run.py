@@ -56,6 +56,7 @@ from lit_dof.hybrid.state import SEARCH_FILE, SearchState
 from lit_dof.hybrid.workspace import RoundLog, Workspace
 from lit_dof.io import library_versions
 from lit_dof.precision import DtypeName
+from lit_dof.progress import Progress
 from lit_dof.students import load_student
 from lit_dof.teacher.loading import load_tokenizer
 
@@ -235,9 +236,13 @@ class HybridSearch:
             ws.state.save()
         rank = {"loss": loss, "dof": dof}.get(self.shortlist or "")
         shortlist = functools.partial(_lowest, rank, self.shortlist_k) if rank else None
+        saved = ws.state.saved_rounds()
+        rounds = Progress("hybrid", min(self.max_linear or len(ws.candidates), len(ws.candidates)), "round")
+        rounds.done = len(saved)  # recorded by an earlier run: replayed, not scored
         result = greedy_replacement(ws.candidates, scorer, ws.rule, shortlist=shortlist, max_linear=self.max_linear,
-                                    teacher_score=data["teacher_search_score"], resume=ws.state.saved_rounds(),
-                                    on_round=RoundLog(ws.state, logger, ws.num_layers))  # fmt: skip  # packed args
+                                    teacher_score=data["teacher_search_score"], resume=saved,
+                                    on_round=RoundLog(ws.state, logger, ws.num_layers,
+                                                      rounds))  # fmt: skip  # packed args
         data["search"] = {k: v for k, v in result.to_json().items() if k != "rounds"}
         data["search"]["evaluations"] = data.get("search_evaluations", 0)
         data["search"]["seconds"] = data["timing"].get("search", 0.0)
@@ -360,13 +365,22 @@ class HybridSearch:
         Returns:
             the contents of ``search.json``.
         """
+        stages = Progress("hybrid", 6 + bool(self.verify_items), "stage")  # stderr: stage k/n, elapsed, ETA
+        stages.begin("bank, items and teacher")
         ws = self.open()
+        stages.begin("local losses and DoF of the candidate layers")
         loss, dof = self.layer_statistics(ws)
+        stages.begin("greedy search")
         result = self.greedy(ws, loss, dof)
+        stages.begin("confirmation")
         most_linear = self.confirm(ws, result)
         hybrids = self.export(ws, result, most_linear)
+        stages.begin("orderings on the held-out items")
         self.compare(ws, result, hybrids, loss, dof)
         if self.verify_items:
+            stages.begin("verification")
             self.verify(ws, hybrids)
+        stages.begin("report")
         self.finish(ws)
+        stages.end("search.json and the report written")
         return ws.data

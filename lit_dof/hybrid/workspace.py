@@ -13,6 +13,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lit_dof.hybrid.items import Items
 from lit_dof.hybrid.search import Round, Tolerance
 from lit_dof.hybrid.state import SearchState
+from lit_dof.progress import Progress
 
 
 @dataclass
@@ -44,11 +45,12 @@ class Workspace:
 
 
 class RoundLog:
-    """``on_round`` of the greedy search: records each finished round with its wall time and logs the passed
-    ones to TensorBoard."""
+    """``on_round`` of the greedy search: records each finished round with its wall time, logs the passed ones to
+    TensorBoard and, with ``progress``, prints the round (k of at most n, its choice, elapsed time, ETA) on stderr."""
 
-    def __init__(self, state: SearchState, logger: TensorBoardLogger, num_layers: int) -> None:
-        self.state, self.logger, self.num_layers = state, logger, num_layers
+    def __init__(self, state: SearchState, logger: TensorBoardLogger, num_layers: int,
+                 progress: Progress | None = None) -> None:  # fmt: skip  # packed signature
+        self.state, self.logger, self.num_layers, self.progress = state, logger, num_layers, progress
         self.started = time.perf_counter()
 
     def __call__(self, round_: Round) -> None:
@@ -64,4 +66,7 @@ class RoundLog:
                                      "search/chosen_layer": round_.chosen, "search/evaluations": round_.evaluations},
                                     step=len(round_.linear))  # fmt: skip  # packed args
             self.logger.save()
+        if self.progress is not None:
+            done = f"layer {round_.chosen} linear, score {round_.score:.4f}" if round_.passed else "no swap passes"
+            self.progress.end(f"{done} ({len(round_.linear)} linear, {round_.evaluations} evaluations)")
         self.started = time.perf_counter()

@@ -2,7 +2,8 @@
 
 Both act while the student is being built (:meth:`lit_dof.pipeline.module.StudentModule.configure_model`
 calls ``on_teacher_ready`` — estimation first, then allocation), i.e. before optimizers exist and before
-DDP/FSDP wrap the model; they log to TensorBoard at ``on_fit_start``.
+DDP/FSDP wrap the model; at ``on_fit_start`` the DoF figures go to ``<log_dir>/figures/`` as PNG files and to the
+configured logger (:func:`~lit_dof.pipeline.run_files.log_figure`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from lit_dof.dof import STRATEGIES, DoFReport, allocate_feature_dims, allocate_head_feature_dims
 from lit_dof.dof.estimator import RelativeTo
 from lit_dof.dof.report import collect_samples, dof_report
+from lit_dof.pipeline.run_files import log_figure, log_text, run_log_dir
 from lit_dof.students.surgery import layer_mean_dims
 from lit_dof.teacher.families import attention_layers
 
@@ -73,13 +75,14 @@ class DoFEstimator(L.Callback):
         self.pooling, self.target_fraction, self.report_path = pooling, target_fraction, report_path
         self.enabled, self.seed, self.far_pairs = enabled, seed, far_pairs
         self.report: DoFReport | None = None
+        self.log_dir: str | None = None
 
     def on_teacher_ready(self, trainer: L.Trainer, pl_module, teacher) -> None:
         """Capture q/k samples on every rank, estimate the degrees of freedom (or load ``report_path``), give every
         rank rank 0's report and set ``pl_module.dof_report``; rank 0 writes ``<log_dir>/dof.json``."""
         if not self.enabled:
             return
-        log_dir = trainer.log_dir  # a collective under DDP (Lightning broadcasts it): every rank asks
+        log_dir = self.log_dir = run_log_dir(trainer)  # a collective under DDP (a broadcast): every rank asks
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
         samples = None if self.report_path else self._capture(trainer, pl_module, teacher)  # every rank: its share
         report = None
@@ -132,15 +135,15 @@ class DoFEstimator(L.Callback):
         return report
 
     def on_fit_start(self, trainer: L.Trainer, pl_module) -> None:
-        """On rank 0, add the per-head DoF heat map, the feature-dimension bar chart and table to TensorBoard."""
-        if self.report is None or not trainer.is_global_zero:
+        """On rank 0, save the per-head DoF heat map and the feature-dimension bar chart as PNG files (and the table
+        as markdown) under ``<log_dir>/figures/`` and send them to the configured loggers (TensorBoard's
+        ``add_figure``/``add_text``, W&B's ``log_image``)."""
+        if self.report is None or not trainer.is_global_zero or not self.log_dir:
             return
-        experiment = getattr(trainer.logger, "experiment", None)
-        if experiment is None or not hasattr(experiment, "add_figure"):
-            return
-        experiment.add_figure("dof/heads", dof_heatmap(self.report), global_step=0)
-        experiment.add_figure("dof/feature_dims", dims_bar_chart(self.report, pl_module.feature_dims), global_step=0)
-        experiment.add_text("dof/table", dims_table(self.report, pl_module.feature_dims), global_step=0)
+        dims = pl_module.feature_dims
+        log_figure(trainer.loggers, self.log_dir, "dof/heads", dof_heatmap(self.report))
+        log_figure(trainer.loggers, self.log_dir, "dof/feature_dims", dims_bar_chart(self.report, dims))
+        log_text(trainer.loggers, self.log_dir, "dof/table", dims_table(self.report, dims))
 
 
 class FeatureDimAllocator(L.Callback):

@@ -9,9 +9,10 @@ is :mod:`lit_dof.cli`).
     lit-dof plan --config configs/models/llama-3-8b.yaml --config configs/trainer/fsdp.yaml --trainer.devices 8
         (memory per GPU and host RAM per rank, per phase, from the meta-device model: lit_dof.pipeline.plan)
 
-Top-level groups besides LightningCLI's: ``dof:`` (:class:`~lit_dof.pipeline.callbacks.DoFEstimator`) and
-``allocator:`` (:class:`~lit_dof.pipeline.callbacks.FeatureDimAllocator`) — always-present callbacks, so
-method files override a few keys instead of restating the trainer's callback list. ``model.teacher`` is
+Top-level groups besides LightningCLI's: ``dof:`` (:class:`~lit_dof.pipeline.callbacks.DoFEstimator`),
+``allocator:`` (:class:`~lit_dof.pipeline.callbacks.FeatureDimAllocator`) and ``metrics_file:``
+(:class:`~lit_dof.pipeline.run_files.MetricsFile`: ``<log_dir>/metrics.jsonl`` beside any logger) — always-present
+callbacks, so method files override a few keys instead of restating the trainer's callback list. ``model.teacher`` is
 linked to ``data.tokenizer`` and ``data.seq_len`` to ``model.seq_len``. ``--optimizer``/``--lr_scheduler`` are
 refused (:data:`OPTIMIZER_REFUSED`): every phase builds its own optimizers and schedule. Checkpoints live in the
 run's own ``version_N/checkpoints``; ``--ckpt_path last`` continues the newest checkpointed version in place and
@@ -29,6 +30,7 @@ from torch.optim import Optimizer
 
 from lit_dof.cli import COMMANDS, LIGHTNING_COMMANDS, PROG
 from lit_dof.pipeline.callbacks import DoFEstimator, FeatureDimAllocator
+from lit_dof.pipeline.run_files import MetricsFile
 
 OPTIMIZER_REFUSED = (
     "lit-dof phases build their own optimizers and schedule (LayerwiseDistillation: per-group learning rates, "
@@ -45,10 +47,11 @@ class LitDofCLI(LightningCLI):
     phases, or :class:`~lit_dof.pipeline.capture.TeacherCapture` for ``predict``)."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        """Add the ``dof:`` and ``allocator:`` groups, link teacher → tokenizer and data → model ``seq_len``, and
-        mark ``--optimizer``/``--lr_scheduler`` as refused."""
+        """Add the ``dof:``, ``allocator:`` and ``metrics_file:`` groups, link teacher → tokenizer and data → model
+        ``seq_len``, and mark ``--optimizer``/``--lr_scheduler`` as refused."""
         parser.add_lightning_class_args(DoFEstimator, "dof")
         parser.add_lightning_class_args(FeatureDimAllocator, "allocator")
+        parser.add_lightning_class_args(MetricsFile, "metrics_file")
         parser.link_arguments("model.init_args.teacher", "data.init_args.tokenizer")
         parser.link_arguments("data.init_args.seq_len", "model.init_args.seq_len")
         # LightningCLI's own optimizer/scheduler groups, added here (it then adds none) so that their help says

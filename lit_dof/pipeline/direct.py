@@ -64,6 +64,7 @@ class DirectDistillation(LayerwiseDistillation):
             self.log("train/logit_kd", kd.detach())
             loss = loss + self.logit_kd * kd
         self.log("train/loss", loss.detach())
+        self.count_tokens(ids.numel())
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite direct loss at step {self.global_step}; lower the learning rates")
         return loss if loss.requires_grad else None

@@ -314,7 +314,7 @@ class LayerwiseDistillation(StudentModule):
                 f"non-finite logit distillation loss at step {self.global_step}; lower finetune_lr_ratio"
             )
         self.log("train/logit_kd", loss.detach(), prog_bar=True)
-        self.log("train/tokens", float(ids.numel()), reduce_fx="sum")
+        self.count_tokens(ids.numel())
         return loss if loss.requires_grad else None
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
@@ -327,7 +327,7 @@ class LayerwiseDistillation(StudentModule):
         if self.in_finetune():
             return self.finetune_step(batch, batch_idx)
         captured, fresh = self._layerwise_capture(batch, batch_idx)
-        self.log("train/tokens", float(batch["input_ids"].numel()) if fresh else 0.0, reduce_fx="sum")
+        self.count_tokens(batch["input_ids"].numel() if fresh else 0)  # reused captures add no new tokens
         if self.layer_backward and torch.is_grad_enabled():
             result, total, count = self._layerwise_backward(captured, batch_idx, release=self.teacher_reuse == 1)
         else:

@@ -65,7 +65,8 @@ class StudentModule(L.LightningModule):
             float32 whatever this is (master weights; see lit_dof.attention.FeatureMap).
 
     Checkpoints hold what training changes (:meth:`state_dict`): the frozen teacher is reloaded from the
-    teacher on resume, so loading is never strict.
+    teacher on resume, so loading is never strict. They also keep :attr:`tokens_seen`, so that ``train/tokens``
+    (:meth:`count_tokens`) is a running total across resumes.
 
     Raises:
         ValueError: an unknown ``teacher_dtype``.
@@ -118,6 +119,21 @@ class StudentModule(L.LightningModule):
         self.val_ppl_student = Perplexity()
         self.val_nll_teacher = MeanMetric()  # per-token NLL, weighted by tokens: exact over ranks
         self._teacher_val_cache: dict[int, tuple[float, int]] = {}
+        self.tokens_seen = 0  # this rank's training tokens the teacher processed, all runs of the experiment
+
+    flops_per_batch: int | None = None
+    """Not measured (``None``); declared so that Lightning's ``ThroughputMonitor`` logs no FLOPs and no warning."""
+
+    def count_tokens(self, tokens: int) -> None:
+        """Add this rank's ``tokens`` (of a training batch the teacher processed) to :attr:`tokens_seen` and log the
+        running total over every rank as ``train/tokens`` (float64, summed over ranks: exact up to 2^53).
+
+        Args:
+            tokens: tokens of the batch on this rank (0: a batch that reused an earlier teacher pass).
+        """
+        self.tokens_seen += int(tokens)
+        total = torch.tensor(float(self.tokens_seen), dtype=torch.float64, device=self.device)
+        self.log("train/tokens", total, reduce_fx="sum", sync_dist=True)
 
     # -- building ------------------------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -253,9 +269,10 @@ class StudentModule(L.LightningModule):
 
         checkpoint["lit_dof_feature_dims"] = self.student.feature_dims
         checkpoint["lit_dof_feature_map"] = factory_name(self.feature_map)  # not a hyperparameter (a factory)
+        checkpoint["lit_dof_tokens_seen"] = self.tokens_seen  # rank 0's: every rank's blocks have one size
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """Check that the rebuilt student has the checkpoint's feature dimensions.
+        """Check that the rebuilt student has the checkpoint's feature dimensions; restore :attr:`tokens_seen`.
 
         Raises:
             ValueError: the dimensions differ (another DoF estimate): resume with ``dof.report_path``.
@@ -266,6 +283,7 @@ class StudentModule(L.LightningModule):
                 f"checkpoint feature dims {dims} differ from the rebuilt student's {self.student.feature_dims}: "
                 "resume with the same DoF settings, or pass dof.report_path=<run>/dof.json"
             )
+        self.tokens_seen = int(checkpoint.get("lit_dof_tokens_seen", 0))
 
     # -- validation: held-out perplexity of teacher and student --------------------------------------------
     def validation_step(self, batch: dict, batch_idx: int) -> None:

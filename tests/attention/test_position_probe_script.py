@@ -76,3 +76,23 @@ def test_long_context_mode_pairs_the_student_with_its_own_control(tmp_path):
         plain = position_perplexity(student, tokens, block=32, edges=[0, 32], batch_size=1)
     assert result["student"]["block_nll"] == plain["block_nll"]
     assert result["control"]["block_nll"] != plain["block_nll"] and result["ratio"]["blocks"] == 3
+
+
+def test_device_and_dtype_options(tmp_path, capsys):
+    import pytest
+
+    probe, student = _script(), _student()
+    student.save_pretrained(tmp_path / "student")
+    AutoTokenizer.from_pretrained(TINYSTORIES).save_pretrained(tmp_path / "student")
+    text = " ".join(["Once upon a time there was a little dog who liked to run in the park with his friends."] * 12)
+    (tmp_path / "corpus.txt").write_text(text + "\n\nA second document.\n")
+    args = [str(tmp_path / "student"), "--corpus", str(tmp_path / "corpus.txt"), "--shifts", "0", "--blocks", "2",
+            "--block", "40", "--from", "8"]  # fmt: skip  # packed args
+    default = probe.main(args)
+    assert probe.main([*args, "--device", "cpu", "--dtype", "float32"]) == default  # the recorded dtype: float32
+    half = probe.main([*args, "--device", "cpu", "--dtype", "bfloat16"])
+    assert half[0]["teacher"] == pytest.approx(default[0]["teacher"], abs=0.1)
+    for option, value in (("--device", "gpu"), ("--dtype", "half")):
+        with pytest.raises(SystemExit) as exit_:
+            probe.main([str(tmp_path / "missing"), "--corpus", "x", option, value])
+        assert exit_.value.code == 2 and value in capsys.readouterr().err

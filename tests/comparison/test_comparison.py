@@ -539,3 +539,13 @@ def test_long_stage_measures_perplexity_by_position_at_every_context(tmp_path):
     direct = position_perplexity(model, tokens, block=64, edges=(0, 64))
     assert result["contexts"]["64"]["ppl"] == pytest.approx(direct["ppl"], rel=1e-6)
     assert runner.long_context(ROWS["teacher"], 16) == result  # resumable: read back, not recomputed
+
+
+def test_compare_prints_each_cell_with_elapsed_time_and_eta_on_stderr(tmp_path, capsys):
+    compare(rows=["teacher", "fix"], budgets=[16], out=str(tmp_path), stages=[], carry=False, device="cpu")
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.startswith("[compare]")]
+    assert lines[0].startswith("[compare] cell 1/2 C=16 teacher () · elapsed 0:00:0") and lines[0].endswith("ETA –")
+    assert lines[1].startswith("[compare] cell 2/2 C=16 fix () · elapsed")
+    assert lines[2].startswith("[compare] cell 2/2 done: every cell; writing the report")
+    assert "[compare]" not in captured.out

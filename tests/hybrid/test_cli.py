@@ -33,7 +33,7 @@ def bank(tmp_path_factory):
 
 
 @needs_data
-def test_search_exports_reports_and_resumes(bank, tmp_path):
+def test_search_exports_reports_and_resumes(bank, tmp_path, capsys):
     from lit_dof.hybrid.cli import main
 
     out = tmp_path / "search"
@@ -44,6 +44,11 @@ def test_search_exports_reports_and_resumes(bank, tmp_path):
     main(args)
     data = json.loads((out / "search.json").read_text())
     L = data["num_layers"]
+    progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[hybrid]")]
+    rounds = [line for line in progress if " round " in line]  # stderr: each round, elapsed, ETA
+    assert [line.split(" done: ")[0] for line in rounds] == [f"[hybrid] round {k}/{L}" for k in range(1, L + 1)]
+    assert rounds[0].split(" done: ")[1].startswith(f"layer {data['rounds'][0]['chosen']} linear, score")
+    assert progress[0].startswith("[hybrid] stage 1/7 bank") and progress[-1].startswith("[hybrid] stage 7/7 done")
     # tolerance 1.0 accepts every swap: the search makes every layer linear, two candidates per round
     # (one in the last round), each the lower-local-loss ones among the remaining layers
     assert len(data["rounds"]) == L and data["search"]["most_linear"] == list(range(L))
