@@ -127,12 +127,10 @@ def architecture(config) -> Architecture:
     Raises:
         UnsupportedModelError: no supported attention layers (:func:`~lit_dof.teacher.families.attention_layers`).
     """
-    from transformers import AutoModelForCausalLM
-
     from lit_dof.teacher.families import attention_layers
+    from lit_dof.teacher.sharded import empty_causal_lm
 
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+    model = empty_causal_lm(config)
     layers = attention_layers(model)
     classes = set(getattr(model, "_no_split_modules", None) or [])
     blocks = [m for m in model.modules() if type(m).__name__ in classes] or [layers[0].module]
