@@ -42,8 +42,10 @@ def _load_and_probe(rank: int, dtype: torch.dtype, loads: list, path: str) -> No
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard
 
+    from lit_dof.attention import LearnedPRF
     from lit_dof.dof.report import collect_samples
     from lit_dof.pipeline.callbacks import _pad_sharded_forwards
+    from lit_dof.students.modeling import linearize
     from lit_dof.teacher.sharded import load_sharded_teacher, reshard
 
     loads.clear()
@@ -59,7 +61,9 @@ def _load_and_probe(rank: int, dtype: torch.dtype, loads: list, path: str) -> No
     _pad_sharded_forwards(teacher, 2 - len(keys), torch.device("cpu"))
     reservoir.all_gather()
     reshard(teacher)
+    linearize(teacher, LearnedPRF, 4, seed=0)  # as configure_model does next: its post_init must not re-init
     full = get_model_state_dict(teacher, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    full = {k: v for k, v in full.items() if ".lit_dof." not in k}
     samples = [reservoir.samples(i) for i in range(len(teacher.model.layers))]
     torch.save({"loads": len(loads), "placements": placements, "local": local, "logits": logits, "full": full,
                 "samples": samples, "buffers": dict(teacher.named_buffers()), "vocab": len(tokenizer),
@@ -77,7 +81,8 @@ def sharded_runs(tmp_path_factory):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_sharded_teacher_equals_the_single_process_teacher(sharded_runs, dtype):
     """Rank 1 never loads the teacher; every parameter is a dim-0 shard in the asked dtype; rank 0's gathered full
-    state, rank 1's buffers and both ranks' logits equal the single-process teacher's, bit for bit."""
+    state (after the twins are attached, as in configure_model), rank 1's buffers and both ranks' logits equal the
+    single-process teacher's, bit for bit."""
     ranks = sharded_runs[dtype]
     teacher, tokenizer = loading.load_teacher(str(TINYSTORIES), dtype=dtype)
     assert [r["loads"] for r in ranks] == [1, 0]  # rank 1 never loaded the teacher whole

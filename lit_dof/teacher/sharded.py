@@ -96,7 +96,10 @@ def load_sharded_teacher(
     (after rank 0, so an embedded GGUF teacher is converted once, by rank 0). Every rank shards
     (:func:`shard_teacher`); the others allocate their shards on ``device``; rank 0 broadcasts the weights tensor
     by tensor (``set_model_state_dict`` with ``full_state_dict`` and ``broadcast_from_rank0``), then every buffer
-    (rotary tables are not in the state dict). See the module docstring for the host RAM this takes.
+    (rotary tables are not in the state dict). Every module is then marked initialised (``_is_hf_initialized``, as
+    ``from_pretrained`` marks what it loaded): without it, the ``post_init`` of a model that wraps this one (the
+    student, :func:`lit_dof.linearize`) re-initialises the meta-built ranks' weights at random. See the module
+    docstring for the host RAM this takes.
 
     Args:
         name_or_path: as :func:`~lit_dof.teacher.loading.load_teacher` takes it.
@@ -145,6 +148,8 @@ def load_sharded_teacher(
     set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
     del full
     _broadcast_buffers(model)
+    for module in model.modules():  # loaded: transformers' post_init of a wrapper (the student) must not re-init
+        module._is_hf_initialized = True
     return model, tokenizer
 
 
