@@ -49,7 +49,8 @@ class DoFEstimator(L.Callback):
 
     Under DDP/FSDP every rank captures its share of the batches (merged exactly) and computes the DoF of 1 / world
     of the layers on its own device (:func:`~lit_dof.dof.sharded.sharded_head_dof`); every rank then holds
-    rank 0's report.
+    rank 0's report. Under FSDP2 the teacher it sees is already sharded (the forwards gather one decoder layer at a
+    time; :meth:`lit_dof.pipeline.module.StudentModule.configure_model`).
 
     Raises:
         ValueError: ``far_pairs`` for a student without a sliding window.
@@ -101,7 +102,9 @@ class DoFEstimator(L.Callback):
         """Each rank captures its share of the ``num_batches`` global batches (global batch g on rank
         g % world, from that rank's own shard of the stream), keyed by g, and the reservoirs are merged exactly
         (:meth:`~lit_dof.teacher.capture.QKReservoir.all_gather`): every rank ends with the sample one process
-        would draw from the union. Returns ``(reservoir, tokens, seconds)``."""
+        would draw from the union. A sharded (FSDP2) teacher gathers its layers in every forward, a collective:
+        ranks with fewer batches run empty forwards until all have run as many. Returns ``(reservoir, tokens,
+        seconds)``."""
         start = time.perf_counter()
         rank, world = trainer.global_rank, trainer.world_size
         options = getattr(pl_module, "attention_options", {})
@@ -116,6 +119,7 @@ class DoFEstimator(L.Callback):
         reservoir, tokens = collect_samples(teacher, batches, self.num_samples, pooling=self.pooling, seed=self.seed,
                                             keys=keys, progress=trainer.is_global_zero,
                                             **far)  # fmt: skip  # packed args
+        _pad_sharded_forwards(teacher, len(range(0, self.num_batches, world)) - len(keys), trainer.strategy.root_device)
         if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
             reservoir.all_gather()
             total = torch.tensor([tokens], dtype=torch.float64, device=trainer.strategy.root_device)  # NCCL: on the GPU
@@ -144,6 +148,18 @@ class DoFEstimator(L.Callback):
         log_figure(trainer.loggers, self.log_dir, "dof/heads", dof_heatmap(self.report))
         log_figure(trainer.loggers, self.log_dir, "dof/feature_dims", dims_bar_chart(self.report, dims))
         log_text(trainer.loggers, self.log_dir, "dof/table", dims_table(self.report, dims))
+
+
+def _pad_sharded_forwards(teacher: torch.nn.Module, count: int, device: torch.device) -> None:
+    """Run ``count`` unrecorded one-token forwards of a teacher sharded with FSDP2 (its all-gathers are collectives
+    every rank must join; the input's shape does not matter to them); nothing for an unsharded teacher."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if count <= 0 or not isinstance(teacher, FSDPModule):
+        return
+    with torch.no_grad():
+        for _ in range(count):
+            teacher(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), use_cache=False)
 
 
 class FeatureDimAllocator(L.Callback):

@@ -6,7 +6,9 @@ init context, so FSDP can shard it): the teacher is loaded, the planning callbac
 (:class:`~lit_dof.pipeline.callbacks.DoFEstimator`, then
 :class:`~lit_dof.pipeline.callbacks.FeatureDimAllocator`) see it and choose the per-layer feature
 dimensions, and :func:`lit_dof.linearize` attaches the twins — all before optimizers are created and
-before DDP/FSDP wrap the model, so resizing never invalidates an optimizer or a wrapper.
+before DDP wraps the model, so resizing never invalidates an optimizer or a wrapper. Under FSDP2 the teacher is
+sharded as it loads (lit_dof.teacher.sharded), before the DoF estimate; the twins are attached after sharding
+and stay outside FSDP.
 """
 
 from __future__ import annotations
@@ -138,19 +140,37 @@ class StudentModule(L.LightningModule):
     # -- building ------------------------------------------------------------------------------------------
     def configure_model(self) -> None:
         """Load the teacher, run the planning callbacks (DoF estimate, then allocation), build the student with
-        its linear twins, mark the trainable parameters and, on a device mesh, shard it (FSDP2; twins replicated)."""
+        its linear twins and mark the trainable parameters.
+
+        On a device mesh (ModelParallelStrategy) the teacher is loaded already sharded (FSDP2,
+        :func:`lit_dof.teacher.sharded.load_sharded_teacher`: whole on rank 0 only, in the teacher dtype, the
+        other ranks build it on the meta device and receive their shards); the planning callbacks then run on the
+        sharded teacher (every rank forwards its share of the DoF batches, gathering one decoder layer at a time),
+        and the twins, attached after sharding, stay plain tensors replicated from rank 0. Without a mesh (one
+        process, DDP) every rank loads the whole teacher, as before.
+
+        Raises:
+            NotImplementedError: LoRA on a device mesh (before the teacher loads).
+        """
         if self.student is not None:
             return
-        from lit_dof.teacher.loading import load_teacher
-
         trainer = self._trainer
-        teacher, self.tokenizer = load_teacher(self.teacher_name, dtype=self.resolved_teacher_dtype())
+        mesh = self._lightning_device_mesh()
+        if mesh is not None and self.lora is not None:
+            raise NotImplementedError(
+                "LoRA under ModelParallelStrategy (FSDP2) is not supported yet: use DDP for `lora`"
+            )
+        teacher = self._load_teacher(mesh)
         self.check_teacher(teacher)
         callbacks = list(trainer.callbacks) if trainer is not None else []
         for stage in ("estimate", "allocate"):  # DoF first, then the allocation that reads it
             for callback in callbacks:
                 if getattr(callback, "planning_stage", None) == stage:
                     callback.on_teacher_ready(trainer, self, teacher)
+        if mesh is not None:
+            from lit_dof.teacher.sharded import reshard
+
+            reshard(teacher)  # the root keeps its parameters gathered after the DoF forwards
         layers = attention_layers(teacher)
         dims = self.feature_dims or [self.feature_dim or layers[0].head_dim] * len(layers)
         seed = torch.initial_seed() if self.seed is None else self.seed
@@ -163,9 +183,24 @@ class StudentModule(L.LightningModule):
             add_lora(self.student.model, self.lora)
         for name, parameter in self.trainable_parameters():
             parameter.requires_grad_(True)
-        mesh = self._lightning_device_mesh()
         if mesh is not None:
-            self._shard(mesh)
+            self._replicate_twins(_data_parallel(mesh))
+
+    def _load_teacher(self, mesh) -> torch.nn.Module:
+        """The frozen teacher in :meth:`resolved_teacher_dtype` (sets ``self.tokenizer``): whole on every rank
+        without a mesh, sharded over the mesh's data-parallel group with one (lit_dof.teacher.sharded)."""
+        dtype = self.resolved_teacher_dtype()
+        if mesh is None:
+            from lit_dof.teacher.loading import load_teacher
+
+            teacher, self.tokenizer = load_teacher(self.teacher_name, dtype=dtype)
+            return teacher
+        from lit_dof.teacher.sharded import load_sharded_teacher
+
+        device = self._trainer.strategy.root_device if self._trainer is not None else "cpu"
+        teacher, self.tokenizer = load_sharded_teacher(self.teacher_name, _data_parallel(mesh), dtype=dtype,
+                                                       device=device)  # fmt: skip  # packed args
+        return teacher
 
     def check_teacher(self, teacher: torch.nn.Module) -> None:
         """Validate this module's settings against the loaded teacher before any expensive work (the DoF
@@ -195,26 +230,12 @@ class StudentModule(L.LightningModule):
         except (AttributeError, RuntimeError):
             return None
 
-    def _shard(self, mesh) -> None:
-        """FSDP2: shard the teacher at its decoder-layer class (``_no_split_modules``); keep the twins
-        replicated (they are small and their losses run outside the layers' forward): broadcast from the
-        group's rank 0 here (FSDP leaves ignored parameters alone), gradients all-reduced in
-        :meth:`on_after_backward`."""
-        from torch.distributed.fsdp import fully_shard
-
-        if self.lora is not None:
-            raise NotImplementedError(
-                "LoRA under ModelParallelStrategy (FSDP2) is not supported yet: use DDP for `lora`"
-            )
-
-        dp = mesh["data_parallel"] if mesh.mesh_dim_names and "data_parallel" in mesh.mesh_dim_names else mesh
+    def _replicate_twins(self, dp) -> None:
+        """FSDP2: the teacher is sharded at its decoder layers and root (lit_dof.teacher.sharded.shard_teacher);
+        the twins, attached after sharding, are plain tensors that FSDP does not manage (they are small and their
+        losses run outside the layers' forward). Broadcast them from the group's rank 0 here; their gradients are
+        all-reduced in :meth:`on_after_backward`."""
         named_twins = [(n, p) for n, p in self.student.named_parameters() if ".lit_dof." in n]
-        twins = {p for _, p in named_twins}
-        layer_classes = set(getattr(self.student.model, "_no_split_modules", None) or [])
-        for module in self.student.model.modules():
-            if type(module).__name__ in layer_classes:
-                fully_shard(module, mesh=dp, ignored_params=twins & set(module.parameters()))
-        fully_shard(self.student, mesh=dp, ignored_params=twins)
         # Sorted by name: the same order on every rank.
         self._replicated = [p for _, p in sorted(named_twins, key=lambda item: item[0]) if p.requires_grad]
         self._replicated_group = dp.get_group()
@@ -356,6 +377,11 @@ class StudentModule(L.LightningModule):
         report = self.dof_report.to_dict() if self.dof_report is not None else None
         if report is not None or strategy is not None:
             write_model_card(target, dof=report, strategy=strategy)
+
+
+def _data_parallel(mesh):
+    """The data-parallel sub-mesh of a Lightning device mesh (the whole mesh when it has no named dimensions)."""
+    return mesh["data_parallel"] if mesh.mesh_dim_names and "data_parallel" in mesh.mesh_dim_names else mesh
 
 
 def _coalesced(tensors: list[torch.Tensor], collective: Callable, **kwargs) -> None:

@@ -127,12 +127,10 @@ def architecture(config) -> Architecture:
     Raises:
         UnsupportedModelError: no supported attention layers (:func:`~lit_dof.teacher.families.attention_layers`).
     """
-    from transformers import AutoModelForCausalLM
-
     from lit_dof.teacher.families import attention_layers
+    from lit_dof.teacher.sharded import empty_causal_lm
 
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+    model = empty_causal_lm(config)
     layers = attention_layers(model)
     classes = set(getattr(model, "_no_split_modules", None) or [])
     blocks = [m for m in model.modules() if type(m).__name__ in classes] or [layers[0].module]
@@ -232,7 +230,8 @@ class Phase:
 def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     """The memory of each stage of the run, from ``arch`` and ``run`` alone (closed form, bytes per rank).
 
-    Phases: ``dof`` (capture + estimate, before sharding: the whole teacher on the host under FSDP, on the device
+    Phases: ``load`` (FSDP only: rank 0 holds the whole teacher on the host while it broadcasts the shards;
+    lit_dof.teacher.sharded), ``dof`` (capture + estimate: on the sharded teacher under FSDP, the whole teacher
     otherwise), ``layerwise`` (teacher forward stopped after the last twin, all layers' q/k kept, one layer's loss graph
     alive at a time — every layer's with ``layer_backward`` off), ``tail`` (end-to-end logit distillation: backward
     through the whole student), ``validate`` (teacher and student logits), ``export`` (full weights on rank 0). On a CPU
@@ -268,15 +267,24 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     logits = tokens * V * b
 
     phases = []
-    # -- DoF estimate: before sharding, on the whole teacher (host under FSDP); reservoir always on the host.
+    if run.sharded:  # rank 0 loads the whole teacher (host, its dtype) and broadcasts it; the others hold shards
+        load = Phase("load")
+        load.device["teacher shard"] = shard
+        load.host.update(
+            {"teacher (whole, rank 0, while loading)": teacher, "broadcast tensor (≤ the root)": a.root_params * b}
+        )
+        phases.append(load)
+    # -- DoF estimate: on the sharded teacher under FSDP, else on the whole teacher; reservoir always on the host.
     pool_heads = Hq if run.dof_pooling == "query_head" else Hk
     reservoir = a.num_layers * pool_heads * run.dof_samples * (d * 4 + 8)
     candidates = pool_heads * (run.dof_samples + 2 * tokens) * d * 4 * 2  # one layer's offers + concat copy
     eigen = 3 * run.dof_samples**2 * 8  # one head's J x J Gram and eigenvectors, float64
     dof = Phase("dof", runs=run.dof_enabled)
-    (dof.host if run.sharded or not run.on_gpu else dof.device).update(
-        {"teacher (whole, unsharded)": teacher, "activations (one layer, no grad)": layer_act, "logits": logits}
-    )
+    if run.sharded:
+        dof.device.update({"teacher shard": shard, "gathered layers": gathered})
+    else:
+        dof.device["teacher (whole)"] = teacher
+    dof.device.update({"activations (one layer, no grad)": layer_act, "logits": logits})
     dof.host.update({"q/k reservoir": reservoir, "candidates + eigen work": candidates + eigen})
     phases.append(dof)
 

@@ -43,6 +43,27 @@ class PeakRSS(L.Callback):
             self.peak = max(self.peak, _status("VmHWM"))
 
 
+class RankPeakRSS(L.Callback):
+    """Each rank writes ``<out_dir>/rss_rank<r>.json``: its resident set size's high-water mark (``VmHWM``, bytes,
+    since the process started: imports, teacher load, sharding, DoF estimate) when training starts and when
+    ``fit`` ends (export included), and ``VmRSS`` at both points. For ``lit-dof fit --trainer.callbacks+=``.
+
+    Args:
+        out_dir: the folder to write to (created).
+    """
+
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir, self.record = Path(out_dir), {}
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.record.update(train_start_hwm=_status("VmHWM"), train_start_rss=_status("VmRSS"))
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self.record.update(end_hwm=_status("VmHWM"), end_rss=_status("VmRSS"))
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / f"rss_rank{trainer.global_rank}.json").write_text(json.dumps(self.record))
+
+
 def main(out: str, args: list[str]) -> None:
     import torch  # noqa: F401  (the imports the measured run needs, before the baseline)
     import transformers  # noqa: F401

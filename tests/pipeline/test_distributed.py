@@ -14,7 +14,8 @@ import torch
 import yaml
 
 from lit_dof.students import load_student
-from tests.conftest import REPO
+from lit_dof.teacher.loading import load_teacher
+from tests.conftest import REPO, TINYSTORIES
 from tests.pipeline.conftest import fit_args
 
 STEPS, KILL_AT = 4, 3
@@ -72,7 +73,7 @@ def reference(request, tmp_path_factory):
 def test_two_process_training(reference):
     """Both ranks plan the same student (DoF report, dims) and hold bit-equal twins at the start and after
     training; under FSDP2 every teacher parameter starts as a sharded DTensor and the twins are plain tensors;
-    rank 0 exports one student."""
+    rank 0 exports one student, whose teacher weights equal the single-process teacher's."""
     strategy, run, done = reference
     assert f"max_steps={STEPS}` reached" in done.stdout + done.stderr
     for event in ("start", "end"):
@@ -87,6 +88,9 @@ def test_two_process_training(reference):
         assert rank0["replicated_teacher"]
     student = _exported(run, version=0)
     assert student.feature_dims == rank0["feature_dims"] and all(m >= 8 for m in student.feature_dims)
+    exported = student.state_dict()  # the frozen teacher comes back whole and unchanged (every rank's shard)
+    for key, value in load_teacher(str(TINYSTORIES))[0].state_dict().items():
+        assert torch.equal(exported[f"model.{key}"], value), key
     ids = torch.randint(3, 2000, (1, 12))
     with torch.no_grad():
         assert torch.isfinite(student(ids).logits).all()
@@ -176,8 +180,7 @@ def test_distributed_dof_equals_one_process_over_the_union(reference):
     from lit_dof.data.corpus import iter_documents
     from lit_dof.data.datamodule import PackedBlocks
     from lit_dof.dof.report import collect_samples, dof_report
-    from lit_dof.teacher.loading import load_teacher
-    from tests.conftest import TINYSTORIES, WIKIPEDIA
+    from tests.conftest import WIKIPEDIA
 
     _, run, _ = reference
     report = json.loads(next(run.rglob("version_0/dof.json")).read_text())
