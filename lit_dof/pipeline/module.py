@@ -103,14 +103,8 @@ class StudentModule(L.LightningModule):
         self.softmax_layers = list(softmax_layers)
         self.share_kv_maps, self.chunk_size, self.seq_len = share_kv_maps, chunk_size, seq_len
         self.lora = lora
-        self.attention_options = {
-            "window": window,
-            "sink_tokens": sink_tokens,
-            "far_term": far_term,
-            "learn_mix": learn_mix,
-            "far_decay": far_decay,
-            "learn_decay": learn_decay,
-        }
+        self.attention_options = dict(window=window, sink_tokens=sink_tokens, far_term=far_term, learn_mix=learn_mix,
+                                      far_decay=far_decay, learn_decay=learn_decay)  # fmt: skip  # packed args
         self.export_dir, self.seed = export_dir, seed
         self.teacher_dtype = teacher_dtype
         self.strict_loading = False  # before any load: sharded (DCP) loads read it before on_load_checkpoint
