@@ -20,25 +20,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-PROG = "lit-dof"
-
-LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
-"""The subcommands LightningCLI parses and runs."""
-
-COMMANDS: dict[str, str] = {
-    "fit": "Train a student: DoF, dims, distillation, export (LightningCLI).",
-    "validate": "Held-out perplexity of student and teacher (LightningCLI).",
-    "test": "LightningCLI's test loop (no lit-dof phase defines one).",
-    "predict": "Teacher capture: q/k samples and DoF report (LightningCLI).",
-    "eval": "Zero-shot task accuracy of a teacher or a student (lm-eval).",
-    "lm-eval": "lm-eval's own CLI, with the model `lit_dof` (students, teachers) registered.",
-    "compare": "Train and evaluate every method alike; resumable; a report.",
-    "hybrid": "Choose which blocks to linearise; export and compare hybrids.",
-    "plan": "GPU memory and host RAM per rank of a fit command line.",
-    "generate": "Generate text from a teacher, student or hybrid: tokens/s, cache bytes.",
-    "configs": "List, show or copy the shipped YAML configs.",
-}
-"""Every ``lit-dof`` subcommand and its one-line description (the top-level ``--help``)."""
+from lit_dof.commands import COMMANDS, LIGHTNING_COMMANDS, PROG  # noqa: F401  (re-exported)
 
 
 def version() -> str:

@@ -28,7 +28,7 @@ import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, LRSchedulerTypeTuple
 from torch.optim import Optimizer
 
-from lit_dof.cli import COMMANDS, LIGHTNING_COMMANDS, PROG
+from lit_dof.commands import COMMANDS, LIGHTNING_COMMANDS, PROG
 from lit_dof.pipeline.callbacks import DoFEstimator, FeatureDimAllocator
 from lit_dof.pipeline.run_files import MetricsFile
 
