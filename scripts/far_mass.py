@@ -94,9 +94,9 @@ def main() -> None:
     rows = torch.cat([torch.randint(a, b, (args.queries,), generator=generator) for a, b in buckets])
     results: dict[int, dict] = {}
 
-    def record(index, q, k, v, pad, out):
+    def record(index, c):
         if index in twins:
-            results[index] = _layer_masses(twins[index], q, k, rows)
+            results[index] = _layer_masses(twins[index], c.q, c.k, rows)
 
     with torch.no_grad(), student.teacher_mode(), capture_attention(student.model, record):
         student(ids, use_cache=False)

@@ -128,8 +128,8 @@ def collect_samples(
     tokens = 0
     current: list[int | None] = [None]
 
-    def record(index, q, k, v, pad, out):
-        pooled = pooled_vectors(q, k, pad, pooling, far_window=far_window, sink_tokens=sink_tokens)
+    def record(index: int, c) -> None:
+        pooled = pooled_vectors(c.q, c.k, c.key_padding, pooling, far_window=far_window, sink_tokens=sink_tokens)
         reservoir.add(index, pooled, key=current[0])
 
     key_iter = iter(keys) if keys is not None else None

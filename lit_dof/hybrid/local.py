@@ -54,8 +54,8 @@ def local_losses(student, batches: list[dict]) -> dict[int, float]:
         valid = valid_positions(batch)
         captured: dict[int, CapturedAttention] = {}
 
-        def record(index, q, k, v, pad, out):
-            captured[index] = CapturedAttention(q, k, v, out, pad)
+        def record(index: int, c: CapturedAttention) -> None:
+            captured[index] = c
 
         with torch.no_grad(), student.teacher_mode(), capture_attention(student.model, record):
             student(batch["input_ids"], use_cache=False)

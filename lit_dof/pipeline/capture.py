@@ -68,8 +68,8 @@ class TeacherCapture(L.LightningModule):
     def predict_step(self, batch: dict, batch_idx: int) -> None:
         """Run the teacher on ``batch`` and add each layer's pooled q/k vectors to the reservoir; count its tokens."""
 
-        def record(index, q, k, v, pad, out):
-            self.reservoir.add(index, pooled_vectors(q, k, pad, self.pooling))
+        def record(index: int, c) -> None:
+            self.reservoir.add(index, pooled_vectors(c.q, c.k, c.key_padding, self.pooling))
 
         with capture_attention(self.teacher, record):
             self.teacher(batch["input_ids"], attention_mask=batch.get("attention_mask"), use_cache=False)

@@ -204,21 +204,22 @@ class LayerwiseDistillation(StudentModule):
 
     def _teacher_forward(
         self, batch: dict, *, capture: bool, logits: bool = True, positions: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor | None, dict[int, tuple]]:
-        """One frozen-teacher forward: its logits and, if ``capture``, every layer's (q, k, key padding), plus
-        (v, attention output) when the layer loss ``needs_values``.
+    ) -> tuple[torch.Tensor | None, dict[int, CapturedAttention]]:
+        """One frozen-teacher forward: its logits and, if ``capture``, every layer's
+        :class:`~lit_dof.teacher.capture.CapturedAttention` (q, k, key padding; v and the attention output only
+        when the layer loss ``needs_values``).
 
         ``logits=False`` (the layer-wise steps, which discard them): the forward stops as soon as the last twin's
         layer has been captured — the layers above it, the final norm and the LM head never run — unless the
         teacher is sharded (FSDP2 must see every forward finish). Returns ``None`` logits then. ``positions``:
         ``(B, T)`` position ids (``None``: the model's own)."""
-        captured: dict[int, tuple] = {}
+        captured: dict[int, CapturedAttention] = {}
         keep_values = self.layer_loss.needs_values
         last = max(self.student.linear_modules(), default=None)
         stop_early = capture and not logits and last is not None and getattr(self, "_replicated_group", None) is None
 
-        def record(index, q, k, v, pad, out):
-            captured[index] = (q, k, pad, v, out) if keep_values else (q, k, pad)
+        def record(index: int, c: CapturedAttention) -> None:
+            captured[index] = c if keep_values else CapturedAttention(c.q, c.k, None, None, c.key_padding)
             if stop_early and index == last:
                 raise _CapturedAll
 
@@ -232,7 +233,7 @@ class LayerwiseDistillation(StudentModule):
                 pass
         return out, captured
 
-    def _layerwise_capture(self, batch: dict, batch_idx: int = 0) -> tuple[dict[int, tuple], bool]:
+    def _layerwise_capture(self, batch: dict, batch_idx: int = 0) -> tuple[dict[int, CapturedAttention], bool]:
         """``(captured teacher attention, fresh)`` of this layer-wise batch: a new teacher pass every
         ``teacher_reuse`` batches (and at a resumed run's first batch), else the kept one."""
         fresh = self._batches % self.teacher_reuse == 0 or self._reused is None
@@ -245,26 +246,23 @@ class LayerwiseDistillation(StudentModule):
             self._reused = self._teacher_forward(batch, capture=True, logits=False, positions=positions)[1]
         return self._reused, fresh
 
-    def _layer_losses(self, captured: dict[int, tuple], batch_idx: int) -> dict[int, torch.Tensor]:
+    def _layer_losses(self, captured: dict[int, CapturedAttention], batch_idx: int) -> dict[int, torch.Tensor]:
         """Each linear layer's attention loss on the teacher's q/k, logged as ``train/loss_layer_XX``."""
         return {index: loss for index, _, loss in self._each_layer_loss(captured, batch_idx)}
 
-    def _each_layer_loss(self, captured: dict[int, tuple], batch_idx: int):
+    def _each_layer_loss(self, captured: dict[int, CapturedAttention], batch_idx: int):
         """Yields ``(index, twin, loss)`` layer by layer, so a caller can backward and free each graph in turn."""
         self._rows_generator.manual_seed(self.global_step * 7919 + batch_idx)
         for index, twin in self.student.linear_modules().items():
             if not getattr(twin, "far_term", True):
                 continue  # a window without a far term (a control): nothing to distil
-            q, k, pad = captured[index][:3]
-            v, out = captured[index][3:] if len(captured[index]) > 3 else (None, None)
-            record = CapturedAttention(q=q, k=k, v=v, out=out, key_padding=pad)
-            loss = self.layer_loss(twin, record, query_rows=self.query_rows, generator=self._rows_generator)
+            loss = self.layer_loss(twin, captured[index], query_rows=self.query_rows, generator=self._rows_generator)
             self.log(f"train/loss_layer_{index:02d}", loss.detach())
             yield index, twin, loss
             del loss
 
     def _layerwise_backward(
-        self, captured: dict[int, tuple], batch_idx: int, release: bool
+        self, captured: dict[int, CapturedAttention], batch_idx: int, release: bool
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, int]:
         """Per-layer backward: each layer's loss is differentiated (``torch.autograd.grad``) as soon as it is
         computed and its graph freed — and, when ``release``, the layer's captured q/k/v too — so the peak holds

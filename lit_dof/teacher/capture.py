@@ -26,8 +26,9 @@ from lit_dof.interface import ATTN_IMPLEMENTATION, AttentionSlot
 from lit_dof.teacher.families import AttentionLayer, attention_layers
 
 Pooling = Literal["kv_head", "query_head"]
-LayerRecorder = Callable[[int, Tensor, Tensor, Tensor, "Tensor | None", Tensor], None]
-"""``(layer index, q (B,Hq,T,d), k (B,Hk,T,d), v (B,Hk,T,D), key_padding (B,T) | None, out (B,T,Hq,D))``."""
+LayerRecorder = Callable[[int, "CapturedAttention"], None]
+"""``(layer index, its CapturedAttention)``: what :func:`capture_attention` reports for each layer (all five
+tensors filled in; a recorder keeps what it needs)."""
 
 
 @contextlib.contextmanager
@@ -50,7 +51,9 @@ def capture_attention(model: nn.Module, recorder: LayerRecorder) -> Iterator[lis
             slot = AttentionSlot()
             layer.module.lit_dof = slot
             added.append(layer.module)
-        slot.recorder = lambda module, q, k, v, pad, out: recorder(module.layer_idx, q, k, v, pad, out)
+        slot.recorder = lambda module, q, k, v, pad, out: recorder(
+            module.layer_idx, CapturedAttention(q=q, k=k, v=v, out=out, key_padding=pad)
+        )
     if previous != ATTN_IMPLEMENTATION:
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
     try:
@@ -96,9 +99,13 @@ def capture_batch(
     """
     captured: dict[int, CapturedAttention] = {}
 
-    def record(index, q, k, v, pad, out):
+    def record(index: int, c: CapturedAttention) -> None:
         captured[index] = CapturedAttention(
-            q.detach(), k.detach(), v.detach() if values else None, out.detach() if outputs else None, pad
+            c.q.detach(),
+            c.k.detach(),
+            c.v.detach() if values else None,
+            c.out.detach() if outputs else None,
+            c.key_padding,
         )
 
     inputs = _as_inputs(batch)

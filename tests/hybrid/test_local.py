@@ -21,8 +21,8 @@ def test_local_losses_match_a_direct_computation_and_vanish_for_exact_twins():
     losses = local_losses(student, [{"input_ids": ids}])
     captured = {}
 
-    def record(i, q, k, v, p, o):
-        captured[i] = (q, k, v, o)
+    def record(i, c):
+        captured[i] = (c.q, c.k, c.v, c.out)
 
     with torch.no_grad(), student.teacher_mode(), capture_attention(student.model, record):
         student(ids)

@@ -37,7 +37,7 @@ def test_shifted_positions_leave_the_teacher_and_rotate_what_the_feature_maps_se
     shifted_logits, shifted = module._teacher_forward(batch, capture=True, positions=positions)
     torch.testing.assert_close(shifted_logits, plain_logits, rtol=1e-4, atol=1e-4)  # relative positions only
     for index in plain:
-        (q0, k0, _), (q1, k1, _) = plain[index][:3], shifted[index][:3]
+        q0, k0, q1, k1 = plain[index].q, plain[index].k, shifted[index].q, shifted[index].k
         assert not torch.allclose(q1, q0, atol=1e-3)  # the absolute rotation the maps see has moved …
         scores0 = q0 @ k0.repeat_interleave(q0.shape[1] // k0.shape[1], dim=1).transpose(-1, -2)
         scores1 = q1 @ k1.repeat_interleave(q1.shape[1] // k1.shape[1], dim=1).transpose(-1, -2)
