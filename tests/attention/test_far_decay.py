@@ -22,7 +22,7 @@ from tests.students.test_generation import greedy_by_reforward
 CASES = {  # (T, window, sinks, chunk, rates per KV head)
     "T37-w5-C8": (37, 5, 0, 8, (0.05, 0.3)),
     "T50-w1-s1-C16": (50, 1, 1, 16, (0.0, 0.12)),
-    "T67-w16-s4-C16": (67, 16, 4, 16, (0.02, 0.9)),
+    "T67-w16-s4-C16": (67, 16, 4, 16, (0.02, 0.3)),
     "T20-w100-s2-C8": (20, 100, 2, 8, (0.1, 0.1)),  # no far key at all
 }
 
@@ -31,15 +31,16 @@ def _run(q, k, v, lq, lk, mix, rates, **kw):
     return sliding_window_linear_attention(q, k, v, lq, lk, log_mix=mix, far_decay=rates, **kw)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("layout", [(2, 2), (4, 2)], ids=["mha", "gqa"])
-def test_forward_and_gradients_match_float64_reference(case, layout):
+def test_forward_and_gradients_match_float64_reference(case, layout, seed):
     T, window, sinks, chunk, rates = CASES[case]
     Hq, Hk = layout
-    inputs = [x.double().requires_grad_() for x in _inputs(2, Hq, Hk, T)]
+    inputs = [x.double().requires_grad_() for x in _inputs(2, Hq, Hk, T, seed=seed)]
     inputs.append(torch.tensor(rates, dtype=torch.float64, requires_grad=True))
     ref_inputs = [x.detach().clone().requires_grad_() for x in inputs]
-    weight = torch.randn(2, Hq, T, 5, dtype=torch.float64)
+    weight = torch.randn(2, Hq, T, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
     out = _run(*inputs, window=window, sink_tokens=sinks, chunk_size=chunk)[0]
     q, k, v, lq, lk, mix, lam = ref_inputs
     ref = naive_sliding_window_attention(q, k, v, lq, lk, window=window, sink_tokens=sinks, log_mix=mix, far_decay=lam)
