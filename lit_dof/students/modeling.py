@@ -95,7 +95,7 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
             self.model, feature_map_factory, config.feature_dims, softmax_layers=config.softmax_layers,
             share_kv_maps=config.share_kv_maps, chunk_size=config.chunk_size, window=config.window,
             sink_tokens=config.sink_tokens, far_term=config.far_term, learn_mix=config.learn_mix,
-            far_decay=getattr(config, "far_decay", None), learn_decay=getattr(config, "learn_decay", False), seed=seed,
+            far_decay=config.far_decay, learn_decay=config.learn_decay, seed=seed,
         )  # fmt: skip  # packed args
         if teacher is not None and getattr(teacher, "generation_config", None) is not None:
             self.generation_config = teacher.generation_config
