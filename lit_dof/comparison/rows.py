@@ -62,6 +62,9 @@ ROWS: dict[str, Row] = {r.name: r for r in [
         "steps)", reference="swa_sink"),
     Row("swa_sink_linear_decay", ("methods/swa_sink_linear_decay.yaml",), note="swa_sink_linear with far terms "
         "decaying past the window (τ = 128 tokens)", reference="swa_sink"),
+    Row("swa_sink_linear_decay_shift", ("methods/swa_sink_linear_decay.yaml",),
+        ("--model.init_args.position_shift=7680",), note="swa_sink_linear_decay trained at random absolute "
+        "positions (offsets up to 7680)", reference="swa_sink"),
     # The λ study (METHOD.md §2): DoF at fixed absolute λ and with the relative rule, next to "dof" (auto).
     Row("dof_lam2^48", ("methods/dof.yaml",), ("--dof.lam=281474976710656",), note="λ = 2^48"),
     Row("dof_lam2^56", ("methods/dof.yaml",), ("--dof.lam=72057594037927936",), note="λ = 2^56"),
