@@ -20,7 +20,7 @@ import time
 import torch
 from transformers.cache_utils import DynamicCache
 
-from lit_dof.attention import LearnedPRF
+from lit_dof.attention import LearnedPRF, SlidingWindow
 from lit_dof.interface import MODEL_CACHE_ARGUMENT
 from lit_dof.runtime import tune_cpu_allocator
 from lit_dof.students import RecurrentStateLayer, linearize
@@ -98,8 +98,9 @@ def main() -> None:
     config, dtype = teacher.config, next(teacher.parameters()).dtype
     torch.manual_seed(0)
     linear = linearize(load_teacher(args.teacher, device=str(device))[0], LearnedPRF, args.feature_dim).eval()
-    windowed = linearize(load_teacher(args.teacher, device=str(device))[0], LearnedPRF, args.feature_dim,
-                         window=args.window, sink_tokens=args.sinks).eval()  # fmt: skip  # packed args
+    options = SlidingWindow(window=args.window, sink_tokens=args.sinks)
+    teacher = load_teacher(args.teacher, device=str(device))[0]
+    windowed = linearize(teacher, LearnedPRF, args.feature_dim, sliding_window=options).eval()
     print(
         f"device={device} threads={torch.get_num_threads()} torch={torch.__version__} allocator_tuned={tuned} "
         f"teacher={args.teacher} layers={config.num_hidden_layers} M={args.feature_dim} window={args.window} "

@@ -19,6 +19,7 @@ from lit_dof.attention.recurrent import recurrent_linear_attention
 from lit_dof.attention.sliding_layer import SlidingWindowLinearAttention
 from lit_dof.attention.sliding_window import SlidingWindowState, sliding_window_linear_attention
 from lit_dof.attention.state import LinearAttentionState
+from lit_dof.attention.window_options import SlidingWindow
 
 __all__ = [
     "CausalLinearAttention",
@@ -29,6 +30,7 @@ __all__ = [
     "LearnedPRF",
     "LinearAttentionState",
     "PerformerFeatureMap",
+    "SlidingWindow",
     "SlidingWindowLinearAttention",
     "SlidingWindowState",
     "accumulate_state",

@@ -14,10 +14,10 @@ import math
 import torch
 from torch import Tensor, nn
 
-from lit_dof.attention._validation import check_positive_int
 from lit_dof.attention.feature_maps.base import FeatureMap
 from lit_dof.attention.layer import CausalLinearAttention
 from lit_dof.attention.sliding_window import SlidingWindowState, sliding_window_linear_attention
+from lit_dof.attention.window_options import SlidingWindow
 
 
 class SlidingWindowLinearAttention(CausalLinearAttention):
@@ -26,21 +26,12 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
     Args:
         feature_map: φ of the far term (``num_heads`` = Hk for maps shared per KV head, or Hq).
         num_heads: Hq. num_kv_heads: Hk (``None``: Hq).
-        window: w ≥ 1, tokens attended exactly, the query's own included.
-        sink_tokens: s ≥ 0, first tokens of the sequence always attended exactly (attention sinks).
-        far_term: include the linear far term; ``False`` leaves the window and sinks alone (a control).
-        learn_mix: give each query head a trainable log-weight β of its far term (initialised to 0, i.e.
-            the far terms count as the kernel estimates they are).
-        far_decay: τ > 0 in tokens: weight the far terms by e^{−(p − w − t)/τ}, a decay with the distance past
-            the window (λ = 1/τ per feature-map head; :mod:`lit_dof.attention.sliding_window`), so the far term
-            reaches about τ tokens past the window at any context length; ``None`` (default): no decay.
-        learn_decay: train the decay rates (log λ per feature-map head, initialised to ``log(1/far_decay)``);
-            ``False`` keeps them fixed.
+        sliding_window: the window (w ≥ 1), sink tokens, far term, mixing weight and decay
+            (:class:`~lit_dof.attention.window_options.SlidingWindow`).
         chunk_size: chunk size of both parts' parallel forms.
 
     Raises:
-        ValueError: ``window < 1``, ``sink_tokens < 0``, ``far_decay <= 0``, ``learn_decay`` without
-            ``far_decay``, or a feature map / head layout the parent rejects.
+        ValueError: ``sliding_window.window < 1``, or a feature map / head layout the parent rejects.
     """
 
     def __init__(
@@ -49,34 +40,27 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         num_heads: int,
         num_kv_heads: int | None = None,
         *,
-        window: int = 64,
-        sink_tokens: int = 0,
-        far_term: bool = True,
-        learn_mix: bool = True,
-        far_decay: float | None = None,
-        learn_decay: bool = False,
+        sliding_window: SlidingWindow,
         chunk_size: int = 64,
         decode_max_tokens: int = 1,
     ) -> None:
         super().__init__(
             feature_map, num_heads, num_kv_heads, chunk_size=chunk_size, decode_max_tokens=decode_max_tokens
         )
-        self.window = check_positive_int("window", window)
-        if isinstance(sink_tokens, bool) or not isinstance(sink_tokens, int) or sink_tokens < 0:
-            raise ValueError(f"sink_tokens must be an integer >= 0, got {sink_tokens!r}")
-        self.sink_tokens = sink_tokens
-        self.far_term = bool(far_term)
-        self.log_mix = nn.Parameter(torch.zeros(num_heads, dtype=torch.float32)) if far_term and learn_mix else None
+        if not isinstance(sliding_window, SlidingWindow) or not sliding_window.enabled:
+            raise ValueError(f"sliding_window must be a SlidingWindow with window >= 1, got {sliding_window!r}")
+        self.sliding_window = sliding_window
+        self.window, self.sink_tokens = sliding_window.window, sliding_window.sink_tokens
+        self.far_term = sliding_window.far_term
+        learned = sliding_window.far_term and sliding_window.learn_mix
+        self.log_mix = nn.Parameter(torch.zeros(num_heads, dtype=torch.float32)) if learned else None
         # log λ per feature-map head (the heads of the linear state): a parameter, a fixed buffer, or None
-        if far_decay is None:
-            if learn_decay:
-                raise ValueError("learn_decay needs far_decay (the initial decay length in tokens)")
+        if sliding_window.far_decay is None or not sliding_window.far_term:
             self.register_buffer("far_log_decay", None)
         else:
-            if isinstance(far_decay, bool) or not isinstance(far_decay, (int, float)) or not far_decay > 0:
-                raise ValueError(f"far_decay must be a positive number of tokens (or None), got {far_decay!r}")
-            init = torch.full((self.feature_map.num_heads,), -math.log(float(far_decay)), dtype=torch.float32)
-            if learn_decay:
+            rate = -math.log(float(sliding_window.far_decay))
+            init = torch.full((self.feature_map.num_heads,), rate, dtype=torch.float32)
+            if sliding_window.learn_decay:
                 self.far_log_decay = nn.Parameter(init)
             else:
                 self.register_buffer("far_log_decay", init)

@@ -107,12 +107,14 @@ class DoFEstimator(L.Callback):
         seconds)``."""
         start = time.perf_counter()
         rank, world = trainer.global_rank, trainer.world_size
-        options = getattr(pl_module, "attention_options", {})
+        window = pl_module.sliding_window
         far = {}
         if self.far_pairs:
-            if not options.get("window"):
-                raise ValueError("dof.far_pairs needs a sliding-window student: set model.init_args.window")
-            far = {"far_window": options["window"], "sink_tokens": options.get("sink_tokens", 0)}
+            if not window.enabled:
+                raise ValueError(
+                    "dof.far_pairs needs a sliding-window student: set model.init_args.sliding_window.window"
+                )
+            far = {"far_window": window.window, "sink_tokens": window.sink_tokens}
         keys = list(range(rank, self.num_batches, world))
         loader = trainer.datamodule.train_dataloader()
         batches = [batch for _, batch in zip(keys, loader)]

@@ -21,7 +21,7 @@ import torch
 from torchmetrics.aggregation import MeanMetric
 from torchmetrics.text import Perplexity
 
-from lit_dof.attention import FeatureMapFactory, LearnedPRF
+from lit_dof.attention import FeatureMapFactory, LearnedPRF, SlidingWindow
 from lit_dof.precision import DtypeName, fp32_region, resolve_dtype
 from lit_dof.students.card import write_model_card
 from lit_dof.students.lora import LoRA, add_lora, has_adapters, merged_state_dict
@@ -42,16 +42,10 @@ class StudentModule(L.LightningModule):
         softmax_layers: layers kept softmax (hybrids).
         share_kv_maps: one map per KV head (default) or per query head.
         chunk_size: chunk size of the linear-attention kernel.
-        window: 0 for pure linear attention; w ≥ 1 for sliding-window + linear attention (the last w tokens
-            exact softmax, the feature map's linear attention for older ones; see
-            lit_dof.attention.SlidingWindowLinearAttention).
-        sink_tokens: with a window, the first tokens of every sequence also attended exactly (attention sinks).
-        far_term: with a window, keep the linear far term (``False``: the window and sinks alone, a control
-            with nothing to train).
-        learn_mix: with a window, train a per-head log-weight of the far term.
-        far_decay: with a window, τ in tokens: the far terms decay as e^{−(distance past the window)/τ}, so the
-            far term reaches about τ tokens past the window at any context length (``None``: no decay).
-        learn_decay: with ``far_decay``, train the decay rates (initialised at 1/τ) instead of fixing them.
+        sliding_window: window 0 (default) for pure linear attention; a window w ≥ 1 for sliding-window +
+            linear attention (the last w tokens exact softmax, the feature map's linear attention for older ones),
+            with its sink tokens, far term, mixing weight and decay (lit_dof.attention.SlidingWindow); in YAML
+            ``sliding_window: {window: 64, sink_tokens: 4}``.
         lora: low-rank adapters on the teacher's projections (lit_dof.students.lora.LoRA), trained
             by the end-to-end objective and merged into the weights at export; ``None``: none.
         seq_len: training block length in tokens (linked from ``data.seq_len`` by the CLI).
@@ -82,12 +76,7 @@ class StudentModule(L.LightningModule):
         softmax_layers: Sequence[int] = (),
         share_kv_maps: bool = True,
         chunk_size: int = 64,
-        window: int = 0,
-        sink_tokens: int = 0,
-        far_term: bool = True,
-        learn_mix: bool = True,
-        far_decay: float | None = None,
-        learn_decay: bool = False,
+        sliding_window: SlidingWindow = SlidingWindow(),
         lora: LoRA | None = None,
         seq_len: int = 512,
         export_dir: str | None = None,
@@ -103,8 +92,7 @@ class StudentModule(L.LightningModule):
         self.softmax_layers = list(softmax_layers)
         self.share_kv_maps, self.chunk_size, self.seq_len = share_kv_maps, chunk_size, seq_len
         self.lora = lora
-        self.attention_options = dict(window=window, sink_tokens=sink_tokens, far_term=far_term, learn_mix=learn_mix,
-                                      far_decay=far_decay, learn_decay=learn_decay)  # fmt: skip  # packed args
+        self.sliding_window = sliding_window
         self.export_dir, self.seed = export_dir, seed
         self.teacher_dtype = teacher_dtype
         self.strict_loading = False  # before any load: sharded (DCP) loads read it before on_load_checkpoint
@@ -170,7 +158,7 @@ class StudentModule(L.LightningModule):
         seed = torch.initial_seed() if self.seed is None else self.seed
         self.student = linearize(teacher, self.feature_map, dims, softmax_layers=self.softmax_layers,
                                  share_kv_maps=self.share_kv_maps, chunk_size=self.chunk_size, seed=seed,
-                                 **self.attention_options)  # fmt: skip  # packed args
+                                 sliding_window=self.sliding_window)  # fmt: skip  # packed args
         self.student.requires_grad_(False)
         if self.lora is not None:
             self._check_lora_strategy()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from lit_dof.attention.window_options import SlidingWindow
 from lit_dof.pipeline.plan import (
     GIB,
     Architecture,
@@ -76,6 +77,8 @@ def settings_from_config(config) -> RunSettings:
     loss = layer_loss_name(margs.get("loss", "softmax"))
     if not direct and loss not in LEGACY_LOSS_NAMES:
         raise PlanError(f"lit-dof plan knows the memory of the {', '.join(LEGACY_LOSS_NAMES)} layer losses, not {loss}")
+    window = margs.get("sliding_window") or SlidingWindow()
+    window = window if isinstance(window, SlidingWindow) else SlidingWindow.from_dict(vars(window))
     return RunSettings(
         teacher=str(margs.get("teacher", DEFAULT_TEACHER)), accelerator=accelerator, devices=int(devices),
         num_nodes=int(trainer.num_nodes or 1), sharded=sharded,
@@ -84,8 +87,8 @@ def settings_from_config(config) -> RunSettings:
         query_rows=margs.get("query_rows"), loss=loss, feature_dims=feature_dims,
         budget=budget, max_dim=None if budget is None else cap * budget, max_ratio=cap,
         maps_per_layer="kv" if margs.get("share_kv_maps", True) else "query",
-        layer_backward=bool(margs.get("layer_backward", True)), window=int(margs.get("window", 0) or 0),
-        sink_tokens=int(margs.get("sink_tokens", 0) or 0), chunk_size=int(margs.get("chunk_size", 64) or 64),
+        layer_backward=bool(margs.get("layer_backward", True)), window=window.window,
+        sink_tokens=window.sink_tokens, chunk_size=int(margs.get("chunk_size", 64) or 64),
         finetune_fraction=1.0 if direct else float(margs.get("finetune_fraction", 0.0)),
         dof_enabled=bool(dof.enabled) and not dof.report_path, dof_samples=int(dof.num_samples),
         dof_batches=int(dof.num_batches), dof_pooling=dof.pooling,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from lit_dof.attention.window_options import SlidingWindow
 from lit_dof.io import atomic_write_text
 from lit_dof.students.surgery import layer_mean_dims
 
@@ -176,12 +177,16 @@ def _method_lines(config: dict, dims: list) -> list[str]:
     spec = config.get("feature_map") or {}
     name = str(spec.get("class", "?")).rpartition(".")[2]
     kwargs = ", ".join(f"{k}={v!r}" for k, v in (spec.get("kwargs") or {}).items())
-    window, sinks = int(config.get("window") or 0), int(config.get("sink_tokens") or 0)
+    options = SlidingWindow.from_dict(config.get("window_options") or config)  # older files: top-level keys
     softmax = list(config.get("softmax_layers") or [])
     lines = [f"- Feature map: `{name}`" + (f" ({kwargs})" if kwargs else "")]
-    if window:
-        far = "a linear far term" if config.get("far_term", True) else "no far term"
-        lines.append(f"- Attention: sliding window of {window} tokens + {sinks} sink tokens, {far}")
+    if options.enabled:
+        far = "a linear far term" if options.far_term else "no far term"
+        if options.far_term and options.far_decay is not None:
+            far += f" decaying over {options.far_decay:g} tokens past the window"
+        lines.append(
+            f"- Attention: sliding window of {options.window} tokens + {options.sink_tokens} sink tokens, {far}"
+        )
     else:
         lines.append("- Attention: linear (window 0, sink tokens 0)")
     lines.append(f"- Softmax layers: {', '.join(map(str, softmax)) if softmax else 'none'}")

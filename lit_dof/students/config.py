@@ -4,9 +4,12 @@ the model from it)."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Iterable, Sequence
 
 from transformers import AutoConfig, PretrainedConfig
+
+from lit_dof.attention.window_options import SlidingWindow
 
 
 class LitDofConfig(PretrainedConfig):
@@ -22,12 +25,11 @@ class LitDofConfig(PretrainedConfig):
         share_kv_maps: one feature map per KV head (default) or per query head.
         chunk_size: chunk size of the parallel linear-attention form (tokens).
         teacher: where the teacher came from (provenance only; never loaded).
-        window: 0 for pure linear attention, w ≥ 1 for sliding-window + linear attention (tokens).
-        sink_tokens: first tokens always attended exactly (sliding window only).
-        far_term: the sliding-window layers keep their linear far term (``False``: window and sinks alone).
-        learn_mix: the sliding-window layers have a learned per-head log-weight of the far term.
-        far_decay: the sliding-window layers' far-term decay length τ in tokens (``None``: no decay).
-        learn_decay: the decay rates are trained (else fixed at 1/τ).
+        window_options: the twins' :class:`~lit_dof.attention.SlidingWindow` (or its dict): window 0 for pure
+            linear attention, w ≥ 1 for sliding-window + linear attention. Stored as a dict under this name, not
+            ``sliding_window``: transformers reads an int ``config.sliding_window`` (Mistral's) when it builds
+            caches and masks. A ``config.json`` written before it existed holds the same six fields at the top
+            level; they are read here.
     """
 
     model_type = "lit_dof"
@@ -42,12 +44,7 @@ class LitDofConfig(PretrainedConfig):
         share_kv_maps: bool = True,
         chunk_size: int = 64,
         teacher: str | None = None,
-        window: int = 0,
-        sink_tokens: int = 0,
-        far_term: bool = True,
-        learn_mix: bool = True,
-        far_decay: float | None = None,
-        learn_decay: bool = False,
+        window_options: SlidingWindow | dict | None = None,
         **kwargs,
     ) -> None:
         if isinstance(text_config, dict):
@@ -62,8 +59,9 @@ class LitDofConfig(PretrainedConfig):
         self.share_kv_maps = bool(share_kv_maps)
         self.chunk_size = int(chunk_size)
         self.teacher = teacher
-        self.window, self.sink_tokens = int(window), int(sink_tokens)
-        self.far_term, self.learn_mix = bool(far_term), bool(learn_mix)
-        self.far_decay, self.learn_decay = (None if far_decay is None else float(far_decay)), bool(learn_decay)
+        if not isinstance(window_options, SlidingWindow):
+            flat = {f.name: kwargs.pop(f.name) for f in fields(SlidingWindow) if f.name in kwargs}  # older files
+            window_options = SlidingWindow.from_dict(window_options or flat)
+        self.window_options = window_options.to_dict()
         kwargs.setdefault("tie_word_embeddings", False)  # the wrapped teacher ties its own embeddings
         super().__init__(**kwargs)

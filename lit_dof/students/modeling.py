@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 
-from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFactory
+from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFactory, SlidingWindow
 from lit_dof.attention.feature_maps.registry import warn_if_unregistered
 from lit_dof.attention.grouped import HeadGroupedAttention
 from lit_dof.interface import MODEL_CACHE_ARGUMENT, AttentionSlot
@@ -93,9 +93,8 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
             feature_map_factory = (lambda d, h, m: cls(d, h, m, **kwargs)) if kwargs else cls
         attach_linear_attention(
             self.model, feature_map_factory, config.feature_dims, softmax_layers=config.softmax_layers,
-            share_kv_maps=config.share_kv_maps, chunk_size=config.chunk_size, window=config.window,
-            sink_tokens=config.sink_tokens, far_term=config.far_term, learn_mix=config.learn_mix,
-            far_decay=config.far_decay, learn_decay=config.learn_decay, seed=seed,
+            share_kv_maps=config.share_kv_maps, chunk_size=config.chunk_size,
+            sliding_window=SlidingWindow.from_dict(config.window_options), seed=seed,
         )  # fmt: skip  # packed args
         if teacher is not None and getattr(teacher, "generation_config", None) is not None:
             self.generation_config = teacher.generation_config
@@ -262,12 +261,7 @@ def linearize(
     softmax_layers: Iterable[int] = (),
     share_kv_maps: bool = True,
     chunk_size: int = 64,
-    window: int = 0,
-    sink_tokens: int = 0,
-    far_term: bool = True,
-    learn_mix: bool = True,
-    far_decay: float | None = None,
-    learn_decay: bool = False,
+    sliding_window: SlidingWindow = SlidingWindow(),
     seed: int | None = None,
 ) -> LitDofForCausalLM:
     """Replace every softmax attention layer of ``model`` by linear attention (paper §3; METHOD.md §1).
@@ -284,12 +278,8 @@ def linearize(
         softmax_layers: layers kept softmax (hybrids); switch later with ``set_softmax_layers``.
         share_kv_maps: one φ per KV head (default) or one per query head.
         chunk_size: chunk size of the parallel form.
-        window: 0 for linear attention; w ≥ 1 for sliding-window + linear attention.
-        sink_tokens: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
-        far_term: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
-        learn_mix: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
-        far_decay: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
-        learn_decay: sliding-window option (see :func:`~lit_dof.students.surgery.attach_linear_attention`).
+        sliding_window: :class:`~lit_dof.attention.SlidingWindow`: window 0 (default) for linear attention,
+            w ≥ 1 for sliding-window + linear attention with the sinks, far term and decay it sets.
         seed: makes the twins' initial values independent of the global RNG, one seed per layer.
 
     Returns:
@@ -307,8 +297,7 @@ def linearize(
     config = LitDofConfig(
         text_config=model.config.get_text_config(decoder=True), feature_dims=dims, softmax_layers=set(softmax_layers),
         share_kv_maps=share_kv_maps, chunk_size=chunk_size, teacher=getattr(model.config, "name_or_path", None) or None,
-        window=window, sink_tokens=sink_tokens, far_term=far_term, learn_mix=learn_mix, far_decay=far_decay,
-        learn_decay=learn_decay,
+        window_options=sliding_window,
     )  # fmt: skip  # packed args
     student = LitDofForCausalLM(config, teacher=model, feature_map_factory=feature_map_factory, seed=seed)
     twins = [t.groups[0] if isinstance(t, HeadGroupedAttention) else t for t in student.linear_modules().values()]

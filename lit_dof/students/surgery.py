@@ -16,7 +16,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFactory, SlidingWindowLinearAttention
+from lit_dof.attention import (
+    CausalLinearAttention,
+    FeatureMap,
+    FeatureMapFactory,
+    SlidingWindow,
+    SlidingWindowLinearAttention,
+)
 from lit_dof.attention.feature_maps.registry import feature_map_name, registered_feature_map
 from lit_dof.attention.grouped import HeadGroupedAttention
 from lit_dof.interface import ATTN_IMPLEMENTATION, AttentionSlot, install_cache_hook
@@ -80,12 +86,7 @@ def attach_linear_attention(
     softmax_layers: Iterable[int] = (),
     share_kv_maps: bool = True,
     chunk_size: int = 64,
-    window: int = 0,
-    sink_tokens: int = 0,
-    far_term: bool = True,
-    learn_mix: bool = True,
-    far_decay: float | None = None,
-    learn_decay: bool = False,
+    sliding_window: SlidingWindow = SlidingWindow(),
     seed: int | None = None,
 ) -> list[AttentionLayer]:
     """Attach a linear twin to every linearisable attention layer of ``model`` (in place).
@@ -99,15 +100,9 @@ def attach_linear_attention(
         softmax_layers: layer indices that keep softmax attention (switchable later).
         share_kv_maps: one φ per KV head (default; state ÷ GQA group) or one per query head.
         chunk_size: chunk size of the parallel form.
-        window: 0 for pure linear attention; w ≥ 1 for sliding-window + linear attention
-            (:class:`~lit_dof.attention.SlidingWindowLinearAttention`: the last w tokens exact).
-        sink_tokens: s, first tokens always attended exactly (``window > 0`` only).
-        far_term: include the linear far term (keys beyond the window and sinks); ``False``: window and sinks
-            alone (``window > 0`` only).
-        learn_mix: give each query head a trainable log-weight β of its far term (``window > 0`` only).
-        far_decay: τ in tokens: the far terms decay as e^{−(distance past the window)/τ} (``window > 0`` only;
-            ``None``: no decay; see :class:`~lit_dof.attention.SlidingWindowLinearAttention`).
-        learn_decay: train the decay rates (``far_decay`` is then their initial value).
+        sliding_window: ``SlidingWindow()`` (window 0, the default) for pure linear attention; a window w ≥ 1
+            makes every twin a :class:`~lit_dof.attention.SlidingWindowLinearAttention` (the last w tokens exact,
+            plus sinks, far term, mixing weight and decay as the value says).
         seed: when given, each layer's feature map draws its initial values from the CPU generator seeded with
             :func:`layer_seed` ``(seed, layer index)``, so processes that consumed different random numbers
             before still build identical twins; ``None``: the global RNG as it stands.
@@ -116,20 +111,14 @@ def attach_linear_attention(
         the model's :class:`~lit_dof.teacher.families.AttentionLayer` list.
 
     Raises:
-        UnsupportedModelError: unsupported family. ValueError: bad feature dims or layer indices, or sliding-window
-            options without a window.
+        UnsupportedModelError: unsupported family. ValueError: bad feature dims or layer indices. TypeError:
+            ``sliding_window`` is not a :class:`~lit_dof.attention.SlidingWindow`.
     """
+    if not isinstance(sliding_window, SlidingWindow):
+        raise TypeError(f"sliding_window must be a lit_dof.attention.SlidingWindow, got {sliding_window!r}")
     layers = attention_layers(model)
     dims = resolve_feature_dims(feature_dims, len(layers))
     softmax = _check_indices(softmax_layers, len(layers))
-    if window < 0 or (window == 0 and (sink_tokens or not far_term or far_decay is not None or learn_decay)):
-        raise ValueError(
-            f"sink_tokens={sink_tokens}, far_term={far_term}, far_decay={far_decay} and learn_decay={learn_decay} "
-            f"need a sliding window (window >= 1), got window={window}"
-        )
-    windowed = {"window": window, "sink_tokens": sink_tokens, "far_term": far_term, "learn_mix": learn_mix}
-    if far_term:
-        windowed.update(far_decay=far_decay, learn_decay=learn_decay)
     for layer in layers:
         module = layer.module
         if not layer.linearizable:
@@ -137,12 +126,13 @@ def attach_linear_attention(
         reference = next(module.parameters())
         # Built on the CPU (feature-map inits draw random/QMC numbers there), then moved next to the teacher;
         # under from_pretrained that is the meta device and the checkpoint fills the values in.
-        cls, options = (SlidingWindowLinearAttention, windowed) if window else (CausalLinearAttention, {})
+        windowed = {"sliding_window": sliding_window} if sliding_window.enabled else {}
+        cls = SlidingWindowLinearAttention if sliding_window.enabled else CausalLinearAttention
 
         def build(num_heads: int, num_kv_heads: int, feature_dim: int, head_dim: int = layer.head_dim):
             return cls.from_factory(feature_map_factory, head_dim, feature_dim, num_heads, num_kv_heads,
                                     share_kv_maps=share_kv_maps, chunk_size=chunk_size,
-                                    **options)  # fmt: skip  # packed args
+                                    **windowed)  # fmt: skip  # packed args
 
         m = dims[layer.index]
         if isinstance(m, list) and (not share_kv_maps or len(m) != layer.num_kv_heads):

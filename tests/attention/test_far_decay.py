@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from lit_dof.attention import LearnedPRF, SlidingWindowLinearAttention
+from lit_dof.attention import LearnedPRF, SlidingWindow, SlidingWindowLinearAttention
 from lit_dof.attention.naive import naive_sliding_window_attention
 from lit_dof.attention.sliding_window import sliding_window_linear_attention
 from lit_dof.students import linearize, load_student
@@ -112,7 +112,9 @@ def test_layer_matches_reference_and_trains_its_rates_only_when_asked(share_kv_m
     torch.manual_seed(0)
     Hq, Hk, d, T = 4, 2, 8, 31
     fm = LearnedPRF(d, Hk if share_kv_maps else Hq, 6, seed=1)
-    layer = SlidingWindowLinearAttention(fm, Hq, Hk, window=5, sink_tokens=2, far_decay=12.0, learn_decay=learn_decay)
+    layer = SlidingWindowLinearAttention(
+        fm, Hq, Hk, sliding_window=SlidingWindow(window=5, sink_tokens=2, far_decay=12.0, learn_decay=learn_decay)
+    )
     torch.testing.assert_close(layer.decay_rates(), torch.full((fm.num_heads,), 1 / 12))
     assert ("far_log_decay" in dict(layer.named_parameters())) == learn_decay
     assert "far_log_decay" in layer.state_dict()
@@ -129,18 +131,22 @@ def test_layer_matches_reference_and_trains_its_rates_only_when_asked(share_kv_m
 
 def test_layer_refuses_bad_decay_options():
     with pytest.raises(ValueError, match="far_decay must be a positive"):
-        SlidingWindowLinearAttention(LearnedPRF(8, 2, 4), 4, 2, window=3, far_decay=0)
+        SlidingWindowLinearAttention(LearnedPRF(8, 2, 4), 4, 2, sliding_window=SlidingWindow(window=3, far_decay=0))
     with pytest.raises(ValueError, match="learn_decay needs far_decay"):
-        SlidingWindowLinearAttention(LearnedPRF(8, 2, 4), 4, 2, window=3, learn_decay=True)
+        SlidingWindowLinearAttention(
+            LearnedPRF(8, 2, 4), 4, 2, sliding_window=SlidingWindow(window=3, learn_decay=True)
+        )
     with pytest.raises(ValueError, match="need a sliding window"):
-        linearize(tiny_model("llama"), LearnedPRF, 8, far_decay=64)
+        linearize(tiny_model("llama"), LearnedPRF, 8, sliding_window=SlidingWindow(far_decay=64))
 
 
 def test_windowed_softmax_loss_includes_the_decay():
     """KL(teacher row ‖ twin row) with the twin's row read off the float64 reference with one-hot values."""
     torch.manual_seed(4)
     fm = LearnedPRF(8, 2, 16, seed=4)
-    twin = SlidingWindowLinearAttention(fm, 4, 2, window=3, sink_tokens=1, far_decay=4.0, learn_decay=True)
+    twin = SlidingWindowLinearAttention(
+        fm, 4, 2, sliding_window=SlidingWindow(window=3, sink_tokens=1, far_decay=4.0, learn_decay=True)
+    )
     B, T = 2, 12
     q, k = 1.5 * torch.randn(B, 4, T, 8), 1.5 * torch.randn(B, 2, T, 8)
     loss = attention_distillation_loss(twin, q, k, None, kind="softmax")
@@ -161,8 +167,8 @@ def test_windowed_softmax_loss_includes_the_decay():
 
 @pytest.mark.parametrize("learn_decay", [False, True], ids=["fixed", "learned"])
 def test_student_generates_like_reforward_and_round_trips(tmp_path, learn_decay):
-    student = linearize(tiny_model("llama"), LearnedPRF, 12, window=4, sink_tokens=1, far_decay=6.0,
-                        learn_decay=learn_decay)  # fmt: skip  # packed args
+    options = SlidingWindow(window=4, sink_tokens=1, far_decay=6.0, learn_decay=learn_decay)
+    student = linearize(tiny_model("llama"), LearnedPRF, 12, sliding_window=options)
     with torch.no_grad():
         for twin in student.linear_modules().values():
             twin.far_log_decay.add_(torch.randn(twin.far_log_decay.shape))
@@ -171,7 +177,8 @@ def test_student_generates_like_reforward_and_round_trips(tmp_path, learn_decay)
     torch.testing.assert_close(out, greedy_by_reforward(student, ids, 20), rtol=0, atol=0)
     student.save_pretrained(tmp_path / "s")
     loaded = load_student(tmp_path / "s")
-    assert (loaded.config.far_decay, loaded.config.learn_decay) == (6.0, learn_decay)
+    options = loaded.config.window_options
+    assert (options["far_decay"], options["learn_decay"]) == (6.0, learn_decay)
     for i, twin in student.linear_modules().items():
         torch.testing.assert_close(loaded.linear_modules()[i].far_log_decay, twin.far_log_decay)
     with torch.no_grad():

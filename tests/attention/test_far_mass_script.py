@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from lit_dof.attention import LearnedPRF, SlidingWindowLinearAttention
+from lit_dof.attention import LearnedPRF, SlidingWindow, SlidingWindowLinearAttention
 from lit_dof.attention.naive import naive_sliding_window_attention
 from tests.conftest import load_script
 
@@ -22,7 +22,7 @@ def test_far_shares_and_log_ratio_match_the_reference_attention_matrix():
     torch.manual_seed(3)
     window, sinks, T = 3, 2, 14
     fm = LearnedPRF(8, 2, 16, seed=3)
-    twin = SlidingWindowLinearAttention(fm, 4, 2, window=window, sink_tokens=sinks)
+    twin = SlidingWindowLinearAttention(fm, 4, 2, sliding_window=SlidingWindow(window=window, sink_tokens=sinks))
     with torch.no_grad():
         twin.log_mix.normal_()
     q, k = 1.5 * torch.randn(1, 4, T, 8), 1.5 * torch.randn(1, 2, T, 8)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_dof.attention import CausalLinearAttention, LearnedPRF, SlidingWindowLinearAttention
+from lit_dof.attention import CausalLinearAttention, LearnedPRF, SlidingWindow, SlidingWindowLinearAttention
 from lit_dof.attention.grouped import HeadGroupedAttention, head_groups
 from lit_dof.students.losses import attention_distillation_loss
 
@@ -17,7 +17,9 @@ def _build(window=0):
     def build(num_heads, num_kv_heads, feature_dim):
         fm = LearnedPRF(D, num_kv_heads, feature_dim)
         if window:
-            return SlidingWindowLinearAttention(fm, num_heads, num_kv_heads, window=window, sink_tokens=1, chunk_size=8)
+            return SlidingWindowLinearAttention(
+                fm, num_heads, num_kv_heads, sliding_window=SlidingWindow(window=window, sink_tokens=1), chunk_size=8
+            )
         return CausalLinearAttention(fm, num_heads, num_kv_heads, chunk_size=8)
 
     return build

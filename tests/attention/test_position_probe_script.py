@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lit_dof.attention import LearnedPRF
+from lit_dof.attention import LearnedPRF, SlidingWindow
 from lit_dof.students import linearize
 from tests.conftest import TINYSTORIES, load_script
 
@@ -17,7 +17,7 @@ def _script():
 
 def _student():
     teacher = AutoModelForCausalLM.from_pretrained(TINYSTORIES, dtype=torch.float32).eval()
-    return linearize(teacher, LearnedPRF, 8, window=4, sink_tokens=1, seed=0).eval()
+    return linearize(teacher, LearnedPRF, 8, sliding_window=SlidingWindow(window=4, sink_tokens=1), seed=0).eval()
 
 
 def test_teacher_and_control_are_shift_invariant_and_the_far_term_is_not(tmp_path):

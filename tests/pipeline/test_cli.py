@@ -87,9 +87,10 @@ def test_sliding_window_methods_fit_and_export(tmp_path, method, sinks, far_term
     """Window + linear recipes train the feature maps and the far-term weights in the windowed configuration
     (layer-wise, then the end-to-end tail); the window-only controls train nothing. The window is cut to 16
     so that the 64-token test blocks have a far part."""
-    cli, log_dir = _run(tmp_path, method, extra=["--model.init_args.window=16"])
+    cli, log_dir = _run(tmp_path, method, extra=["--model.init_args.sliding_window.window=16"])
     student = load_student(log_dir / "student")
-    assert (student.config.window, student.config.sink_tokens, student.config.far_term) == (16, sinks, far_term)
+    options = student.config.window_options
+    assert (options["window"], options["sink_tokens"], options["far_term"]) == (16, sinks, far_term)
     twins = student.linear_modules()
     assert {type(t).__name__ for t in twins.values()} == {"SlidingWindowLinearAttention"}
     assert all(t.window == 16 and t.sink_tokens == sinks for t in twins.values())
@@ -110,7 +111,7 @@ def test_lora_recipes_train_adapters_in_the_tail_and_export_merged(tmp_path, met
     from lit_dof.teacher.loading import load_teacher
     from tests.conftest import TINYSTORIES
 
-    extra = [f"--model.init_args.window={window}"] if window else []
+    extra = [f"--model.init_args.sliding_window.window={window}"] if window else []
     cli, log_dir = _run(tmp_path, method, steps=3, extra=extra)  # 2 layer-wise steps, 1 tail step
     names = [n for n, _ in cli.model.trainable_parameters()]
     assert any(".lora_" in n for n in names)  # the live model keeps its adapters; the export holds them merged
@@ -123,7 +124,7 @@ def test_lora_recipes_train_adapters_in_the_tail_and_export_merged(tmp_path, met
     teacher, _ = load_teacher(TINYSTORIES)
     q_student = student.model.model.layers[0].self_attn.q_proj.weight
     assert not torch.equal(q_student, teacher.model.layers[0].self_attn.q_proj.weight)  # the merged update
-    assert student.config.window == window
+    assert student.config.window_options["window"] == window
 
 
 def test_allocator_budget_scales_every_strategy(tmp_path):
@@ -318,8 +319,12 @@ def test_per_layer_backward_gives_the_summed_loss_gradients(tmp_path, monkeypatc
     monkeypatch.setattr(LayerwiseDistillation, "_layerwise_backward", spy)
     monkeypatch.setattr(LayerwiseDistillation, "on_before_optimizer_step", record)
     for each in (True, False):
-        extra = [f"--model.init_args.layer_backward={str(each).lower()}", "--model.init_args.finetune_fraction=0",
-                 "--model.init_args.window=8", "--trainer.limit_val_batches=0"]  # fmt: skip  # compact list
+        extra = [
+            f"--model.init_args.layer_backward={str(each).lower()}",
+            "--model.init_args.finetune_fraction=0",
+            "--model.init_args.sliding_window.window=8",
+            "--trainer.limit_val_batches=0",
+        ]
         cli = build_cli(fit_args(tmp_path / str(each), config, steps=1, extra=extra)[1:], run=False)
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     assert left == [0]  # one per-layer step, its capture released layer by layer
@@ -332,7 +337,7 @@ def test_per_layer_backward_gives_the_summed_loss_gradients(tmp_path, monkeypatc
 def test_far_pair_dof_for_a_sliding_window_student(tmp_path):
     """``dof.far_pairs`` pools only vectors of pairs beyond the window: another DoF than the plain pool on the
     same batches; refused without a window."""
-    window = ["--model.init_args.window=16"]
+    window = ["--model.init_args.sliding_window.window=16"]
     _, far_dir = _run(tmp_path / "far", "methods/swa_linear.yaml", steps=1, extra=[*window, "--dof.far_pairs=true"])
     _, plain_dir = _run(tmp_path / "plain", "methods/swa_linear.yaml", steps=1, extra=window)
     far, plain = (json.loads((d / "dof.json").read_text()) for d in (far_dir, plain_dir))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lit_dof.attention import DiJiangFeatureMap, HedgehogFeatureMap, LearnedPRF, PerformerFeatureMap
+from lit_dof.attention import DiJiangFeatureMap, HedgehogFeatureMap, LearnedPRF, PerformerFeatureMap, SlidingWindow
 from lit_dof.attention.feature_maps.base import PARAM_GROUPS
 from lit_dof.pipeline.layerwise import LayerwiseDistillation
 from tests.conftest import save_tokenizer, tiny_model
@@ -43,7 +43,7 @@ def test_every_map_puts_each_parameter_in_exactly_one_known_group(cls):
 
 
 def test_learned_prf_groups_and_the_window_weight(tmp_path):
-    module, groups = _groups(tmp_path, LearnedPRF, window=4, sink_tokens=1)
+    module, groups = _groups(tmp_path, LearnedPRF, sliding_window=SlidingWindow(window=4, sink_tokens=1))
     twins = list(module.student.linear_modules().values())
     assert {id(p) for p in groups["z"]["params"]} == {id(t.feature_map.z) for t in twins}
     assert {id(p) for p in groups["log_alpha"]["params"]} == {id(t.feature_map.log_alpha) for t in twins}

@@ -41,9 +41,9 @@ CASES = {
     # end-to-end steps of a sliding-window + linear student (window 64, 4 sinks, the shipped recipe): every layer's
     # activations, the exact band's logits included, alive for one backward
     "tinystories-tail-window": [f"--model.init_args.teacher={TINYSTORIES}", "--data.init_args.seq_len=512",
-                                "--data.init_args.batch_size=8", "--model.init_args.window=64",
-                                "--model.init_args.sink_tokens=4", "--model.init_args.finetune_fraction=1",
-                                "--trainer.max_steps=3"],
+                                "--data.init_args.batch_size=8", "--model.init_args.sliding_window.window=64",
+                                "--model.init_args.sliding_window.sink_tokens=4",
+                                "--model.init_args.finetune_fraction=1", "--trainer.max_steps=3"],
 }  # fmt: skip  # compact dict
 PHASE = {"tinystories-tail-window": "tail"}  # the phase each case measures (default: layerwise)
 

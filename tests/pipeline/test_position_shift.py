@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lit_dof.attention import SlidingWindow
 from lit_dof.pipeline.layerwise import LayerwiseDistillation
 from tests.conftest import save_tokenizer, tiny_model
 
@@ -22,7 +23,7 @@ def _module(tmp_path, family="llama", shift=100, seq_len=16, **kwargs):
 
 
 def test_shifted_positions_leave_the_teacher_and_rotate_what_the_feature_maps_see(tmp_path):
-    module = _module(tmp_path, window=4, sink_tokens=1)
+    module = _module(tmp_path, sliding_window=SlidingWindow(window=4, sink_tokens=1))
     module.configure_model()
     ids = torch.randint(3, 97, (3, 16), generator=torch.Generator().manual_seed(0))
     batch = {"input_ids": ids}

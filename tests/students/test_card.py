@@ -15,7 +15,7 @@ import torch
 from huggingface_hub import HfApi, ModelCard
 from transformers import AutoModelForCausalLM
 
-from lit_dof.attention import LearnedPRF, PerformerFeatureMap
+from lit_dof.attention import LearnedPRF, PerformerFeatureMap, SlidingWindow
 from lit_dof.students import LitDofForCausalLM, linearize
 from lit_dof.students.card import find_results, write_model_card
 from lit_dof.teacher import loading
@@ -84,7 +84,9 @@ def test_import_lit_dof_is_all_the_card_asks_for(tmp_path):
 
 
 def test_sliding_window_card_names_window_and_sinks(tmp_path):
-    student = linearize(tiny_model("llama"), PerformerFeatureMap, 8, window=4, sink_tokens=2)
+    student = linearize(
+        tiny_model("llama"), PerformerFeatureMap, 8, sliding_window=SlidingWindow(window=4, sink_tokens=2)
+    )
     student.save_pretrained(tmp_path / "s")
     text = (tmp_path / "s" / "README.md").read_text()
     assert "`PerformerFeatureMap`" in text and "sliding window of 4 tokens + 2 sink tokens" in text

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_dof.attention import LearnedPRF
+from lit_dof.attention import LearnedPRF, SlidingWindow
 from lit_dof.attention.grouped import HeadGroupedAttention
 from lit_dof.dof import allocate_head_feature_dims
 from lit_dof.students import RecurrentStateLayer, linearize, load_student
@@ -34,7 +34,7 @@ def test_allocation_is_the_proportional_rule_over_every_map():
 def test_student_with_per_head_dims_generates_like_reforward(window):
     model = tiny_model("llama")  # 3 layers, 4 query heads, 2 KV heads
     dims = [[8, 16], 12, [4, 4]]
-    student = linearize(model, LearnedPRF, dims, window=window)
+    student = linearize(model, LearnedPRF, dims, sliding_window=SlidingWindow(window=window))
     twins = student.linear_modules()
     assert isinstance(twins[0], HeadGroupedAttention) and not isinstance(twins[1], HeadGroupedAttention)
     ids = torch.randint(3, 97, (1, 9), generator=torch.Generator().manual_seed(4))

@@ -7,14 +7,14 @@ import pytest
 import torch
 from torch import nn
 
-from lit_dof.attention import LearnedPRF
+from lit_dof.attention import LearnedPRF, SlidingWindow
 from lit_dof.students import linearize, load_student
 from lit_dof.students.lora import LoRA, adapters_enabled, add_lora, merged_state_dict, set_adapters_enabled
 from tests.conftest import tiny_model
 
 
 def _student_with_trained_lora(seed=0):
-    student = linearize(tiny_model("llama"), LearnedPRF, 8, window=4)
+    student = linearize(tiny_model("llama"), LearnedPRF, 8, sliding_window=SlidingWindow(window=4))
     names = add_lora(student.model, LoRA(rank=2, alpha=4.0))
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from lit_dof.attention import CausalLinearAttention, LearnedPRF
+from lit_dof.attention import CausalLinearAttention, LearnedPRF, SlidingWindow
 from lit_dof.students.losses import attention_distillation_loss, log_kernel_scores
 
 
@@ -156,7 +156,7 @@ def test_windowed_softmax_loss_is_kl_to_the_twins_whole_rows(sinks):
 
     torch.manual_seed(4)
     fm = LearnedPRF(8, 2, 16, seed=4)
-    twin = SlidingWindowLinearAttention(fm, 4, 2, window=3, sink_tokens=sinks)
+    twin = SlidingWindowLinearAttention(fm, 4, 2, sliding_window=SlidingWindow(window=3, sink_tokens=sinks))
     with torch.no_grad():
         twin.log_mix.normal_()
     B, T = 2, 10
@@ -184,10 +184,12 @@ def test_windowed_twin_refuses_what_is_undefined():
     from lit_dof.attention import SlidingWindowLinearAttention
 
     q, k = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8)
-    twin = SlidingWindowLinearAttention(LearnedPRF(8, 2, 4), 4, 2, window=3)
+    twin = SlidingWindowLinearAttention(LearnedPRF(8, 2, 4), 4, 2, sliding_window=SlidingWindow(window=3))
     with pytest.raises(ValueError, match="not defined for sliding-window"):
         attention_distillation_loss(twin, q, k, kind="l2")
-    alone = SlidingWindowLinearAttention(LearnedPRF(8, 2, 4), 4, 2, window=3, far_term=False)
+    alone = SlidingWindowLinearAttention(
+        LearnedPRF(8, 2, 4), 4, 2, sliding_window=SlidingWindow(window=3, far_term=False)
+    )
     with pytest.raises(ValueError, match="nothing to distil"):
         attention_distillation_loss(alone, q, k)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lit_dof.attention import LearnedPRF
+from lit_dof.attention import LearnedPRF, SlidingWindow
 from lit_dof.students import linearize
 from lit_dof.students.trainable import trainable_parameters
 from lit_dof.teacher.families import attention_layers
@@ -38,7 +38,9 @@ def test_a_hybrid_trains_the_twins_or_the_attention_of_its_linear_layers_only():
 
 
 def test_window_only_twins_have_nothing_to_train_and_bad_choices_are_refused():
-    student = linearize(tiny_model("llama"), LearnedPRF, 8, window=4, far_term=False, seed=0)
+    student = linearize(
+        tiny_model("llama"), LearnedPRF, 8, sliding_window=SlidingWindow(window=4, far_term=False), seed=0
+    )
     assert trainable_parameters(student, "feature_maps") == []
     with pytest.raises(ValueError, match="trainable must be one of 'all', 'attention', 'feature_maps'"):
         trainable_parameters(student, "everything")

@@ -1,0 +1,81 @@
+"""``SlidingWindow``: the options of sliding-window + linear attention, as one value.
+
+The same six settings travel from a YAML file (``model.init_args.sliding_window``) through the student module,
+:func:`~lit_dof.students.modeling.linearize`, the surgery and a saved student's ``config.json`` down to
+:class:`~lit_dof.attention.SlidingWindowLinearAttention`; they are validated once, here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class SlidingWindow:
+    """Sliding-window + linear attention: exact softmax over the last ``window`` tokens and the first
+    ``sink_tokens``, a feature map's linear attention over everything older (the far term), all in one
+    normaliser (:mod:`lit_dof.attention.sliding_window`; LoLCATs, Zhang et al. 2024, §3.2; StreamingLLM,
+    Xiao et al. 2024, for the sinks).
+
+    Args:
+        window: w, tokens attended exactly, the query's own included; ``0``: pure linear attention (every
+            other option must then keep its default).
+        sink_tokens: s ≥ 0, first tokens of the sequence always attended exactly (attention sinks).
+        far_term: include the linear far term; ``False`` leaves the window and sinks alone (a control with
+            nothing to train).
+        learn_mix: give each query head a trainable log-weight β of its far term (initialised to 0: the far
+            terms count as the kernel estimates they are).
+        far_decay: τ > 0 in tokens: weight the far terms by e^{−(distance past the window)/τ} (RetNet's decay
+            on the far part only), so the far term reaches about τ tokens past the window at any context
+            length; ``None``: no decay.
+        learn_decay: train the decay rates (log λ per feature-map head, initialised to ``log(1/far_decay)``).
+
+    Raises:
+        ValueError: a negative or non-integer ``window``/``sink_tokens``, ``far_decay <= 0``, ``learn_decay``
+            without ``far_decay``, or a window option set while ``window = 0``.
+    """
+
+    window: int = 0
+    sink_tokens: int = 0
+    far_term: bool = True
+    learn_mix: bool = True
+    far_decay: float | None = None
+    learn_decay: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("window", "sink_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"sliding_window.{name} must be an integer >= 0, got {value!r}")
+        decay = self.far_decay
+        if decay is not None and (isinstance(decay, bool) or not isinstance(decay, (int, float)) or not decay > 0):
+            raise ValueError(f"sliding_window.far_decay must be a positive number of tokens (or None), got {decay!r}")
+        if self.learn_decay and decay is None:
+            raise ValueError("sliding_window.learn_decay needs far_decay (the initial decay length in tokens)")
+        changed = [f.name for f in fields(self) if f.name != "window" and getattr(self, f.name) != f.default]
+        if self.window == 0 and changed:
+            raise ValueError(
+                f"sliding_window options {changed} need a sliding window: set sliding_window.window >= 1 "
+                "(window 0 is pure linear attention)"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether there is a window at all (``window >= 1``); ``False`` means pure linear attention."""
+        return self.window > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as a JSON-ready dict (what a student's ``config.json`` stores)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None) -> SlidingWindow:
+        """The options from :meth:`to_dict`'s dict, or from any mapping holding some of the field names (other
+        keys are ignored, so the flat keys of an older ``config.json`` read too); ``None``: no window.
+
+        Raises:
+            ValueError: invalid options (see the class).
+        """
+        names = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in (values or {}).items() if key in names})
