@@ -106,12 +106,29 @@ class CausalLinearAttention(Float32Parameters):
             group's queries go through their KV head's map) or ``(B, Hq, Tk, M)`` for per-query-head maps.
             Row constants of φ(q) that cancel in attention may be dropped (see ``attention_log_features``).
         """
+        return self.grouped_log_features(q, k, self.feature_map.attention_log_features)
+
+    def grouped_log_features(
+        self, q: Tensor, k: Tensor, features: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+    ) -> tuple[Tensor, Tensor]:
+        """Apply ``features(queries, keys)`` in the layer's GQA layout: maps shared per KV head see a group's
+        queries as one ``(B, Hk, group · T, d)`` sequence (outputs reshaped back to ``(B, Hq, T, M)``); per-query-head
+        maps see each KV head's keys repeated for its group.
+
+        Args:
+            q: ``(B, Hq, T, d)`` queries.
+            k: ``(B, Hk, Tk, d)`` keys.
+            features: ``(queries, keys) -> (log φ(queries), log φ(keys))`` of the layer's map, per map head.
+
+        Returns:
+            ``(B, Hq, T, M)`` and ``(B, Hk, Tk, M)`` (shared maps) or ``(B, Hq, Tk, M)`` (per-query-head maps).
+        """
         B, Hq, T, d = q.shape
         group = self.num_heads // self.num_kv_heads
         if self.shares_kv_maps:
-            log_q, log_k = self.feature_map.attention_log_features(q.reshape(B, self.num_kv_heads, group * T, d), k)
+            log_q, log_k = features(q.reshape(B, self.num_kv_heads, group * T, d), k)
             return log_q.view(B, Hq, T, -1), log_k
-        return self.feature_map.attention_log_features(q, k.repeat_interleave(group, dim=1))
+        return features(q, k.repeat_interleave(group, dim=1))
 
     def check_call(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> int:
         """Validate a call's shapes against the layer; returns Tk.

@@ -78,18 +78,10 @@ def sliding_window_masks(T: int, window: int, sink_tokens: int = 0, *, device=No
 
 
 def naive_sliding_window_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    log_phi_q: Tensor | None,
-    log_phi_k: Tensor | None,
-    *,
-    window: int,
-    sink_tokens: int = 0,
-    log_mix: Tensor | None = None,
-    far_decay: Tensor | None = None,
+    q: Tensor, k: Tensor, v: Tensor, log_phi_q: Tensor | None, log_phi_k: Tensor | None, *, window: int,
+    sink_tokens: int = 0, log_mix: Tensor | None = None, far_decay: Tensor | None = None,
     key_padding_mask: Tensor | None = None,
-) -> Tensor:
+) -> Tensor:  # fmt: skip  # the kernel's signature, packed: the reference mirrors it argument for argument
     """Reference (quadratic, float64) sliding-window + linear attention: one softmax over the logits
     ``qᵀk/√d`` on exact pairs and ``β_h − λ_h (i − w − j) + log K̂(q_i, k_j)`` on linear pairs
     (:func:`sliding_window_masks`).

@@ -88,31 +88,15 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         return f"{super().extra_repr()}, window={self.window}, sink_tokens={self.sink_tokens}, far_term={far}{decay}"
 
     def exact_log_features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        """Log-features with every constant kept (the far terms are added to exact softmax terms).
-
-        Args:
-            q: ``(B, Hq, T, d)`` queries.
-            k: ``(B, Hk, Tk, d)`` keys.
-
-        Returns:
-            ``log φ(q)`` ``(B, Hq, T, M)`` and ``log φ(k)`` ``(B, Hk, Tk, M)`` (maps shared per KV head) or
-            ``(B, Hq, Tk, M)`` (per-query-head maps).
-        """
-        B, Hq, T, d = q.shape
-        group = self.num_heads // self.num_kv_heads
+        """:meth:`log_features` (same arguments and shapes) with every constant of φ kept, none dropped: the far
+        terms are added to exact softmax terms, so they must be on the scale of exp(qᵀk/√d)."""
         fm = self.feature_map
-        if self.shares_kv_maps:
-            return fm.log_features(q.reshape(B, self.num_kv_heads, group * T, d)).view(B, Hq, T, -1), fm.log_features(k)
-        return fm.log_features(q), fm.log_features(k.repeat_interleave(group, dim=1))
+        return self.grouped_log_features(q, k, lambda queries, keys: (fm.log_features(queries), fm.log_features(keys)))
 
     def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        state: SlidingWindowState | None = None,
+        self, q: Tensor, k: Tensor, v: Tensor, state: SlidingWindowState | None = None,
         key_padding_mask: Tensor | None = None,
-    ) -> tuple[Tensor, SlidingWindowState]:
+    ) -> tuple[Tensor, SlidingWindowState]:  # fmt: skip  # the parent's signature (an override), packed
         """Attend causally, continuing from ``state`` if given.
 
         Args:

@@ -283,20 +283,10 @@ class Comparison:
         return result
 
     def long_context(self, row: Row, budget: int) -> dict:
-        """Perplexity by position at every context of ``long_contexts`` (``long.json``): the held-out documents
-        concatenated (EOS between them) and cut into disjoint blocks of that many tokens, ``ppl_tokens`` tokens
-        per context, buckets 0–63 / 64–255 / 256–511 / 512–2047 / 2048–4095 / 4096–8191 within the block.
-
-        Args:
-            row: the cell's row.
-            budget: its feature budget C.
-
-        Returns:
-            ``long.json``'s content.
-
-        Raises:
-            FileNotFoundError: no corpus (``--corpus`` or ``$LIT_DOF_CORPUS``).
-        """
+        """Perplexity by position at every context of ``long_contexts``, returned and written as ``long.json``
+        (arguments and errors as :meth:`perplexity`): the held-out documents concatenated (EOS between them) and
+        cut into disjoint blocks of that many tokens, ``ppl_tokens`` tokens per context, buckets 0–63 / 64–255 /
+        256–511 / 512–2047 / 2048–4095 / 4096–8191 within the block."""
         return self._measured(row, budget, "long.json", self._long_context)
 
     def _long_context(self, model, tokenizer, corpus: str) -> dict:

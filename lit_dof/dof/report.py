@@ -149,13 +149,10 @@ def estimate_model_dof(
     lam: float | Literal["auto"],
     num_samples: int = 1024,
     *,
-    relative_to: RelativeTo | None = None,
     pooling: Pooling = "query_head",
-    target_fraction: float = 0.25,
-    multiple_of: int = 1,
     seed: int = 0,
-    name: str | None = None,
     progress: bool = True,
+    **report_options,
 ) -> DoFReport:
     """Paper Algorithm 1 end to end on a teacher (METHOD.md §2): :func:`collect_samples` + :func:`dof_report`.
 
@@ -166,29 +163,25 @@ def estimate_model_dof(
         lam: ridge λ > 0 (absolute, or a multiplier with ``relative_to``), or ``"auto"``: the absolute λ at
             which the mean layer DoF is ``target_fraction``·J (:func:`~lit_dof.dof.select_lambda`).
         num_samples: J vectors pooled per head.
-        relative_to: see :func:`~lit_dof.dof.degrees_of_freedom`.
         pooling: see :func:`~lit_dof.teacher.capture.pooled_vectors`.
-        target_fraction: the mean layer DoF as a fraction of J that ``lam="auto"`` selects.
-        multiple_of: round dims to multiples of this.
-        seed: sampling seed.
-        name: model name recorded in the report.
+        seed: sampling seed (and the ``"auto"`` λ search's).
         progress: show progress bars.
+        **report_options: :func:`dof_report`'s ``relative_to``, ``target_fraction`` (the mean layer DoF as a
+            fraction of J that ``lam="auto"`` selects), ``multiple_of`` and ``name``.
 
     Returns:
         :class:`DoFReport` with allocations for ``dof``, ``dof_clip`` and ``fix``.
 
     Raises:
         ValueError: too few tokens for J samples, bad λ, or an unsupported model.
+        TypeError: an unknown keyword in ``report_options``.
 
     Warns:
         DegenerateAllocationWarning: saturated DoF or a uniform allocation (also listed in the report).
     """
     start = time.perf_counter()
     reservoir, tokens = collect_samples(model, batches, num_samples, pooling=pooling, seed=seed, progress=progress)
-    report = dof_report(
-        model, reservoir, tokens, lam, relative_to=relative_to, pooling=pooling, target_fraction=target_fraction,
-        multiple_of=multiple_of, seed=seed, name=name, progress=progress,
-    )  # fmt: skip  # packed args
+    report = dof_report(model, reservoir, tokens, lam, pooling=pooling, seed=seed, progress=progress, **report_options)
     report.seconds["capture"] = time.perf_counter() - start - report.seconds["dof"]
     return report
 

@@ -211,7 +211,7 @@ class HybridSearch:
         Returns:
             ``(local loss, DoF)``, each keyed by layer index.
         """
-        data = ws.data
+        data = ws.state.data
         if "local_loss" not in data:
             start = time.perf_counter()
             data["local_loss"] = {str(i): v for i, v in local_losses(ws.student, ws.items.search).items()}
@@ -225,7 +225,7 @@ class HybridSearch:
 
     def greedy(self, ws: Workspace, loss: dict[int, float], dof: dict[int, float]) -> SearchResult:
         """Stage 3: the greedy search on the search items, round by round, resuming the recorded rounds."""
-        data = ws.data
+        data = ws.state.data
         scorer = self.scorer(ws, ws.items.search)
         logger = TensorBoardLogger(str(ws.out), name="tensorboard", version=0, default_hp_metric=False)
         if "teacher_search_score" not in data:
@@ -258,7 +258,7 @@ class HybridSearch:
         most_linear = sorted(result.most_linear)
         if not self.confirm_items:
             return most_linear
-        trajectory = [sorted(r["linear"]) for r in ws.data["rounds"] if r["passed"]]
+        trajectory = [sorted(r["linear"]) for r in ws.state.data["rounds"] if r["passed"]]
         confirm = ws.state.scores_on("confirm", ws.items.confirm_count)
         confirmed = ws.state.memoised(confirm["scores"], self.scorer(ws, ws.items.confirm))
         teacher_confirm = confirmed(())
@@ -269,7 +269,7 @@ class HybridSearch:
                 most_linear = linear
                 break
         confirm["most_linear"] = most_linear
-        ws.data["timing"]["confirm"] = sum(v["seconds"] for v in confirm["scores"].values())
+        ws.state.data["timing"]["confirm"] = sum(v["seconds"] for v in confirm["scores"].values())
         ws.state.save()
         return most_linear
 
@@ -290,7 +290,7 @@ class HybridSearch:
             ws.student.save_pretrained(target)
             ws.tokenizer.save_pretrained(target)
         exported = {name: {"path": str(ws.out / name), "linear": linear} for name, linear in hybrids.items()}
-        ws.data["exported"] = exported
+        ws.state.data["exported"] = exported
         ws.state.save()
         return hybrids
 
@@ -303,7 +303,7 @@ class HybridSearch:
         dof: dict[int, float],
     ) -> None:
         """Stage 5: the teacher, the hybrids and each ordering's first ``k`` layers on the held-out items."""
-        data = ws.data
+        data = ws.state.data
         greedy_sequence = [r["chosen"] for r in data["rounds"] if r["passed"]]
         layers = ws.candidates
         orders = {"greedy": greedy_sequence, "dof": dof_order(dof), "loss": loss_order(loss),
@@ -343,12 +343,12 @@ class HybridSearch:
         verify["threshold"] = ws.rule.threshold(verified(()))
         for linear in hybrids.values():
             verified(linear)
-        ws.data["timing"]["verify"] = sum(v["seconds"] for v in verify["scores"].values())
+        ws.state.data["timing"]["verify"] = sum(v["seconds"] for v in verify["scores"].values())
         ws.state.save()
 
     def finish(self, ws: Workspace) -> None:
         """Record the model size, versions and command; write the report (``report_dir``, else ``out``)."""
-        data = ws.data
+        data = ws.state.data
         data["num_layers"] = ws.num_layers
         data["versions"] = library_versions()
         data["device"] = device_label(self.torch_device)
@@ -383,4 +383,4 @@ class HybridSearch:
         stages.begin("report")
         self.finish(ws)
         stages.end("search.json and the report written")
-        return ws.data
+        return ws.state.data

@@ -34,11 +34,6 @@ class Workspace:
     rule: Tolerance
 
     @property
-    def data(self) -> dict:
-        """The record's contents (``state.data``)."""
-        return self.state.data
-
-    @property
     def num_layers(self) -> int:
         """Decoder layers of the bank."""
         return len(self.student.linear_layers)

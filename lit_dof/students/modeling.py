@@ -258,11 +258,11 @@ def linearize(
     feature_map_factory: FeatureMapFactory,
     feature_dims: int | Sequence[int],
     *,
+    sliding_window: SlidingWindow = SlidingWindow(),
     softmax_layers: Iterable[int] = (),
+    seed: int | None = None,
     share_kv_maps: bool = True,
     chunk_size: int = 64,
-    sliding_window: SlidingWindow = SlidingWindow(),
-    seed: int | None = None,
 ) -> LitDofForCausalLM:
     """Replace every softmax attention layer of ``model`` by linear attention (paper §3; METHOD.md §1).
 
@@ -275,12 +275,12 @@ def linearize(
         feature_map_factory: any callable ``(head_dim, num_heads, feature_dim) -> FeatureMap`` — every
             feature-map class is one (``linearize(m, PerformerFeatureMap, dims)``).
         feature_dims: M_s per attention layer, or one int for all (the "Fix" baseline: the head size).
-        softmax_layers: layers kept softmax (hybrids); switch later with ``set_softmax_layers``.
-        share_kv_maps: one φ per KV head (default) or one per query head.
-        chunk_size: chunk size of the parallel form.
         sliding_window: :class:`~lit_dof.attention.SlidingWindow`: window 0 (default) for linear attention,
             w ≥ 1 for sliding-window + linear attention with the sinks, far term and decay it sets.
+        softmax_layers: layers kept softmax (hybrids); switch later with ``set_softmax_layers``.
         seed: makes the twins' initial values independent of the global RNG, one seed per layer.
+        share_kv_maps: one φ per KV head (default) or one per query head.
+        chunk_size: chunk size of the parallel form.
 
     Returns:
         :class:`LitDofForCausalLM`.

@@ -37,18 +37,27 @@ class FeatureMap(Float32Parameters, ABC):
         head_dim: d, the size of each query/key vector (≥ 1).
         num_heads: H, the number of heads with their own parameters (≥ 1).
         feature_dim: M, the number of features (≥ 1); change it later with :meth:`resize`.
+        seed: seed of the map's initial random draws (:meth:`seeded_generator`; ``None``: the global RNG).
         check_inputs: reject NaN / +inf inputs in :meth:`log_features` (one reduction per call).
 
     Raises:
         ValueError: any of the sizes is not a positive integer.
     """
 
-    def __init__(self, head_dim: int, num_heads: int, feature_dim: int, *, check_inputs: bool = True) -> None:
+    def __init__(
+        self, head_dim: int, num_heads: int, feature_dim: int, *, seed: int | None = None, check_inputs: bool = True
+    ) -> None:
         super().__init__()
         self.head_dim = check_positive_int("head_dim", head_dim)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.feature_dim = check_positive_int("feature_dim", feature_dim)
+        self.seed = seed
         self.check_inputs = check_inputs
+
+    def seeded_generator(self) -> torch.Generator | None:
+        """A fresh CPU generator seeded with :attr:`seed` (the same draws on every call), or ``None`` without a
+        seed (draws then come from the global RNG)."""
+        return None if self.seed is None else torch.Generator().manual_seed(self.seed)
 
     def extra_repr(self) -> str:
         """Head size d, heads H and feature dimension M, for ``print(module)``."""

@@ -73,8 +73,7 @@ class DiJiangFeatureMap(FeatureMap):
     def __init__(
         self, head_dim: int, num_heads: int, feature_dim: int, *, seed: int = 0, check_inputs: bool = True
     ) -> None:
-        super().__init__(head_dim, num_heads, feature_dim, check_inputs=check_inputs)
-        self.seed = seed
+        super().__init__(head_dim, num_heads, feature_dim, seed=seed, check_inputs=check_inputs)
         self.register_buffer("projection", self._projection(feature_dim))
         self.log_weight = nn.Parameter(torch.zeros(num_heads, feature_dim, dtype=torch.float32))
 

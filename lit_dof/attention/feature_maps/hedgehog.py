@@ -26,17 +26,16 @@ class HedgehogFeatureMap(FeatureMap):
     Parameters: ``weight`` ``(H, d, ⌈M/2⌉)``, initialised to the identity in its first d columns (so
     initially φ is softmax over ±x, as in the paper) and to unit random directions beyond.
 
-    Shapes: ``(B, H, T, d) → (B, H, T, M)``.
+    Shapes: ``(B, H, T, d) → (B, H, T, M)``; M may be odd (one more positive than negative feature).
 
     Raises:
-        ValueError: non-positive sizes.
+        ValueError: a head size, head count or feature dimension that is not a positive integer.
     """
 
     def __init__(
         self, head_dim: int, num_heads: int, feature_dim: int, *, seed: int | None = None, check_inputs: bool = True
     ) -> None:
-        super().__init__(head_dim, num_heads, feature_dim, check_inputs=check_inputs)
-        self.seed = seed
+        super().__init__(head_dim, num_heads, feature_dim, seed=seed, check_inputs=check_inputs)
         self.weight = nn.Parameter(self._init_weight(feature_dim))
 
     def _init_weight(self, feature_dim: int) -> Tensor:
@@ -45,8 +44,7 @@ class HedgehogFeatureMap(FeatureMap):
         eye = torch.eye(d, dtype=torch.float32).expand(self.num_heads, d, d)
         if half <= d:
             return eye[:, :, :half].clone()
-        generator = None if self.seed is None else torch.Generator().manual_seed(self.seed)
-        extra = orthogonal_gaussian(self.num_heads, half - d, d, generator)
+        extra = orthogonal_gaussian(self.num_heads, half - d, d, self.seeded_generator())
         extra = extra / extra.norm(dim=-1, keepdim=True)  # (H, half − d, d)
         return torch.cat([eye, extra.transpose(-1, -2)], dim=-1)
 

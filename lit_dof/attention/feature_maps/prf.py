@@ -70,13 +70,9 @@ class LearnedPRF(_PositiveRandomFeatures):
     def __init__(
         self, head_dim: int, num_heads: int, feature_dim: int, *, seed: int | None = None, check_inputs: bool = True
     ) -> None:
-        super().__init__(head_dim, num_heads, feature_dim, check_inputs=check_inputs)
-        self.seed = seed
-        self.z = nn.Parameter(orthogonal_gaussian(num_heads, feature_dim, head_dim, self._generator()))
+        super().__init__(head_dim, num_heads, feature_dim, seed=seed, check_inputs=check_inputs)
+        self.z = nn.Parameter(orthogonal_gaussian(num_heads, feature_dim, head_dim, self.seeded_generator()))
         self.log_alpha = nn.Parameter(torch.zeros(num_heads, feature_dim, dtype=torch.float32))
-
-    def _generator(self) -> torch.Generator | None:
-        return None if self.seed is None else torch.Generator().manual_seed(self.seed)
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         """``z`` in group ``"z"`` and ``log_alpha`` in ``"log_alpha"`` (the paper's two learning rates).
@@ -96,7 +92,7 @@ class LearnedPRF(_PositiveRandomFeatures):
 
     def _resize(self, feature_dim: int) -> None:
         keep = min(feature_dim, self.feature_dim)
-        fresh = orthogonal_gaussian(self.num_heads, feature_dim, self.head_dim, self._generator())
+        fresh = orthogonal_gaussian(self.num_heads, feature_dim, self.head_dim, self.seeded_generator())
         z = fresh.to(self.z)
         z[:, :keep] = self.z.detach()[:, :keep]
         log_alpha = torch.zeros(self.num_heads, feature_dim).to(self.log_alpha)
@@ -131,11 +127,11 @@ class PerformerFeatureMap(_PositiveRandomFeatures):
         seed: int | None = None,
         check_inputs: bool = True,
     ) -> None:
-        super().__init__(head_dim, num_heads, feature_dim, check_inputs=check_inputs)
+        super().__init__(head_dim, num_heads, feature_dim, seed=seed, check_inputs=check_inputs)
         if redraw_interval < 0:
             raise ValueError(f"redraw_interval must be >= 0 (0 disables redrawing), got {redraw_interval}")
         self.redraw_interval = redraw_interval
-        self._generator = None if seed is None else torch.Generator().manual_seed(seed)
+        self._generator = self.seeded_generator()  # one stream for the initial draw and every redraw
         self._calls = 0
         self.register_buffer("z", orthogonal_gaussian(num_heads, feature_dim, head_dim, self._generator))
 
