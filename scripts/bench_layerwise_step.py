@@ -1,7 +1,7 @@
 """Benchmark: the layer-wise step of a ``lit-dof fit`` — seconds per step and peak resident memory — for the
 working tree against an earlier revision, in one run of this script, on the same machine.
 
-Each side runs ``python -m lit_dof.pipeline.cli fit`` (the quickstart config by default; ``--args`` appends
+Each side runs ``python -m lit_dof fit`` (the quickstart config by default; ``--args`` appends
 overrides) in its own process for ``--steps`` layer-wise steps (no end-to-end tail, no validation), with a
 timing callback from this file. The revision side runs from a ``git worktree`` of ``--before`` with that
 tree first on ``PYTHONPATH`` (the child prints which ``lit_dof`` it imported). The sides alternate
@@ -65,7 +65,7 @@ def _peak_rss_bytes() -> int:
 
 def _run(tree: Path, args: argparse.Namespace, out: Path) -> dict:
     callback = json.dumps({"class_path": "bench_layerwise_step.StepTimer", "init_args": {"out": str(out)}})
-    command = [sys.executable, "-m", "lit_dof.pipeline.cli", "fit", "--config", str(tree / args.config),
+    command = [sys.executable, "-m", "lit_dof", "fit", "--config", str(tree / args.config),
                f"--trainer.max_steps={args.steps}", "--trainer.limit_val_batches=0",
                "--trainer.enable_progress_bar=false", "--trainer.enable_checkpointing=false", "--trainer.logger=false",
                f"--trainer.callbacks=[{callback}]", "--model.init_args.finetune_fraction=0",

@@ -97,8 +97,8 @@ def test_atomic_writes_get_plain_permissions(tmp_path, umask_027):
 
 
 def test_portable_drops_this_machines_paths():
-    command = [sys.executable, "-m", "lit_dof.pipeline.cli", "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"),
+    command = [sys.executable, "-m", "lit_dof", "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"),
                f"--data.init_args.path={REPO_ROOT.parent}/shared/corpus.txt"]  # fmt: skip  # compact list
     assert portable(command) == (
-        "python -m lit_dof.pipeline.cli --config configs/quickstart.yaml --data.init_args.path=../shared/corpus.txt"
+        "python -m lit_dof --config configs/quickstart.yaml --data.init_args.path=../shared/corpus.txt"
     )

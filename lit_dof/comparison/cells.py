@@ -116,7 +116,7 @@ class Comparison:
         Returns:
             The command's words.
         """
-        command = [sys.executable, "-m", "lit_dof.pipeline.cli", "fit", "--config", str(self.base_config)]
+        command = [sys.executable, "-m", "lit_dof", "fit", "--config", str(self.base_config)]
         for config in row.configs:
             command += ["--config", str(REPO_CONFIGS / config)]
         command += [f"--model.init_args.teacher={self.teacher_source()}", f"--allocator.budget={budget}"]
@@ -309,7 +309,7 @@ class Comparison:
         if result_path.is_file():
             return json.loads(result_path.read_text())
         folder.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "lit_dof.pipeline.cli", "fit", "--config",
+        command = [sys.executable, "-m", "lit_dof", "fit", "--config",
                    str(REPO_CONFIGS / "finetune" / "arc_easy.yaml"), f"--data.init_args.task={task}",
                    f"--model.init_args.teacher={source}", f"--model.init_args.lr={lr}"]  # fmt: skip  # compact list
         if self.data_dir:

@@ -184,12 +184,7 @@ def plan_main(args: list[str]) -> str:
     return text
 
 
-def main() -> None:
-    """``python -m lit_dof.pipeline.cli …``: the ``lit-dof`` command (:func:`lit_dof.cli.main`)."""
-    from lit_dof.cli import main as lit_dof_main
+if __name__ == "__main__":  # ``python -m lit_dof.pipeline.cli …``, the older entry: the ``lit-dof`` command itself
+    import runpy
 
-    lit_dof_main()
-
-
-if __name__ == "__main__":
-    main()
+    runpy.run_module("lit_dof", run_name="__main__", alter_sys=True)

@@ -91,7 +91,7 @@ def test_lightning_commands_keep_lightning_cli_with_their_description(capsys, mo
 
 
 def test_pipeline_module_entry_still_dispatches():
-    """``python -m lit_dof.pipeline.cli`` (what ``compare`` and the launch scripts run) is the same command."""
+    """``python -m lit_dof.pipeline.cli`` (the entry older launch scripts run) is still the ``lit-dof`` command."""
     result = _lit_dof("--version", module="lit_dof.pipeline.cli")
     assert result.returncode == 0 and result.stdout.strip() == f"lit-dof {importlib.metadata.version('lit-dof')}"
 

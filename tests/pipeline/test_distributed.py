@@ -35,7 +35,7 @@ def _fit(cwd: Path, strategy: str, extra=(), steps: int = STEPS, check: bool = T
     cwd.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     args = fit_args(cwd, *configs, steps=steps, extra=[*args, *extra])
-    command = [sys.executable, "-m", "lit_dof.pipeline.cli", *args]
+    command = [sys.executable, "-m", "lit_dof", *args]
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     if check:
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]

@@ -85,7 +85,7 @@ def test_layerwise_estimate_matches_measured_peak(case, tmp_path, request):
 def test_llama_3_8b_fsdp_on_8_gpus_fits_offline():
     """The bar: the shipped 8B recipe under fsdp.yaml on 8 GPUs plans below 80 GiB per GPU with no network
     (the architecture comes from configs/models/llama-3-8b/config.json), in a fresh process."""
-    result = subprocess.run([sys.executable, "-m", "lit_dof.pipeline.cli", "plan", *LLAMA_FSDP,
+    result = subprocess.run([sys.executable, "-m", "lit_dof", "plan", *LLAMA_FSDP,
                              "--trainer.devices", "8"],
                             cwd=REPO, env=_env(HF_HUB_OFFLINE="1", HF_HOME=str(REPO / "no-such-hf-home")),
                             capture_output=True, text=True, timeout=120, check=True)  # fmt: skip  # packed args
