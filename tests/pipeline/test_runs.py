@@ -60,13 +60,13 @@ def test_resuming_another_experiments_checkpoint_is_refused(tmp_path):
             extra=[
                 "--ckpt_path=last",
                 "--model.init_args.lr_z=0.05",
-                "--allocator.budget=8",
+                "--model.init_args.planner.init_args.budget=8",
                 "--data.init_args.num_workers=1",
             ],
         )
     message = str(refused.value)
     assert "model.lr_z: 0.02 in the checkpoint, 0.05 now" in message
-    assert "allocator.budget: None in the checkpoint, 8 now" in message
+    assert "planner.budget: None in the checkpoint, 8 now" in message
     assert "num_workers" not in message  # free to change on resume
     assert "version_0/config.yaml" in message and "without --ckpt_path" in message
     checkpoint = torch.load(tmp_path / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
