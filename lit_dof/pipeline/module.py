@@ -97,7 +97,7 @@ class StudentModule(L.LightningModule):
     ) -> None:
         super().__init__()
         resolve_dtype(teacher_dtype, None)  # validate the name now, not at configure_model
-        self.save_hyperparameters(ignore=["feature_map", "planner"])
+        self.save_hyperparameters(ignore=list(self.NOT_HYPERPARAMETERS))
         self.teacher_name = teacher
         self.feature_map = feature_map
         self.planner = planner
@@ -116,6 +116,10 @@ class StudentModule(L.LightningModule):
         self.val_nll_teacher = MeanMetric()  # per-token NLL, weighted by tokens: exact over ranks
         self._teacher_val_cache: dict[int, tuple[float, int]] = {}
         self.tokens_seen = 0  # this rank's training tokens the teacher processed, all runs of the experiment
+
+    NOT_HYPERPARAMETERS = ("feature_map", "planner")
+    """Arguments left out of the hyperparameters (objects): the checkpoint records them its own way
+    (:meth:`on_save_checkpoint`), and a resume compares only the planner's allocation settings."""
 
     flops_per_batch: int | None = None
     """Not measured (``None``); declared so that Lightning's ``ThroughputMonitor`` logs no FLOPs and no warning."""
