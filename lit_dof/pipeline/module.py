@@ -117,9 +117,7 @@ class StudentModule(L.LightningModule):
         self._teacher_val_cache: dict[int, tuple[float, int]] = {}
         self.tokens_seen = 0  # this rank's training tokens the teacher processed, all runs of the experiment
 
-    NOT_HYPERPARAMETERS = ("feature_map", "planner")
-    """Arguments left out of the hyperparameters (objects): the checkpoint records them its own way
-    (:meth:`on_save_checkpoint`), and a resume compares only the planner's allocation settings."""
+    NOT_HYPERPARAMETERS = ("feature_map", "planner")  # objects: on_save_checkpoint records them its own way
 
     flops_per_batch: int | None = None
     """Not measured (``None``); declared so that Lightning's ``ThroughputMonitor`` logs no FLOPs and no warning."""
@@ -300,8 +298,7 @@ class StudentModule(L.LightningModule):
         if dims is not None and self.student is not None and dims != self.student.feature_dims:
             raise ValueError(
                 f"checkpoint feature dims {dims} differ from the rebuilt student's {self.student.feature_dims}: "
-                "resume with the same DoF settings, or pass "
-                "--model.init_args.planner.init_args.report_path=<run>/dof.json"
+                "resume with the same DoF settings or pass model.init_args.planner.init_args.report_path=<run>/dof.json"
             )
         self.tokens_seen = int(checkpoint.get("lit_dof_tokens_seen", 0))
 

@@ -67,7 +67,10 @@ class FeatureDimPlan:
 
 
 class FeatureDimPlanner(abc.ABC):
-    """Chooses the per-layer feature dimensions of a student (see the module docstring for the call order)."""
+    """Chooses the per-layer feature dimensions of a student (see the module docstring for the call order).
+
+    Another rule is a subclass named by its ``class_path``; like the shipped ones it should hold settings only.
+    """
 
     def check(self, student: StudentSpec) -> None:
         """Refuse settings that cannot plan for ``student``, before the teacher loads (default: accept all).
