@@ -44,7 +44,7 @@ def _load_and_probe(rank: int, dtype: torch.dtype, loads: list, path: str) -> No
 
     from lit_dof.attention import LearnedPRF
     from lit_dof.dof.report import collect_samples
-    from lit_dof.pipeline.callbacks import _pad_sharded_forwards
+    from lit_dof.pipeline.planner import _pad_sharded_forwards
     from lit_dof.students.modeling import linearize
     from lit_dof.teacher.sharded import load_sharded_teacher, reshard
 

@@ -150,13 +150,31 @@ def summarise_fit(cell: Path, attempts: list[dict], command: list[str]) -> dict:
               "steps": steps, "tokens": steps * int(data["batch_size"]) * int(data["seq_len"]),
               "wall_seconds": sum(a["seconds"] for a in attempts), "attempts": len(attempts),
               "command": portable(command), "val_curve": validation_curve(cell)}  # fmt: skip  # compact dict
-    record["strategy"] = (config.get("allocator") or {}).get("strategy")
+    record["strategy"] = allocation_strategy(config)
     dof_path = run / "dof.json"
     if dof_path.is_file():
         dof = json.loads(dof_path.read_text())
         record.update(lam=dof.get("lam"), lam_rule=dof.get("lam_rule"), relative_to=dof.get("relative_to"),
                       num_samples=dof.get("num_samples"))  # fmt: skip  # packed args
     return record
+
+
+def allocation_strategy(config: dict) -> str | None:
+    """The allocation strategy of a fit's saved ``config.yaml``: its planner's (``fix`` for a ``FixedPlanner``), or
+    its ``allocator:`` group's (configs from before the planners).
+
+    Args:
+        config: the parsed ``config.yaml``.
+
+    Returns:
+        ``"dof"``, ``"dof_clip"``, ``"dof_head"``, ``"fix"``, or ``None`` when it names none.
+    """
+    planner = ((config.get("model") or {}).get("init_args") or {}).get("planner")
+    if not isinstance(planner, dict):
+        return (config.get("allocator") or {}).get("strategy")
+    if str(planner.get("class_path", "")).endswith("FixedPlanner"):
+        return "fix"
+    return (planner.get("init_args") or {}).get("strategy")
 
 
 def read_cell(cell: Path, tasks: Sequence[str]) -> dict:

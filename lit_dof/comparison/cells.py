@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lit_dof.comparison.artefacts import checkpoint_dof_report, exported_since, summarise_fit
-from lit_dof.comparison.rows import REPO_CONFIGS, Row
+from lit_dof.comparison.rows import PLANNER_ARGS, REPO_CONFIGS, Row, planner_class
 from lit_dof.comparison.runner import CommandFailed, run_logged
 from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.task_data import TASKS
 from lit_dof.io import atomic_write_json, portable
+from lit_dof.pipeline.planner import FixedPlanner
 
 
 @dataclass
@@ -42,8 +43,9 @@ class Comparison:
             fitted (``--trainer.accelerator=gpu`` is added to a CUDA fit), evaluated and scored. Every record
             names its device.
         seed: training seed of the students. 0 is the base config's own seeds (``seed_everything``, the DoF
-            sample's ``dof.seed``) in ``C<budget>/<row>``; s > 0 adds ``--seed_everything=s --dof.seed=s``
-            to every fit, in ``C<budget>/seed<s>/<row>``. The teacher has no seed: one cell serves all.
+            planner's ``seed``) in ``C<budget>/<row>``; s > 0 adds ``--seed_everything=s`` (and the planner's
+            ``seed=s`` for a ``DoFPlanner``) to every fit, in ``C<budget>/seed<s>/<row>``. The teacher has no seed:
+            one cell serves all.
 
     Raises:
         DeviceError: an unknown device, or ``cuda`` asked for where none is available
@@ -97,14 +99,18 @@ class Comparison:
         folder = Path(self.out) / f"C{budget}"
         return (folder / f"seed{seed}" if seed and row.kind != "teacher" else folder) / row.name
 
-    def seed_args(self) -> list[str]:
-        """The fit arguments of :attr:`seed` (none for seed 0: the base config's seeds)."""
-        return [f"--seed_everything={self.seed}", f"--dof.seed={self.seed}"] if self.seed else []
+    def seed_args(self, dof: bool = True) -> list[str]:
+        """The fit arguments of :attr:`seed` (none for seed 0: the base config's seeds); ``dof``: the row's planner
+        estimates the DoF (a ``DoFPlanner``, which takes the seed of its sample)."""
+        if not self.seed:
+            return []
+        return [f"--seed_everything={self.seed}", *([f"{PLANNER_ARGS}.seed={self.seed}"] if dof else [])]
 
     # -- fit ------------------------------------------------------------------------------------------------
     def fit_command(self, row: Row, budget: int, resume: bool, dof_report: Path | None = None) -> list[str]:
-        """The ``lit-dof fit`` command of a cell; a resumed cell passes ``--ckpt_path=last`` and, when its first
-        attempt wrote one, that attempt's ``dof.json`` (``dof_report``), so the checkpoint's feature dims are
+        """The ``lit-dof fit`` command of a cell: its budget C is the planner's ``budget`` (a ``FixedPlanner``'s
+        ``feature_dim``); a resumed cell passes ``--ckpt_path=last`` and, when its first attempt wrote one, that
+        attempt's ``dof.json`` (``dof_report``) as the planner's ``report_path``, so the checkpoint's feature dims are
         rebuilt even if the DoF estimate's code or data changed in between.
 
         Args:
@@ -116,15 +122,17 @@ class Comparison:
         Returns:
             The command's words.
         """
-        command = [sys.executable, "-m", "lit_dof", "fit", "--config", str(self.base_config)]
-        for config in row.configs:
-            command += ["--config", str(REPO_CONFIGS / config)]
-        command += [f"--model.init_args.teacher={self.teacher_source()}", f"--allocator.budget={budget}"]
-        command += [*self.accelerator_args(), *self.seed_args(), *self.fit_args, *row.args]
+        configs = [self.base_config, *(REPO_CONFIGS / config for config in row.configs)]
+        command = [sys.executable, "-m", "lit_dof", "fit"]
+        command += [word for config in configs for word in ("--config", str(config))]
+        dof = planner_class(configs, [*self.fit_args, *row.args]).rsplit(".", 1)[-1] != FixedPlanner.__name__
+        command += [f"--model.init_args.teacher={self.teacher_source()}",
+                    f"{PLANNER_ARGS}.{'budget' if dof else 'feature_dim'}={budget}"]  # fmt: skip  # compact list
+        command += [*self.accelerator_args(), *self.seed_args(dof), *self.fit_args, *row.args]
         if self.corpus:
             command.append(f"--data.init_args.path={self.corpus}")
-        if resume and dof_report is not None:
-            command.append(f"--dof.report_path={dof_report}")
+        if resume and dof and dof_report is not None:
+            command.append(f"{PLANNER_ARGS}.report_path={dof_report}")
         return command + (["--ckpt_path=last"] if resume else [])
 
     def fit(self, row: Row, budget: int) -> dict:

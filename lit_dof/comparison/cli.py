@@ -61,7 +61,9 @@ def compare(
         eval_limit: examples per task.
         mmlu_per_subject: MMLU subset: the first this-many questions per subject (18 → 1026 questions).
         ppl_tokens: held-out tokens for the perplexity column.
-        fit_args: extra ``lit-dof fit`` arguments for every student.
+        fit_args: extra ``lit-dof fit`` arguments for every student (planner settings,
+            ``--model.init_args.planner.init_args.<key>``, only where every row's planner takes them: the
+            window-only controls' FixedPlanner takes no DoF settings).
         finetune_tasks: tasks of the protocol (those with training data offline).
         finetune_lrs: the learning-rate grid searched on the teacher, reused for the students.
         finetune_args: extra arguments of every fine-tuning fit (e.g. ``--data.init_args.train_limit=200``).

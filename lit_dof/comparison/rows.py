@@ -5,11 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from lit_dof.config_files import config_root
 
 REPO_CONFIGS = config_root()
 """The folder the rows' config files are relative to."""
+
+PLANNER_ARGS = "--model.init_args.planner.init_args"
+"""The prefix of the feature-dimension planner's settings on a ``lit-dof fit`` command line."""
+
+DEFAULT_PLANNER = "lit_dof.pipeline.planner.DoFPlanner"
+"""The planner of a student module whose configs name none."""
 
 PRIMARY_METRIC = {"piqa": "acc_norm", "logiqa": "acc_norm", "arc_easy": "acc_norm", "arc_challenge": "acc_norm",
                   "winogrande": "acc", "wsc273": "acc", "mmlu": "acc"}  # fmt: skip  # compact dict
@@ -66,10 +73,10 @@ ROWS: dict[str, Row] = {r.name: r for r in [
         ("--model.init_args.position_shift=7680",), note="swa_sink_linear_decay trained at random absolute "
         "positions (offsets up to 7680)", reference="swa_sink"),
     # The λ study (METHOD.md §2): DoF at fixed absolute λ and with the relative rule, next to "dof" (auto).
-    Row("dof_lam2^48", ("methods/dof.yaml",), ("--dof.lam=281474976710656",), note="λ = 2^48"),
-    Row("dof_lam2^56", ("methods/dof.yaml",), ("--dof.lam=72057594037927936",), note="λ = 2^56"),
-    Row("dof_lam2^64", ("methods/dof.yaml",), ("--dof.lam=18446744073709551616",), note="λ = 2^64"),
-    Row("dof_rel_trace", ("methods/dof.yaml",), ("--dof.relative_to=trace", "--dof.lam=0.00390625"),
+    Row("dof_lam2^48", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=281474976710656",), note="λ = 2^48"),
+    Row("dof_lam2^56", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=72057594037927936",), note="λ = 2^56"),
+    Row("dof_lam2^64", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=18446744073709551616",), note="λ = 2^64"),
+    Row("dof_rel_trace", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.relative_to=trace", f"{PLANNER_ARGS}.lam=0.00390625"),
         note="λ = 2^-8 · tr(G)/J"),
 ]}  # fmt: skip  # compact comprehension
 """The default rows (``--rows`` picks a subset, in any order)."""
@@ -91,3 +98,33 @@ def grid(rows: Sequence[Row], budgets: Sequence[int], seeds: Sequence[int]) -> I
             for row in rows:
                 if row.kind != "teacher" or (budget == budgets[0] and seed == seeds[0]):
                     yield budget, seed, row
+
+
+def planner_class(configs: Sequence[str | Path], args: Sequence[str] = ()) -> str:
+    """The feature-dimension planner that ``lit-dof fit`` builds from these config files and arguments: the last
+    ``model.init_args.planner`` class set (a class path, or a mapping with ``class_path``; jsonargparse's composition
+    keeps a class until another is named), else :data:`DEFAULT_PLANNER`.
+
+    Args:
+        configs: the ``--config`` files, in order.
+        args: the other arguments, in order (``--model.init_args.planner=<class>`` or ``….planner.class_path=…``).
+
+    Returns:
+        The class path, as written (jsonargparse also takes a class's bare name).
+    """
+    import yaml
+
+    found = DEFAULT_PLANNER
+    for path in [p for p in map(Path, configs) if p.is_file()]:  # a missing file: the fit itself reports it
+        model = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
+        found = _class_path((model.get("init_args") or {}).get("planner")) or found
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key in ("--model.init_args.planner", "--model.init_args.planner.class_path"):
+            found = _class_path(yaml.safe_load(value)) or found
+    return found
+
+
+def _class_path(planner) -> str | None:
+    """The class a config value of ``planner`` names (``None``: only ``init_args``, or nothing)."""
+    return planner.get("class_path") if isinstance(planner, dict) else planner if isinstance(planner, str) else None

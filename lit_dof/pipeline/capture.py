@@ -1,5 +1,6 @@
 """The teacher-capture phase (``lit-dof predict``): sample post-RoPE q/k of the frozen teacher, write them
-and their DoF report for later phases (``dof.report_path=<dir>/dof.json`` in a ``fit`` config).
+and their DoF report for later phases (a ``fit``'s ``DoFPlanner`` reads it: ``report_path=<dir>/dof.json``,
+:mod:`lit_dof.pipeline.planner`).
 
 Memory stays bounded for any number of batches (:class:`~lit_dof.teacher.capture.QKReservoir`: J vectors
 per head). Writes ``<output_dir>/qk_samples.pt`` (``{layer: (H, J, d)}``) and ``<output_dir>/dof.json``,

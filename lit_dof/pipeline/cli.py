@@ -1,4 +1,4 @@
-r"""The LightningCLI of ``lit-dof fit|validate|test|predict`` with the DoF callbacks and linked data/model
+r"""The LightningCLI of ``lit-dof fit|validate|test|predict`` with its always-present callbacks and linked data/model
 arguments, and ``lit-dof plan`` (the ``lit-dof`` command itself, which lists and dispatches every subcommand,
 is :mod:`lit_dof.cli`).
 
@@ -9,10 +9,11 @@ is :mod:`lit_dof.cli`).
     lit-dof plan --config configs/models/llama-3-8b.yaml --config configs/trainer/fsdp.yaml --trainer.devices 8
         (memory per GPU and host RAM per rank, per phase, from the meta-device model: lit_dof.pipeline.plan)
 
-Top-level groups besides LightningCLI's: ``dof:`` (:class:`~lit_dof.pipeline.callbacks.DoFEstimator`),
-``allocator:`` (:class:`~lit_dof.pipeline.callbacks.FeatureDimAllocator`) and ``metrics_file:``
+Top-level groups besides LightningCLI's: ``plan_files:`` (:class:`~lit_dof.pipeline.callbacks.PlanFiles`: the
+student's DoF report ``<log_dir>/dof.json`` and its figures) and ``metrics_file:``
 (:class:`~lit_dof.pipeline.run_files.MetricsFile`: ``<log_dir>/metrics.jsonl`` beside any logger) — always-present
-callbacks, so method files override a few keys instead of restating the trainer's callback list. ``model.teacher`` is
+callbacks, so configs need not restate the trainer's callback list. The feature dims are the model's own setting
+(``model.init_args.planner``, :mod:`lit_dof.pipeline.planner`). ``model.teacher`` is
 linked to ``data.tokenizer`` and ``data.seq_len`` to ``model.seq_len``. ``--optimizer``/``--lr_scheduler`` are
 refused (:data:`OPTIMIZER_REFUSED`): every phase builds its own optimizers and schedule. Checkpoints live in the
 run's own ``version_N/checkpoints``; ``--ckpt_path last`` continues the newest checkpointed version in place and
@@ -23,13 +24,14 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, LRSchedulerTypeTuple
 from torch.optim import Optimizer
 
 from lit_dof.commands import COMMANDS, LIGHTNING_COMMANDS, PROG
-from lit_dof.pipeline.callbacks import DoFEstimator, FeatureDimAllocator
+from lit_dof.pipeline.callbacks import PlanFiles
 from lit_dof.pipeline.run_files import MetricsFile
 
 OPTIMIZER_REFUSED = (
@@ -41,16 +43,23 @@ OPTIMIZER_REFUSED = (
 )
 """Why ``--optimizer``/``--lr_scheduler`` (or ``optimizer:``/``lr_scheduler:`` in a config) are refused, and the fix."""
 
+PLANNER_MOVED = (
+    "the dof: and allocator: groups are now the model's feature-dimension planner, model.init_args.planner "
+    "(class_path lit_dof.pipeline.planner.DoFPlanner with their keys, or FixedPlanner with feature_dim for "
+    "dof.enabled: false); --dof.<key> and --allocator.<key> are --model.init_args.planner.init_args.<key> "
+    "(CHANGELOG.md)."
+)
+"""Why a ``dof:``/``allocator:`` group (of a config written before the planners) is refused, and the fix."""
+
 
 class LitDofCLI(LightningCLI):
     """LightningCLI for lit-dof phases (any phase LightningModule via ``model.class_path``: the student
     phases, or :class:`~lit_dof.pipeline.capture.TeacherCapture` for ``predict``)."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        """Add the ``dof:``, ``allocator:`` and ``metrics_file:`` groups, link teacher → tokenizer and data → model
-        ``seq_len``, and mark ``--optimizer``/``--lr_scheduler`` as refused."""
-        parser.add_lightning_class_args(DoFEstimator, "dof")
-        parser.add_lightning_class_args(FeatureDimAllocator, "allocator")
+        """Add the ``plan_files:`` and ``metrics_file:`` groups, link teacher → tokenizer and data → model ``seq_len``,
+        and mark ``--optimizer``/``--lr_scheduler`` as refused."""
+        parser.add_lightning_class_args(PlanFiles, "plan_files")
         parser.add_lightning_class_args(MetricsFile, "metrics_file")
         parser.link_arguments("model.init_args.teacher", "data.init_args.tokenizer")
         parser.link_arguments("data.init_args.seq_len", "model.init_args.seq_len")
@@ -63,12 +72,17 @@ class LitDofCLI(LightningCLI):
                 action.help = f"Refused when set. {OPTIMIZER_REFUSED}"
 
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
-        """Parse as LightningCLI does, then refuse ``--optimizer``/``--lr_scheduler`` (:data:`OPTIMIZER_REFUSED`)
-        before anything is seeded or built.
+        """Refuse the ``dof:``/``allocator:`` groups of old configs (:data:`PLANNER_MOVED`), parse as LightningCLI
+        does, then refuse ``--optimizer``/``--lr_scheduler`` (:data:`OPTIMIZER_REFUSED`) before anything is seeded
+        or built.
 
         Raises:
-            SystemExit: either is set, on the command line or in a config (message on stderr, code 2).
+            SystemExit: any of them is set, on the command line or in a config (message on stderr, code 2).
         """
+        legacy = _legacy_groups(sys.argv[1:] if args is None else list(args) if isinstance(args, (list, tuple)) else [])
+        if legacy:
+            print(f"{parser.prog}: error: {', '.join(legacy)}: {PLANNER_MOVED}", file=sys.stderr)
+            raise SystemExit(2)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config.get(subcommand, self.config) if subcommand else self.config
@@ -101,16 +115,33 @@ class LitDofCLI(LightningCLI):
 
         Raises:
             ResumeMismatchError: ``--ckpt_path`` names (or ``last`` finds) a checkpoint whose model, data or
-                allocator settings differ from this run's.
+                allocation settings differ from this run's.
         """
         from lit_dof.pipeline import resume
 
         path = resume.resumed_checkpoint(self.config[self.subcommand].get("ckpt_path"), self.trainer, self._resume_dir)
         checkpoint = resume.checkpoint_metadata(path) if path else None
         if checkpoint is not None and "hyper_parameters" in checkpoint:
-            saved = resume.saved_settings(checkpoint, self.trainer.callbacks)
-            current = resume.current_settings(self.model, self.datamodule, self.trainer.callbacks)
+            saved = resume.saved_settings(checkpoint)
+            current = resume.current_settings(self.model, self.datamodule)
             resume.check_resume(path, saved, current)
+
+
+def _legacy_groups(argv: list[str]) -> list[str]:
+    """What ``argv`` sets of the removed ``dof``/``allocator`` groups: options (``--dof.lam``) and top-level keys of
+    its ``--config`` files (``dof: (<file>)``)."""
+    import yaml
+
+    found = [arg.split("=", 1)[0] for arg in argv if arg.startswith(("--dof.", "--allocator."))]
+    paths = [value for flag, value in zip(argv, argv[1:]) if flag in ("--config", "-c")]
+    paths += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
+    for path in paths:
+        try:
+            content = yaml.safe_load(Path(path).read_text())
+        except (OSError, ValueError, yaml.YAMLError):  # not a readable file (an inline config): the parser reads it
+            continue
+        found += [f"{key}: ({path})" for key in ("dof", "allocator") if isinstance(content, dict) and key in content]
+    return found
 
 
 def build_cli(args=None, run: bool = True) -> LitDofCLI:

@@ -119,7 +119,7 @@ class LayerwiseDistillation(StudentModule):
             raise ValueError(
                 f"finetune_lr_ratio and kd_temperature must be > 0, got {finetune_lr_ratio}, {kd_temperature}"
             )
-        self.save_hyperparameters(ignore=["feature_map"])
+        self.save_hyperparameters(ignore=list(self.NOT_HYPERPARAMETERS))
         self.layer_loss = layer_loss
         self.lr_z, self.lr_alpha, self.lr, self.lr_lora = lr_z, lr_alpha, lr, lr_lora
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio

@@ -2,11 +2,10 @@
 export the student at the end of ``fit``.
 
 The student is built in :meth:`StudentModule.configure_model` (Lightning calls it under the strategy's
-init context, so FSDP can shard it): the teacher is loaded, the planning callbacks
-(:class:`~lit_dof.pipeline.callbacks.DoFEstimator`, then
-:class:`~lit_dof.pipeline.callbacks.FeatureDimAllocator`) see it and choose the per-layer feature
-dimensions, and :func:`lit_dof.linearize` attaches the twins — all before optimizers are created and
-before DDP wraps the model, so resizing never invalidates an optimizer or a wrapper. Under FSDP2 the teacher is
+init context, so FSDP can shard it): the teacher is loaded, the module's feature-dimension planner
+(:class:`~lit_dof.pipeline.planner.FeatureDimPlanner`: a DoF estimate and allocation, or one fixed M) chooses the
+per-layer feature dimensions, and :func:`lit_dof.linearize` attaches the twins — all before optimizers are created
+and before DDP wraps the model, so resizing never invalidates an optimizer or a wrapper. Under FSDP2 the teacher is
 sharded as it loads (lit_dof.teacher.sharded), before the DoF estimate; the twins are attached after sharding
 and stay outside FSDP.
 """
@@ -22,13 +21,13 @@ from torchmetrics.aggregation import MeanMetric
 from torchmetrics.text import Perplexity
 
 from lit_dof.attention import FeatureMapFactory, LearnedPRF, SlidingWindow
+from lit_dof.pipeline.planner import DoFPlanner, FeatureDimPlan, FeatureDimPlanner, StudentSpec
 from lit_dof.precision import DtypeName, fp32_region, resolve_dtype
 from lit_dof.students.card import write_model_card
 from lit_dof.students.lora import LoRA, add_lora, has_adapters, merged_state_dict
 from lit_dof.students.modeling import LitDofForCausalLM, linearize
 from lit_dof.students.trainable import trainable_parameters
 from lit_dof.teacher import DEFAULT_TEACHER
-from lit_dof.teacher.families import attention_layers
 
 
 class StudentModule(L.LightningModule):
@@ -38,7 +37,9 @@ class StudentModule(L.LightningModule):
         teacher: alias, directory, ``.gguf`` file or hub id (as lit_dof.load_teacher reads it).
         feature_map: ``(head_dim, num_heads, feature_dim) -> FeatureMap`` — in YAML a ``class_path`` with
             optional ``init_args`` (e.g. ``lit_dof.attention.PerformerFeatureMap``).
-        feature_dim: M for every layer when no allocator callback sets the dims (default: the head size).
+        planner: chooses the per-layer feature dims once the teacher is loaded (lit_dof.pipeline.planner; in YAML
+            a ``class_path``): ``DoFPlanner`` (default: the DoF estimate and the ``dof`` allocation) or
+            ``FixedPlanner`` (one M everywhere, no estimate).
         softmax_layers: layers kept softmax (hybrids).
         share_kv_maps: one map per KV head (default) or per query head.
         chunk_size: chunk size of the linear-attention kernel.
@@ -72,7 +73,7 @@ class StudentModule(L.LightningModule):
         self,
         teacher: str = DEFAULT_TEACHER,
         feature_map: FeatureMapFactory = LearnedPRF,
-        feature_dim: int | None = None,
+        planner: FeatureDimPlanner = DoFPlanner(),  # settings only: one instance serves every module
         softmax_layers: Sequence[int] = (),
         share_kv_maps: bool = True,
         chunk_size: int = 64,
@@ -85,10 +86,10 @@ class StudentModule(L.LightningModule):
     ) -> None:
         super().__init__()
         resolve_dtype(teacher_dtype, None)  # validate the name now, not at configure_model
-        self.save_hyperparameters(ignore=["feature_map"])
+        self.save_hyperparameters(ignore=list(self.NOT_HYPERPARAMETERS))
         self.teacher_name = teacher
         self.feature_map = feature_map
-        self.feature_dim = feature_dim
+        self.planner = planner
         self.softmax_layers = list(softmax_layers)
         self.share_kv_maps, self.chunk_size, self.seq_len = share_kv_maps, chunk_size, seq_len
         self.lora = lora
@@ -98,12 +99,13 @@ class StudentModule(L.LightningModule):
         self.strict_loading = False  # before any load: sharded (DCP) loads read it before on_load_checkpoint
         self.student: LitDofForCausalLM | None = None
         self.tokenizer = None
-        self.feature_dims: list[int] | None = None  # set by FeatureDimAllocator
-        self.dof_report = None  # set by DoFEstimator
+        self.plan: FeatureDimPlan | None = None  # the planner's, at configure_model
         self.val_ppl_student = Perplexity()
         self.val_nll_teacher = MeanMetric()  # per-token NLL, weighted by tokens: exact over ranks
         self._teacher_val_cache: dict[int, tuple[float, int]] = {}
         self.tokens_seen = 0  # this rank's training tokens the teacher processed, all runs of the experiment
+
+    NOT_HYPERPARAMETERS = ("feature_map", "planner")  # objects: on_save_checkpoint records them its own way
 
     flops_per_batch: int | None = None
     """Not measured (``None``); declared so that Lightning's ``ThroughputMonitor`` logs no FLOPs and no warning."""
@@ -121,18 +123,19 @@ class StudentModule(L.LightningModule):
 
     # -- building ------------------------------------------------------------------------------------------
     def configure_model(self) -> None:
-        """Load the teacher, run the planning callbacks (DoF estimate, then allocation), build the student with
-        its linear twins and mark the trainable parameters.
+        """Load the teacher, let the planner choose the feature dims (:attr:`plan`), build the student with its
+        linear twins and mark the trainable parameters.
 
         On a device mesh (ModelParallelStrategy) the teacher is loaded already sharded (FSDP2,
         :func:`lit_dof.teacher.sharded.load_sharded_teacher`: whole on rank 0 only, in the teacher dtype, the
-        other ranks build it on the meta device and receive their shards); the planning callbacks then run on the
+        other ranks build it on the meta device and receive their shards); the planner then runs on the
         sharded teacher (every rank forwards its share of the DoF batches, gathering one decoder layer at a time),
         and the twins, attached after sharding, stay plain tensors replicated from rank 0. Without a mesh (one
         process, DDP) every rank loads the whole teacher, as before.
 
         Raises:
             NotImplementedError: LoRA on a device mesh (before the teacher loads).
+            ValueError: the planner's settings do not fit the student (before the teacher loads).
         """
         if self.student is not None:
             return
@@ -142,21 +145,18 @@ class StudentModule(L.LightningModule):
             raise NotImplementedError(
                 "LoRA under ModelParallelStrategy (FSDP2) is not supported yet: use DDP for `lora`"
             )
+        spec = StudentSpec(self.teacher_name, self.share_kv_maps, window=self.sliding_window.window,
+                           sink_tokens=self.sliding_window.sink_tokens)  # fmt: skip  # packed args
+        self.planner.check(spec)
         teacher = self._load_teacher(mesh)
         self.check_teacher(teacher)
-        callbacks = list(trainer.callbacks) if trainer is not None else []
-        for stage in ("estimate", "allocate"):  # DoF first, then the allocation that reads it
-            for callback in callbacks:
-                if getattr(callback, "planning_stage", None) == stage:
-                    callback.on_teacher_ready(trainer, self, teacher)
+        self.plan = self.planner.plan(teacher, trainer, spec)
         if mesh is not None:
             from lit_dof.teacher.sharded import reshard
 
             reshard(teacher)  # the root keeps its parameters gathered after the DoF forwards
-        layers = attention_layers(teacher)
-        dims = self.feature_dims or [self.feature_dim or layers[0].head_dim] * len(layers)
         seed = torch.initial_seed() if self.seed is None else self.seed
-        self.student = linearize(teacher, self.feature_map, dims, softmax_layers=self.softmax_layers,
+        self.student = linearize(teacher, self.feature_map, self.plan.feature_dims, softmax_layers=self.softmax_layers,
                                  share_kv_maps=self.share_kv_maps, chunk_size=self.chunk_size, seed=seed,
                                  sliding_window=self.sliding_window)  # fmt: skip  # packed args
         self.student.requires_grad_(False)
@@ -267,24 +267,26 @@ class StudentModule(L.LightningModule):
         return state
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Record the student's per-layer feature dimensions M and its feature-map factory in the checkpoint."""
-        from lit_dof.pipeline.resume import factory_name
+        """Record the student's per-layer feature dimensions M, its feature-map factory and its planner's allocation
+        settings in the checkpoint."""
+        from lit_dof.pipeline.resume import factory_name, planner_settings
 
         checkpoint["lit_dof_feature_dims"] = self.student.feature_dims
         checkpoint["lit_dof_feature_map"] = factory_name(self.feature_map)  # not a hyperparameter (a factory)
+        checkpoint["lit_dof_planner"] = planner_settings(self.planner)  # nor is the planner (an object)
         checkpoint["lit_dof_tokens_seen"] = self.tokens_seen  # rank 0's: every rank's blocks have one size
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Check that the rebuilt student has the checkpoint's feature dimensions; restore :attr:`tokens_seen`.
 
         Raises:
-            ValueError: the dimensions differ (another DoF estimate): resume with ``dof.report_path``.
+            ValueError: the dimensions differ (another DoF estimate): resume with the planner's ``report_path``.
         """
         dims = checkpoint.get("lit_dof_feature_dims")
         if dims is not None and self.student is not None and dims != self.student.feature_dims:
             raise ValueError(
                 f"checkpoint feature dims {dims} differ from the rebuilt student's {self.student.feature_dims}: "
-                "resume with the same DoF settings, or pass dof.report_path=<run>/dof.json"
+                "resume with the same DoF settings or pass model.init_args.planner.init_args.report_path=<run>/dof.json"
             )
         self.tokens_seen = int(checkpoint.get("lit_dof_tokens_seen", 0))
 
@@ -353,12 +355,9 @@ class StudentModule(L.LightningModule):
     def _describe_export(self, target: str) -> None:
         """Rewrite the exported student's model card (atomically) with what this run knows beyond its files: the
         DoF report (``dof.json`` sits in the log directory, which ``export_dir`` may not be next to) and the
-        allocation strategy."""
-        allocator = next((c for c in self.trainer.callbacks if getattr(c, "planning_stage", None) == "allocate"), None)
-        strategy = getattr(allocator, "strategy", None)
-        report = self.dof_report.to_dict() if self.dof_report is not None else None
-        if report is not None or strategy is not None:
-            write_model_card(target, dof=report, strategy=strategy)
+        allocation strategy (:attr:`plan`)."""
+        report = self.plan.report.to_dict() if self.plan.report is not None else None
+        write_model_card(target, dof=report, strategy=self.plan.strategy)
 
 
 def _data_parallel(mesh):

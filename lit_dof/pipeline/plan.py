@@ -156,7 +156,7 @@ class RunSettings:
         teacher_dtype: the teacher's parameter dtype. batch_size, seq_len: per-rank batch B and block T.
         query_rows: R scored rows per sequence (``None``: all T). loss: ``softmax``/``l2``/``output``.
         feature_dims: M per linear layer (``None``: ``budget`` on average, up to ``max_dim`` in one layer).
-        budget: mean M (the allocator's C). max_dim: the largest M one layer may get (``None``: ``max_ratio`` ×
+        budget: mean M (the planner's C). max_dim: the largest M one layer may get (``None``: ``max_ratio`` ×
             the budget, the head size when ``budget`` is ``None``).
         maps_per_layer: ``"kv"`` (one map per KV head) or ``"query"``.
         finetune_fraction: share of steps in the end-to-end tail. dof_enabled, dof_samples, dof_batches,

@@ -26,7 +26,7 @@ from lit_dof.teacher import DEFAULT_TEACHER
 
 def settings_from_config(config) -> RunSettings:
     """:class:`RunSettings` from a parsed ``lit-dof fit`` config (the jsonargparse namespace of the ``fit``
-    parser: ``trainer``, ``model``, ``data``, ``dof``, ``allocator``), without instantiating anything.
+    parser: ``trainer``, ``model`` with its ``planner``, ``data``), without instantiating anything.
 
     Raises:
         PlanError: ``--trainer.devices`` not a count of GPUs (``-1``/``"auto"`` depend on the machine), or a
@@ -60,19 +60,18 @@ def settings_from_config(config) -> RunSettings:
             f"lit-dof plan covers the distillation phases (LayerwiseDistillation, DirectDistillation), "
             f"not {class_path or 'a model without class_path'}"
         )
-    alloc, dof = config.allocator, config.dof
-    budget = alloc.budget or (margs.get("feature_dim") if alloc.strategy == "fix" else None)
+    planner = margs.get("planner")
+    pargs = _args(planner)
+    fixed = str(getattr(planner, "class_path", "")).endswith("FixedPlanner")  # else a DoFPlanner: an estimate
+    strategy = "fix" if fixed else pargs.get("strategy", "dof")
+    budget = pargs.get("feature_dim") if fixed else pargs.get("budget")
+    report_path = None if fixed else pargs.get("report_path")
     feature_dims = None
-    if (
-        dof.enabled
-        and dof.report_path
-        and os.path.isfile(dof.report_path)
-        and alloc.strategy in ("dof", "dof_clip", "fix")
-    ):
+    if report_path and os.path.isfile(report_path) and strategy in ("dof", "dof_clip", "fix"):
         from lit_dof.dof import DoFReport
 
-        feature_dims = DoFReport.load(dof.report_path).feature_dims(alloc.strategy)
-    cap = {"fix": 1, "dof_clip": 1}.get(alloc.strategy, 3)  # dof: a layer's M up to ≈ 3C (2.4C on SmolLM2)
+        feature_dims = DoFReport.load(report_path).feature_dims(strategy)
+    cap = {"fix": 1, "dof_clip": 1}.get(strategy, 3)  # dof: a layer's M up to ≈ 3C (2.4C on SmolLM2)
     direct = class_path.endswith("DirectDistillation")
     loss = layer_loss_name(margs.get("loss", "softmax"))
     if not direct and loss not in LEGACY_LOSS_NAMES:
@@ -90,8 +89,8 @@ def settings_from_config(config) -> RunSettings:
         layer_backward=bool(margs.get("layer_backward", True)), window=window.window,
         sink_tokens=window.sink_tokens, chunk_size=int(margs.get("chunk_size", 64) or 64),
         finetune_fraction=1.0 if direct else float(margs.get("finetune_fraction", 0.0)),
-        dof_enabled=bool(dof.enabled) and not dof.report_path, dof_samples=int(dof.num_samples),
-        dof_batches=int(dof.num_batches), dof_pooling=dof.pooling,
+        dof_enabled=not fixed and not report_path, dof_samples=int(pargs.get("num_samples", 1024)),
+        dof_batches=int(pargs.get("num_batches", 8)), dof_pooling=pargs.get("pooling", "query_head"),
         validate=trainer.limit_val_batches != 0 and int(dargs.get("val_blocks", 1)) > 0,
         export=margs.get("export_dir") != "",
         accumulate=int(trainer.accumulate_grad_batches or 1))  # fmt: skip  # packed args

@@ -7,9 +7,10 @@ continues the newest version that holds a checkpoint in that same directory (its
     lit-dof fit --config configs/quickstart.yaml --ckpt_path last  # continues runs/quickstart/version_0
 
 An experiment is what :func:`run_settings` collects: the model's and the data module's hyperparameters (their
-class included), the feature-map factory and the allocator's settings. Settings that change nothing a
-checkpoint holds (:data:`FREE_ON_RESUME`, the DoF estimator's: a resumed run rebuilds the checkpoint's feature
-dims from its ``dof.json``, and the module refuses other dims) may differ.
+class included), the feature-map factory and the planner's class and allocation settings
+(:meth:`~lit_dof.pipeline.planner.FeatureDimPlanner.allocation_settings`). Settings that change nothing a
+checkpoint holds (:data:`FREE_ON_RESUME`, and how a ``DoFPlanner`` makes its DoF report: a resumed run rebuilds the
+checkpoint's feature dims from its ``dof.json`` via ``report_path``, and the module refuses other dims) may differ.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ FREE_ON_RESUME = frozenset({"model._instantiator", "data._instantiator", "model.
 
 
 class ResumeMismatchError(ValueError):
-    """``--ckpt_path`` names a checkpoint of another experiment (other model, data or allocator settings)."""
+    """``--ckpt_path`` names a checkpoint of another experiment (other model, data or allocation settings)."""
 
 
 def checkpointed_version(root: str | os.PathLike) -> int | None:
@@ -133,13 +134,26 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def run_settings(model: dict, data: dict | None, allocator: dict | None, feature_map: str | None) -> dict[str, Any]:
-    """The settings that make an experiment, flat: ``model.<key>``, ``data.<key>``, ``allocator.<key>``.
+def planner_settings(planner: Any) -> dict[str, Any]:
+    """A feature-dimension planner's class (:func:`factory_name`) and allocation settings, as a checkpoint records
+    them (``lit_dof_planner``).
+
+    Args:
+        planner: a :class:`~lit_dof.pipeline.planner.FeatureDimPlanner`.
+
+    Returns:
+        ``{"class": "lit_dof.pipeline.planner.DoFPlanner", "strategy": "dof", …}``.
+    """
+    return {"class": factory_name(type(planner)), **planner.allocation_settings()}
+
+
+def run_settings(model: dict, data: dict | None, planner: dict | None, feature_map: str | None) -> dict[str, Any]:
+    """The settings that make an experiment, flat: ``model.<key>``, ``data.<key>``, ``planner.<key>``.
 
     Args:
         model: the model's hyperparameters (``hparams``, or a checkpoint's ``hyper_parameters``).
         data: the data module's (``datamodule_hyper_parameters``); ``None``: none recorded.
-        allocator: the allocator's settings (its callback state); ``None``: none recorded.
+        planner: the planner's :func:`planner_settings`; ``None``: none recorded.
         feature_map: the feature-map factory's :func:`factory_name`; ``None``: none recorded.
 
     Returns:
@@ -147,37 +161,36 @@ def run_settings(model: dict, data: dict | None, allocator: dict | None, feature
     """
     settings = {f"model.{k}": _plain(v) for k, v in (model or {}).items()}
     settings.update({f"data.{k}": _plain(v) for k, v in (data or {}).items()})
-    settings.update({f"allocator.{k}": _plain(v) for k, v in (allocator or {}).items()})
+    settings.update({f"planner.{k}": _plain(v) for k, v in (planner or {}).items()})
     if feature_map is not None:
         settings["model.feature_map"] = feature_map
     return settings
 
 
-def _allocator(callbacks: list) -> Any:
-    from lit_dof.pipeline.callbacks import FeatureDimAllocator
+LEGACY_ALLOCATOR = "FeatureDimAllocator"
+"""The callback state key of the allocation settings in checkpoints written before the planners (the
+``allocator:`` group: strategy, multiple_of, min_dim, budget — the keys of ``DoFPlanner``'s settings)."""
 
-    return next((callback for callback in callbacks if isinstance(callback, FeatureDimAllocator)), None)
 
-
-def saved_settings(checkpoint: dict, callbacks: list) -> dict[str, Any]:
-    """The :func:`run_settings` a checkpoint recorded (``callbacks``: the current trainer's, to find the
-    allocator's state by its key)."""
-    allocator = _allocator(callbacks)
+def saved_settings(checkpoint: dict) -> dict[str, Any]:
+    """The :func:`run_settings` a checkpoint recorded (a checkpoint from before the planners: its allocator's
+    settings, compared with a ``DoFPlanner``'s)."""
+    planner = checkpoint.get("lit_dof_planner") or checkpoint.get("callbacks", {}).get(LEGACY_ALLOCATOR)
     return run_settings(
         checkpoint["hyper_parameters"],
         checkpoint.get("datamodule_hyper_parameters"),
-        checkpoint.get("callbacks", {}).get(allocator.state_key) if allocator else None,
+        planner,
         checkpoint.get("lit_dof_feature_map"),
     )
 
 
-def current_settings(model, datamodule, callbacks: list) -> dict[str, Any]:
+def current_settings(model, datamodule) -> dict[str, Any]:
     """The :func:`run_settings` of the run about to fit."""
-    allocator, feature_map = _allocator(callbacks), getattr(model, "feature_map", None)
+    feature_map, planner = getattr(model, "feature_map", None), getattr(model, "planner", None)
     return run_settings(
         dict(model.hparams),
         dict(datamodule.hparams) if datamodule is not None else None,
-        allocator.state_dict() if allocator else None,
+        planner_settings(planner) if planner is not None else None,
         factory_name(feature_map) if feature_map is not None else None,
     )
 

@@ -19,7 +19,7 @@ from lit_dof.comparison.collect import collect
 from lit_dof.comparison.plots import figure, plot
 from lit_dof.comparison.render import _fmt_tokens, curve_table, markdown, paired_table, seed_table
 from lit_dof.comparison.report import write_report
-from lit_dof.comparison.rows import ROWS
+from lit_dof.comparison.rows import PLANNER_ARGS, ROWS, planner_class
 from lit_dof.devices import DeviceError, device_label
 from lit_dof.evaluation.stats import paired_difference
 from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
@@ -27,7 +27,7 @@ from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
 DATA = REPO.parent / "shared" / "data"
 TINY_FIT = [
     "--data.init_args.seq_len=64", "--data.init_args.batch_size=2", "--data.init_args.val_blocks=2",
-    "--dof.num_samples=64", "--dof.num_batches=2", "--model.init_args.query_rows=32",
+    f"{PLANNER_ARGS}.num_samples=64", f"{PLANNER_ARGS}.num_batches=2", "--model.init_args.query_rows=32",
     "--trainer.enable_progress_bar=false", "--trainer.max_steps=3", "--trainer.val_check_interval=3",
 ]  # fmt: skip  # compact list
 
@@ -61,7 +61,7 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
         assert needle in table
     assert "| 384 |" in table.split("| fix |")[1].splitlines()[0]  # tokens seen: 3 steps × 2 × 64, not "0.00M"
     assert (tmp_path / "cells" / "comparison.png").stat().st_size > 0
-    assert str(REPO) not in fix["command"] and fix["command"].startswith("python -m lit_dof.pipeline.cli fit")
+    assert str(REPO) not in fix["command"] and fix["command"].startswith("python -m lit_dof fit")
     device = device_label("cuda" if torch.cuda.is_available() else "cpu")  # --device auto
     assert fix["device"] == device and f"Device: {device} (every cell)." in table  # fits, ppl and evaluations
 
@@ -88,7 +88,10 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     seeded = compare(**{**kwargs, "rows": ["fix"], "seeds": [0, 1], "stages": ["fit"]})
     first, second = (tmp_path / "cells" / "C16" / "fix", tmp_path / "cells" / "C16" / "seed1" / "fix")
     record = json.loads((second / "fit.json").read_text())
-    assert "--seed_everything=1 --dof.seed=1" in record["command"] and "--seed_everything" not in fix["command"]
+    assert (
+        f"--seed_everything=1 {PLANNER_ARGS}.seed=1" in record["command"] and "--seed_everything" not in fix["command"]
+    )
+    assert f"{PLANNER_ARGS}.budget=16" in record["command"]
     weights = [first_z(cell / json.loads((cell / "fit.json").read_text())["student"]) for cell in (first, second)]
     assert weights[0].shape == weights[1].shape and not torch.equal(*weights)
     labels = [(c["row"], c["seed"], c["label"]) for c in seeded["cells"]]
@@ -200,8 +203,8 @@ def test_a_resumed_fit_rebuilds_its_checkpoints_dof_dims(tmp_path, monkeypatch):
     for _ in range(2):
         with pytest.raises(RuntimeError, match="failed with code 3"):
             runner.fit(ROWS["dof"], 16)
-    assert not any(arg.startswith(("--dof.report_path", "--ckpt_path")) for arg in commands[0])  # a fresh start
-    assert commands[1][-2:] == [f"--dof.report_path={fresh.resolve()}", "--ckpt_path=last"]
+    assert not any(arg.startswith((f"{PLANNER_ARGS}.report_path", "--ckpt_path")) for arg in commands[0])  # fresh
+    assert commands[1][-2:] == [f"{PLANNER_ARGS}.report_path={fresh.resolve()}", "--ckpt_path=last"]
     # without a recorded fresh start (killed before the record was written), the oldest report on disk
     (cell / "fit_attempts.json").write_text("[]")
     assert checkpoint_dof_report(cell, []) == stale.resolve()
@@ -549,3 +552,22 @@ def test_compare_prints_each_cell_with_elapsed_time_and_eta_on_stderr(tmp_path, 
     assert lines[1].startswith("[compare] cell 2/2 C=16 fix () · elapsed")
     assert lines[2].startswith("[compare] cell 2/2 done: every cell; writing the report")
     assert "[compare]" not in captured.out
+
+
+def test_fit_commands_give_the_budget_and_seed_to_the_rows_planner(tmp_path):
+    """A DoF row's budget and sample seed go to its DoFPlanner (``budget``, ``seed``); a FixedPlanner row (the
+    window-only controls) gets the budget as its ``feature_dim`` and no DoF settings, which it would refuse, and no
+    ``report_path`` on resume (it writes no dof.json)."""
+    runner = Comparison(out=tmp_path, seed=2, corpus=str(tmp_path / "corpus.txt"))
+    dof = runner.fit_command(ROWS["dof"], 16, resume=True, dof_report=tmp_path / "dof.json")
+    report_path = f"{PLANNER_ARGS}.report_path={tmp_path / 'dof.json'}"
+    assert {f"{PLANNER_ARGS}.budget=16", f"{PLANNER_ARGS}.seed=2", report_path, "--seed_everything=2"} <= set(dof)
+    control = runner.fit_command(ROWS["swa_sink"], 16, resume=True, dof_report=tmp_path / "dof.json")
+    assert f"{PLANNER_ARGS}.feature_dim=16" in control and "--seed_everything=2" in control
+    assert not [arg for arg in control if arg.startswith(PLANNER_ARGS) and "feature_dim" not in arg]
+    configs = [REPO / "configs" / name for name in ("quickstart.yaml", "methods/swa_sink.yaml", "methods/fix.yaml")]
+    assert planner_class(configs[:1]) == "lit_dof.pipeline.planner.DoFPlanner"
+    assert planner_class(configs[:2]) == "lit_dof.pipeline.planner.FixedPlanner"
+    assert planner_class(configs) == "lit_dof.pipeline.planner.DoFPlanner"  # the last class named
+    assert planner_class(configs[:1], ["--model.init_args.planner=FixedPlanner"]) == "FixedPlanner"
+    assert planner_class([tmp_path / "missing.yaml"]) == "lit_dof.pipeline.planner.DoFPlanner"  # the default

@@ -12,8 +12,6 @@ TINY_ARGS = [
     "--data.init_args.seq_len=64",
     "--data.init_args.batch_size=2",
     "--data.init_args.val_blocks=2",
-    "--dof.num_samples=64",
-    "--dof.num_batches=2",
     "--model.init_args.query_rows=32",
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
@@ -24,11 +22,15 @@ TINY_ARGS = [
 PURE_LINEAR = REPO / "tests" / "pipeline" / "pure_linear.yaml"
 """Composed after the quickstart by :func:`fit_args`: pure linear attention, positions from 0."""
 
+TINY_DOF = REPO / "tests" / "pipeline" / "tiny_dof.yaml"
+"""Composed after :data:`PURE_LINEAR` by :func:`fit_args`: a DoF estimate of 64 samples per head from 2 batches."""
+
 
 def fit_args(tmp_path, *configs: str, steps: int = 3, extra=()) -> list[str]:
-    """``lit-dof fit`` arguments: the quickstart config made pure linear (:data:`PURE_LINEAR`), extra config files,
-    tiny budgets, logs in tmp_path."""
+    """``lit-dof fit`` arguments: the quickstart config made pure linear (:data:`PURE_LINEAR`) with a tiny DoF
+    estimate (:data:`TINY_DOF`), extra config files, tiny budgets, logs in tmp_path."""
     args = ["fit", "--config", str(REPO / "configs" / "quickstart.yaml"), "--config", str(PURE_LINEAR)]
+    args += ["--config", str(TINY_DOF)]
     for config in configs:
         args += ["--config", str(REPO / "configs" / config)]
     return (

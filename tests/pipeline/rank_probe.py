@@ -55,7 +55,7 @@ class RankProbe(L.Callback):
         student = pl_module.student
         states = [*student.named_parameters(), *student.named_buffers()]
         twins = {n: t.detach().clone() for n, t in states if ".lit_dof." in n}
-        report = pl_module.dof_report
+        report = pl_module.plan.report
         self.out_dir.mkdir(parents=True, exist_ok=True)
         sharded = {n: isinstance(p, DTensor) for n, p in student.named_parameters()}
         torch.save({

@@ -17,6 +17,7 @@ from lit_dof.students import load_student
 from tests.conftest import REPO
 from tests.pipeline.conftest import fit_args
 
+PLANNER = "--model.init_args.planner.init_args"
 CONFIGS = sorted(p.relative_to(REPO / "configs").as_posix() for p in (REPO / "configs").rglob("*.yaml"))
 
 
@@ -36,7 +37,21 @@ def test_every_config_parses(config):
     assert resolved["model"]["class_path"].startswith(("lit_dof.pipeline.", "lit_dof.evaluation."))
     assert "tokenizer" not in resolved["data"]["init_args"]  # a link target: set from model.teacher
     assert "seq_len" not in resolved["model"]["init_args"]  # a link target: set from data.seq_len
-    assert {"dof", "allocator", "trainer"} <= set(resolved)
+    assert {"plan_files", "metrics_file", "trainer"} <= set(resolved) and not {"dof", "allocator"} & set(resolved)
+    if resolved["model"]["class_path"].endswith("Distillation"):  # a student module: its planner resolved
+        planner = resolved["model"]["init_args"]["planner"]
+        assert planner["class_path"] in ("lit_dof.pipeline.planner.DoFPlanner", "lit_dof.pipeline.planner.FixedPlanner")
+
+
+def test_the_removed_dof_and_allocator_groups_point_to_the_planner(tmp_path, capsys):
+    """A config or option of the groups the planner replaced is refused with the way to migrate it."""
+    old = tmp_path / "config.yaml"  # e.g. a run's saved config from before the planners
+    old.write_text("dof: {lam: auto, num_batches: 4}\nallocator: {strategy: fix}\n")
+    for extra, named in ((["--config", str(old)], f"dof: ({old}), allocator: ({old})"), (["--dof.lam=2"], "--dof.lam")):
+        with pytest.raises(SystemExit) as exit_info:
+            build_cli(fit_args(tmp_path, extra=extra))
+        error = capsys.readouterr().err
+        assert exit_info.value.code == 2 and named in error and "--model.init_args.planner.init_args.<key>" in error
 
 
 def _run(tmp_path, *configs, steps=3, extra=()):
@@ -127,12 +142,12 @@ def test_lora_recipes_train_adapters_in_the_tail_and_export_merged(tmp_path, met
     assert student.config.window_options["window"] == window
 
 
-def test_allocator_budget_scales_every_strategy(tmp_path):
-    """``allocator.budget`` = mean dim per layer: Fix gets it everywhere, DoF keeps the total L · budget."""
-    fix, _ = _run(tmp_path / "fix", "methods/fix.yaml", steps=1, extra=["--allocator.budget=6"])
+def test_planner_budget_scales_every_strategy(tmp_path):
+    """The planner's ``budget`` = mean dim per layer: Fix gets it everywhere, DoF keeps the total L · budget."""
+    fix, _ = _run(tmp_path / "fix", "methods/fix.yaml", steps=1, extra=[f"{PLANNER}.budget=6"])
     assert fix.model.student.feature_dims == [6, 6]
     dof, log_dir = _run(
-        tmp_path / "dof", "methods/dof.yaml", steps=1, extra=["--allocator.budget=40", "--allocator.min_dim=1"]
+        tmp_path / "dof", "methods/dof.yaml", steps=1, extra=[f"{PLANNER}.budget=40", f"{PLANNER}.min_dim=1"]
     )
     report = json.loads((log_dir / "dof.json").read_text())
     ratio = torch.tensor(report["layer_dof"]) / torch.tensor(report["layer_dof"]).mean()
@@ -156,6 +171,11 @@ def test_dof_json_and_tensorboard_contents(tmp_path):
     events = EventAccumulator(str(log_dir), size_guidance={"images": 0, "tensors": 0}).Reload()
     tags = events.Tags()
     assert {"dof/heads", "dof/feature_dims"} <= set(tags["images"])
+    assert {p.name for p in (log_dir / "figures").iterdir()} == {
+        "dof_heads.png",
+        "dof_feature_dims.png",
+        "dof_table.md",
+    }
     assert {"train/loss_layer_00", "train/loss_layer_01", "val/ppl_student", "val/ppl_teacher"} <= set(tags["scalars"])
 
 
@@ -257,8 +277,9 @@ def test_capture_phase_feeds_a_fit(tmp_path):
     assert sorted(samples) == [0, 1] and samples[0].shape == (8, 64, 16)
     report = json.loads((tmp_path / "cap" / "dof.json").read_text())
     assert report["tokens"] == 4 * 64 and len(report["head_dof"][0]) == 8
-    cli, log_dir = _run(tmp_path / "fit", steps=1, extra=[f"--dof.report_path={tmp_path / 'cap' / 'dof.json'}"])
-    assert cli.model.feature_dims == [max(8, m) for m in report["allocations"]["dof"]]
+    cli, log_dir = _run(tmp_path / "fit", steps=1, extra=[f"{PLANNER}.report_path={tmp_path / 'cap' / 'dof.json'}"])
+    assert cli.model.plan.feature_dims == [max(8, m) for m in report["allocations"]["dof"]]
+    assert json.loads((log_dir / "dof.json").read_text()) == report  # the report it read, in the run's own folder
 
 
 def test_layerwise_teacher_pass_stops_early_and_can_serve_several_steps(tmp_path, monkeypatch):
@@ -335,12 +356,14 @@ def test_per_layer_backward_gives_the_summed_loss_gradients(tmp_path, monkeypatc
 
 
 def test_far_pair_dof_for_a_sliding_window_student(tmp_path):
-    """``dof.far_pairs`` pools only vectors of pairs beyond the window: another DoF than the plain pool on the
-    same batches; refused without a window."""
+    """The planner's ``far_pairs`` pools only vectors of pairs beyond the window: another DoF than the plain pool on
+    the same batches; refused without a window."""
     window = ["--model.init_args.sliding_window.window=16"]
-    _, far_dir = _run(tmp_path / "far", "methods/swa_linear.yaml", steps=1, extra=[*window, "--dof.far_pairs=true"])
+    _, far_dir = _run(
+        tmp_path / "far", "methods/swa_linear.yaml", steps=1, extra=[*window, f"{PLANNER}.far_pairs=true"]
+    )
     _, plain_dir = _run(tmp_path / "plain", "methods/swa_linear.yaml", steps=1, extra=window)
     far, plain = (json.loads((d / "dof.json").read_text()) for d in (far_dir, plain_dir))
     assert far["tokens"] == plain["tokens"] and far["head_dof"] != plain["head_dof"]
     with pytest.raises(ValueError, match="far_pairs needs a sliding-window student"):
-        _run(tmp_path / "bad", steps=1, extra=["--dof.far_pairs=true"])
+        _run(tmp_path / "bad", steps=1, extra=[f"{PLANNER}.far_pairs=true"])

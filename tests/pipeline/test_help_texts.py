@@ -33,6 +33,7 @@ FEATURE_MAPS = [
     "lit_dof.attention.HedgehogFeatureMap",
     "lit_dof.attention.DiJiangFeatureMap",
 ]
+PLANNERS = ["lit_dof.pipeline.planner.DoFPlanner", "lit_dof.pipeline.planner.FixedPlanner"]
 
 HELPS = {
     **{command: [command, "--help"] for command in ("eval", "compare", "hybrid", "generate")},
@@ -45,6 +46,10 @@ HELPS = {
     **{
         f"feature_map={name.rsplit('.', 1)[1]}": ["fit", "--model", MODELS[0], "--model.feature_map.help", name]
         for name in FEATURE_MAPS
+    },
+    **{
+        f"planner={name.rsplit('.', 1)[1]}": ["fit", "--model", MODELS[0], "--model.planner.help", name]
+        for name in PLANNERS
     },
     "strategy": ["fit", "--trainer.strategy.help", "lit_dof.pipeline.strategies.ShardedDataParallelStrategy"],
 }
@@ -127,4 +132,4 @@ def test_every_option_has_help_without_sphinx_roles(capsys, monkeypatch, screen)
     titles = [title for title in group_titles(text) if ROLES.search(title)]
     assert not titles, f"Sphinx roles in group titles: {titles}"
     if screen == "fit":  # the quickstart's own groups are all there
-        assert {"--model", "--data", "--dof.lam", "--dof.num_batches", "--allocator.min_dim"} <= set(helps)
+        assert {"--model", "--data", "--plan_files.figures", "--metrics_file.enabled"} <= set(helps)

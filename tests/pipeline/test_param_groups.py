@@ -7,6 +7,7 @@ import pytest
 from lit_dof.attention import DiJiangFeatureMap, HedgehogFeatureMap, LearnedPRF, PerformerFeatureMap, SlidingWindow
 from lit_dof.attention.feature_maps.base import PARAM_GROUPS
 from lit_dof.pipeline.layerwise import LayerwiseDistillation
+from lit_dof.pipeline.planner import FixedPlanner
 from tests.conftest import save_tokenizer, tiny_model
 
 
@@ -26,7 +27,7 @@ def _groups(tmp_path, feature_map, **kwargs) -> tuple[LayerwiseDistillation, dic
     tiny_model("llama").save_pretrained(tmp_path / "teacher")
     save_tokenizer(tmp_path / "teacher")
     module = LayerwiseDistillation(
-        teacher=str(tmp_path / "teacher"), feature_map=feature_map, feature_dim=8, seed=0,
+        teacher=str(tmp_path / "teacher"), feature_map=feature_map, planner=FixedPlanner(8), seed=0,
         lr_z=0.02, lr_alpha=0.2, lr=0.005, **kwargs,
     )  # fmt: skip  # packed args
     module.configure_model()

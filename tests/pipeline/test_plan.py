@@ -23,8 +23,8 @@ LLAMA_FSDP = [
 ]
 MEASURED = [  # a few layer-wise steps only: no DoF estimate, validation, tail or export
     "--config", str(REPO / "configs/quickstart.yaml"), "--config", str(PURE_LINEAR),
-    f"--data.init_args.path={WIKIPEDIA}", "--dof.enabled=false",
-    "--allocator.strategy=fix", "--trainer.max_steps=2", "--trainer.limit_val_batches=0",
+    f"--data.init_args.path={WIKIPEDIA}", "--model.init_args.planner=lit_dof.pipeline.planner.FixedPlanner",
+    "--trainer.max_steps=2", "--trainer.limit_val_batches=0",
     "--model.init_args.export_dir=", "--model.init_args.finetune_fraction=0", "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
 ]  # fmt: skip  # compact list

@@ -9,6 +9,7 @@ import torch
 
 from lit_dof.attention import SlidingWindow
 from lit_dof.pipeline.layerwise import LayerwiseDistillation
+from lit_dof.pipeline.planner import FixedPlanner
 from tests.conftest import save_tokenizer, tiny_model
 
 
@@ -17,7 +18,7 @@ def _module(tmp_path, family="llama", shift=100, seq_len=16, **kwargs):
     model.save_pretrained(tmp_path / family)
     save_tokenizer(tmp_path / family)
     module = LayerwiseDistillation(
-        teacher=str(tmp_path / family), feature_dim=8, seq_len=seq_len, position_shift=shift, seed=0, **kwargs
+        teacher=str(tmp_path / family), planner=FixedPlanner(8), seq_len=seq_len, position_shift=shift, seed=0, **kwargs
     )
     return module
 

@@ -16,9 +16,10 @@ from tests.conftest import REPO, WIKIPEDIA
 def test_quickstart_config_runs_on_smollm2(tmp_path, smollm2_dir, monkeypatch):
     monkeypatch.setenv("LIT_DOF_CORPUS", str(WIKIPEDIA))  # the offline path of scripts/quickstart.sh
     monkeypatch.chdir(tmp_path)
+    planner = "--model.init_args.planner.init_args"
     cli = build_cli(["fit", "--config", str(REPO / "configs/quickstart.yaml"), "--trainer.max_steps=2",
-                     "--trainer.val_check_interval=2", "--data.init_args.val_blocks=2", "--dof.num_batches=2",
-                     "--dof.num_samples=256", "--trainer.enable_progress_bar=false",
+                     "--trainer.val_check_interval=2", "--data.init_args.val_blocks=2", f"{planner}.num_batches=2",
+                     f"{planner}.num_samples=256", "--trainer.enable_progress_bar=false",
                      f"--model.init_args.teacher={smollm2_dir}"])  # fmt: skip  # packed args
     log_dir = Path(cli.trainer.log_dir)
     report = json.loads((log_dir / "dof.json").read_text())

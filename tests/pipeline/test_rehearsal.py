@@ -37,7 +37,8 @@ def _recipe(teacher: Path, run: Path) -> list[str]:
     return [
         f"--model.init_args.teacher={teacher}", f"--data.init_args.path={WIKIPEDIA}",
         "--data.init_args.seq_len=64", "--data.init_args.batch_size=1", "--data.init_args.val_blocks=2",
-        "--dof.num_samples=64", "--dof.num_batches=2", "--model.init_args.query_rows=16",
+        "--model.init_args.planner.init_args.num_samples=64", "--model.init_args.planner.init_args.num_batches=2",
+        "--model.init_args.query_rows=16",
         "--model.init_args.finetune_fraction=0.5", f"--trainer.max_steps={STEPS}",
         f"--trainer.val_check_interval={VAL_EVERY}", "--trainer.log_every_n_steps=1",
         "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",

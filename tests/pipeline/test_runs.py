@@ -39,10 +39,13 @@ def test_two_experiments_in_one_directory_keep_their_own_checkpoints(tmp_path):
 
 
 def test_resume_continues_in_the_same_version_directory(tmp_path):
+    """…with the estimate's settings changed: its dims come from the run's own dof.json (``report_path``)."""
     _fit(tmp_path)
     (tmp_path / "quickstart" / "version_1").mkdir()  # a later run killed before its first checkpoint
-    resumed = _fit(tmp_path, steps=4, extra=["--ckpt_path=last"])
     run = tmp_path / "quickstart" / "version_0"
+    planner = "--model.init_args.planner.init_args"
+    extra = ["--ckpt_path=last", f"{planner}.num_samples=32", f"{planner}.report_path={run / 'dof.json'}"]
+    resumed = _fit(tmp_path, steps=4, extra=extra)
     assert Path(resumed.trainer.log_dir) == run and resumed.trainer.global_step == 4
     assert Path(resumed.trainer.ckpt_path) == run / "checkpoints" / "last.ckpt"  # restored, not started afresh
     assert sorted(p.name for p in (tmp_path / "quickstart").iterdir()) == ["version_0", "version_1"]
@@ -60,13 +63,13 @@ def test_resuming_another_experiments_checkpoint_is_refused(tmp_path):
             extra=[
                 "--ckpt_path=last",
                 "--model.init_args.lr_z=0.05",
-                "--allocator.budget=8",
+                "--model.init_args.planner.init_args.budget=8",
                 "--data.init_args.num_workers=1",
             ],
         )
     message = str(refused.value)
     assert "model.lr_z: 0.02 in the checkpoint, 0.05 now" in message
-    assert "allocator.budget: None in the checkpoint, 8 now" in message
+    assert "planner.budget: None in the checkpoint, 8 now" in message
     assert "num_workers" not in message  # free to change on resume
     assert "version_0/config.yaml" in message and "without --ckpt_path" in message
     checkpoint = torch.load(tmp_path / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)

@@ -64,7 +64,7 @@ def test_dof_head_fit_allocates_one_dim_per_kv_head(tmp_path):
     report = json.loads((log_dir / "dof.json").read_text())
     student = load_student(Path(log_dir) / "student")
     expected = allocate_head_feature_dims(report["head_dof"], 16, heads_per_map=2, multiple_of=8, min_dim=8)
-    assert student.feature_dims == expected  # the allocator's settings: multiple_of 8, the quickstart's min_dim 8
+    assert student.feature_dims == expected  # the planner's settings: multiple_of 8, the quickstart's min_dim 8
     assert len(report["allocations"]["dof_head"]) == 2  # dof.json records the plain per-head allocation too
     assert all(isinstance(m, list) and len(m) == 4 and all(x % 8 == 0 for x in m) for m in student.feature_dims)
     assert torch.isfinite(cli.trainer.callback_metrics["val/ppl_student"])
