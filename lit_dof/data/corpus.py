@@ -1,7 +1,7 @@
 """Read documents from local corpus files, one at a time (never the whole corpus in memory).
 
 Formats (by content/extension; ``.gz`` is decompressed on the fly):
-* WikiExtractor: ``<doc id=… title=…>`` … ``</doc>`` blocks (../shared/data/wikipedia);
+* WikiExtractor: ``<doc id=… title=…>`` … ``</doc>`` blocks (a WikiExtractor dump);
 * JSON lines (``.jsonl``): one object per line, its ``text`` field;
 * plain text: documents separated by blank lines.
 """

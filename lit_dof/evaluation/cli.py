@@ -1,6 +1,6 @@
 """``lit-dof eval``: zero-shot accuracy of a teacher or an exported student on the paper's tasks, offline.
 
-    lit-dof eval --model smollm2-135m-instruct --tasks '[arc_easy, piqa]' --data_dir ../shared/data
+    lit-dof eval --model smollm2-135m-instruct --tasks '[arc_easy, piqa]' --data_dir $LIT_DOF_DATA
     lit-dof eval --model runs/quickstart/version_0/student --limit 200 --output eval.json
     lit-dof eval --model smollm2-135m-instruct --device cuda:1 --dtype bfloat16
 
@@ -52,7 +52,7 @@ def evaluate(
     Args:
         model: teacher alias/directory/.gguf/hub id, or an exported student directory.
         tasks: task names (default: all seven: piqa, logiqa, arc_easy, arc_challenge, winogrande, wsc273, mmlu).
-        data_dir: folder laid out like ../shared/data (default: ``$LIT_DOF_DATA``).
+        data_dir: folder in the task data layout (docs/usage.md; default: ``$LIT_DOF_DATA``).
         limit: examples per task (int) or fraction of each task (float); default: full sets.
         batch_size: loglikelihood requests per forward.
         mmlu_per_subject: first this-many MMLU questions per subject (fixed stratified subset; 18 → 1026).

@@ -23,7 +23,7 @@ class MultipleChoiceDataModule(L.LightningDataModule):
     Args:
         task: a task with training data offline: ``arc_easy``, ``arc_challenge``, ``winogrande``, ``logiqa`` or
             ``mmlu`` (lit_dof.evaluation.task_data.TRAIN_SPLITS).
-        data_dir: folder laid out like ../shared/data (default ``$LIT_DOF_DATA``).
+        data_dir: folder in the task data layout (docs/usage.md; default ``$LIT_DOF_DATA``).
         tokenizer: tokenizer source (linked from ``model.teacher`` by the CLI).
         batch_size: documents per batch (each brings all its options).
         seq_len: longest context + option pair in tokens.

@@ -66,7 +66,7 @@ def evaluate_model(
         model: a loaded causal LM (teacher or :class:`~lit_dof.students.LitDofForCausalLM`), on its device.
         tokenizer: its tokenizer.
         tasks: names from :data:`~lit_dof.evaluation.task_data.TASKS` (or lm-eval names with ``builtin``).
-        data_dir: folder laid out like ../shared/data (default ``$LIT_DOF_DATA``).
+        data_dir: folder in the task data layout (docs/usage.md; default ``$LIT_DOF_DATA``).
         limit: examples per task (int) or fraction (float); ``None``: full sets.
         batch_size: loglikelihood requests per forward.
         mmlu_per_subject: first this-many MMLU questions per subject (a fixed stratified subset).

@@ -5,7 +5,7 @@ registered before lm-eval parses its arguments. Importing this module registers 
 ``lit_dof``; :func:`main` imports it and hands the command line to lm-eval's CLI unchanged::
 
     lit-dof lm-eval --model lit_dof --model_args pretrained=runs/quickstart/version_0/student,device=cpu \\
-        --tasks lit_dof_piqa lit_dof_arc_easy --metadata '{"data_dir": "../shared/data"}' --limit 100
+        --tasks lit_dof_piqa lit_dof_arc_easy --metadata '{"data_dir": "/path/to/task/data"}' --limit 100
     lit-dof lm-eval ls tasks                 # lm-eval's subcommands too (run, ls, validate)
 
 From Python, ``import lit_dof.evaluation.lm_eval_model`` and then ``lm_eval.simple_evaluate(model="lit_dof",

@@ -10,8 +10,9 @@ Each reader returns plain records in one of two shapes, ready for lm-eval's ``mu
 
 Prompts follow lm-eval's built-in task definitions (``arc_easy``, ``piqa``, ``logiqa``, ``mmlu``,
 ``winogrande``, ``wsc273``), so scores are comparable with published lm-eval numbers. File layouts and
-quirks are those of ``../shared/data/SOURCES.md``: ARC answer keys may be digits, WSC answers carry a
-trailing "." in 36 schemas, WSC273 is the first 273 of the 285 schemas, LogiQA comes in 8-line records.
+quirks are those of the original releases (docs/usage.md, "Task data layout"): ARC answer keys may be
+digits, WSC answers carry a trailing "." in 36 schemas, WSC273 is the first 273 of the 285 schemas, LogiQA
+comes in 8-line records.
 Every reader raises :class:`FileNotFoundError` naming the missing file and the expected layout.
 """
 
@@ -34,8 +35,8 @@ def _file(data_dir: str | Path, relative: str) -> Path:
     path = Path(data_dir).expanduser() / relative
     if not path.is_file():
         raise FileNotFoundError(
-            f"missing task file {path}: point data_dir (or $LIT_DOF_DATA) at a folder laid out like "
-            f"../shared/data (see its SOURCES.md), e.g. <data_dir>/{relative}"
+            f"missing task file {path}: point data_dir (or $LIT_DOF_DATA) at a folder in the task data layout "
+            f"(docs/usage.md, 'Task data layout'), e.g. <data_dir>/{relative}"
         )
     return path
 
@@ -153,8 +154,8 @@ def mmlu(data_dir: str | Path, split: str = "test", per_subject: int | None = No
     files = sorted(folder.glob(f"*_{split}.csv"))
     if not files:
         raise FileNotFoundError(
-            f"no MMLU files {folder}/*_{split}.csv: point data_dir at a folder laid out like "
-            "../shared/data (mmlu/{dev,val,test}/<subject>_<split>.csv)"
+            f"no MMLU files {folder}/*_{split}.csv: point data_dir (or $LIT_DOF_DATA) at a folder in the task data "
+            "layout (docs/usage.md, 'Task data layout': mmlu/{dev,val,test}/<subject>_<split>.csv)"
         )
     docs = []
     for path in files:

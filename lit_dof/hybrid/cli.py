@@ -3,7 +3,7 @@ r"""``lit-dof hybrid``: the command-line face of Distill-then-Replace's search o
 
     lit-dof fit --config configs/quickstart.yaml --config configs/hybrid/twins.yaml     # 1. the twin bank
     lit-dof hybrid --bank runs/hybrid/twins/version_0/student --task arc_easy \
-        --data_dir ../shared/data --out runs/hybrid/search                               # 2. search + report
+        --data_dir $LIT_DOF_DATA --out runs/hybrid/search                               # 2. search + report
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def search(
         bank: a student directory whose every layer has a linear twin (``lit-dof fit`` with
             ``configs/hybrid/twins.yaml``).
         task: the target task (one of lit_dof.evaluation.task_data.TASKS), for the accuracy metrics.
-        data_dir: folder laid out like ../shared/data (default ``$LIT_DOF_DATA``).
+        data_dir: folder in the task data layout (docs/usage.md; default ``$LIT_DOF_DATA``).
         metric: ``accuracy`` (lm-eval's acc), ``acc_norm`` or ``perplexity`` (on ``corpus``).
         corpus: text corpus for ``perplexity`` (its held-out documents; WikiExtractor or plain text).
         block: tokens per perplexity block.

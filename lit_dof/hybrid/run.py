@@ -151,7 +151,9 @@ class HybridSearch:
         """
         data_dir = self.data_dir or os.environ.get("LIT_DOF_DATA")
         if data_dir is None:
-            raise ValueError("no data directory: pass --data_dir (laid out like ../shared/data) or set LIT_DOF_DATA")
+            raise ValueError(
+                "no data directory: pass --data_dir or set LIT_DOF_DATA (layout: docs/usage.md, 'Task data layout')"
+            )
         return data_dir
 
     def scorer(self, ws: Workspace, batches: list[dict], prefix_cache: bool | None = None) -> HybridScorer:

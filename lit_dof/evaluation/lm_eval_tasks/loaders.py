@@ -17,7 +17,7 @@ def _dataset(name: str, metadata: dict, **options) -> dict:
     if not data_dir:
         raise FileNotFoundError(
             f"task {name}: no data directory; pass data_dir (lit-dof eval --data_dir) or set "
-            "LIT_DOF_DATA to a folder laid out like ../shared/data"
+            "LIT_DOF_DATA to a folder in the task data layout (docs/usage.md, 'Task data layout')"
         )
     return {"test": datasets.Dataset.from_list(task_data.load_task(name, data_dir, **options))}
 
