@@ -45,7 +45,7 @@ def test_file_quirks():
     per_subject = collections.Counter(d["subject"] for d in subset)
     assert len(subset) == 1026 and len(per_subject) == 57 and set(per_subject.values()) == {18}
     assert task_data.logiqa(DATA)[0]["choices"][0].startswith("Civic Park")  # "A." prefix removed
-    with pytest.raises(FileNotFoundError, match="SOURCES.md"):
+    with pytest.raises(FileNotFoundError, match="Task data layout"):
         task_data.piqa(DATA / "nowhere")
     with pytest.raises(ValueError, match="known: piqa"):
         task_data.load_task("hellaswag", DATA)
