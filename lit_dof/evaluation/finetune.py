@@ -13,6 +13,7 @@ with ``best`` and ``last`` at the end of ``fit``.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Literal
 
@@ -20,7 +21,7 @@ import lightning as L
 import torch
 
 from lit_dof.evaluation.multiple_choice import option_scores, score_matrix
-from lit_dof.students.trainable import Trainable, check_trainable, trainable_parameters
+from lit_dof.students.trainable import OptimizerCallable, Trainable, check_trainable, trainable_parameters
 from lit_dof.teacher import DEFAULT_TEACHER
 
 
@@ -32,8 +33,10 @@ class TaskFinetuning(L.LightningModule):
             ``teacher`` so the CLI links it to the data module's tokenizer).
         trainable: ``"all"`` (the paper's full fine-tuning), ``"attention"`` (attention blocks, linear twins
             included) or ``"feature_maps"`` (only φ of a student).
-        lr: AdamW's learning rate (after a linear warm-up, constant).
-        weight_decay: AdamW's weight decay.
+        lr: the learning rate (after a linear warm-up, constant).
+        optimizer: builds the optimizer from the trainable parameters' one group (which carries ``lr``); a callable
+            ``params -> Optimizer``, in YAML a ``class_path`` with ``init_args``; ``None`` (default): AdamW
+            without weight decay. Not a hyperparameter.
         warmup_steps: linear warm-up length (optimizer steps).
         seq_len: linked from the data module.
         selection: ``"best"`` (paper: best epoch) or ``"last"`` (paper's MMLU rule) — what ``finetune.json``
@@ -44,14 +47,14 @@ class TaskFinetuning(L.LightningModule):
     """
 
     def __init__(self, teacher: str = DEFAULT_TEACHER, trainable: Trainable = "all", lr: float = 1e-5,
-                 weight_decay: float = 0.0, warmup_steps: int = 10, seq_len: int = 512,
+                 optimizer: OptimizerCallable | None = None, warmup_steps: int = 10, seq_len: int = 512,
                  selection: Literal["best", "last"] = "best") -> None:  # fmt: skip  # packed signature
         super().__init__()
         check_trainable(trainable)
         if selection not in ("best", "last"):
             raise ValueError(f"selection must be 'best' or 'last', got {selection!r}")
-        self.save_hyperparameters()
-        self.teacher_name, self.trainable, self.lr, self.weight_decay = teacher, trainable, lr, weight_decay
+        self.save_hyperparameters(ignore=["optimizer"])
+        self.teacher_name, self.trainable, self.lr, self.optimizer_factory = teacher, trainable, lr, optimizer
         self.warmup_steps, self.seq_len, self.selection = warmup_steps, seq_len, selection
         self.model = None
         self.history: list[dict] = []
@@ -116,10 +119,11 @@ class TaskFinetuning(L.LightningModule):
                                  "acc_norm": acc_norm, "examples": int(sums[2])})  # fmt: skip  # packed args
 
     def configure_optimizers(self):
-        """AdamW over the trainable parameters; learning rate warmed up linearly over ``warmup_steps``, then
-        constant."""
+        """The ``optimizer`` (default AdamW) over the trainable parameters at ``lr``, warmed up linearly over
+        ``warmup_steps``, then constant."""
         params = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+        factory = self.optimizer_factory or functools.partial(torch.optim.AdamW, weight_decay=0.0)
+        optimizer = factory([{"params": params, "lr": self.lr}])
         warmup = max(1, self.warmup_steps)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -39,7 +39,8 @@ OPTIMIZER_REFUSED = (
     "warm-up + cosine, a fresh optimizer for the end-to-end tail); LightningCLI's --optimizer/--lr_scheduler "
     "would replace them. Set the learning rates with --model.init_args.lr_z, --model.init_args.lr_alpha, "
     "--model.init_args.lr (and lr_lora, warmup_steps, min_lr_ratio, finetune_lr_ratio; "
-    "TaskFinetuning: lr, weight_decay, warmup_steps)."
+    "TaskFinetuning: lr, warmup_steps) and the optimizer class with --model.init_args.optimizer "
+    "(e.g. torch.optim.AdamW, its init_args without lr)."
 )
 """Why ``--optimizer``/``--lr_scheduler`` (or ``optimizer:``/``lr_scheduler:`` in a config) are refused, and the fix."""
 

@@ -19,6 +19,7 @@ linear — the "attention transfer, then fine-tune" recipe of Hedgehog (Zhang et
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from typing import Literal
 
@@ -28,6 +29,7 @@ from lit_dof.attention.feature_maps.base import PARAM_GROUPS, FeatureMap
 from lit_dof.pipeline.module import StudentModule
 from lit_dof.students.layer_losses import LayerLoss, SoftmaxRowLoss, resolve_layer_loss
 from lit_dof.students.losses import logit_distillation_loss
+from lit_dof.students.trainable import OptimizerCallable
 from lit_dof.teacher.capture import CapturedAttention, capture_attention
 
 _DEFAULT_LOSS = SoftmaxRowLoss()  # stateless, so one shared default instance is safe
@@ -55,8 +57,10 @@ class LayerwiseDistillation(StudentModule):
         warmup_steps: linear warm-up length (optimizer steps).
         min_lr_ratio: floor of the cosine decay, as a fraction of each learning rate.
         query_rows: score this many random query rows per sequence (``None``: all; see the losses module).
-        betas: Adam's β1, β2.
-        weight_decay: Adam's weight decay (an L2 term on every group).
+        optimizer: builds the optimizer from the parameter groups, each carrying its own ``lr`` (a callable
+            ``params -> Optimizer``; in YAML a ``class_path`` with ``init_args`` but no ``lr``, e.g.
+            ``{class_path: torch.optim.AdamW, init_args: {weight_decay: 0.01}}``); ``None`` (default): Adam with
+            β = (0.9, 0.99) and no weight decay. Not a hyperparameter: a resumed run must pass the same one.
         finetune_fraction: the last this fraction of the optimizer steps (rounded) train end-to-end against
             the teacher's logits (0: layer-wise only, the paper's recipe; 1: end-to-end only).
         finetune_lr_ratio: learning rates of that tail, as a fraction of ``lr_z``/``lr_alpha``/``lr``.
@@ -84,6 +88,8 @@ class LayerwiseDistillation(StudentModule):
             teacher without rotary positions or past its ``max_position_embeddings``.
     """
 
+    NOT_HYPERPARAMETERS = (*StudentModule.NOT_HYPERPARAMETERS, "optimizer")
+
     def __init__(
         self,
         *args,
@@ -95,8 +101,7 @@ class LayerwiseDistillation(StudentModule):
         warmup_steps: int = 20,
         min_lr_ratio: float = 0.1,
         query_rows: int | None = None,
-        betas: tuple[float, float] = (0.9, 0.99),
-        weight_decay: float = 0.0,
+        optimizer: OptimizerCallable | None = None,
         finetune_fraction: float = 0.0,
         finetune_lr_ratio: float = 0.1,
         kd_temperature: float = 1.0,
@@ -123,7 +128,7 @@ class LayerwiseDistillation(StudentModule):
         self.layer_loss = layer_loss
         self.lr_z, self.lr_alpha, self.lr, self.lr_lora = lr_z, lr_alpha, lr, lr_lora
         self.warmup_steps, self.min_lr_ratio = warmup_steps, min_lr_ratio
-        self.query_rows, self.betas, self.weight_decay = query_rows, betas, weight_decay
+        self.query_rows, self.optimizer_factory = query_rows, optimizer
         self.finetune_fraction, self.finetune_lr_ratio = finetune_fraction, finetune_lr_ratio
         self.kd_temperature = kd_temperature
         self.teacher_reuse, self.layer_backward = teacher_reuse, layer_backward
@@ -363,12 +368,13 @@ class LayerwiseDistillation(StudentModule):
         return [{"params": p, "lr": lrs[g], "name": g} for g, p in groups.items() if p]
 
     def configure_optimizers(self):
-        """Adam over :meth:`optimizer_groups`; linear warm-up then cosine decay to ``min_lr_ratio``; in the tail a
-        second cosine from ``finetune_lr_ratio``. ``None`` when nothing is trainable."""
+        """The ``optimizer`` (default Adam) over :meth:`optimizer_groups`; linear warm-up then cosine decay to
+        ``min_lr_ratio``; in the tail a second cosine from ``finetune_lr_ratio``. ``None`` when nothing is trainable."""
         params = self.optimizer_groups()
         if not params:
             return None  # e.g. Performer: nothing to train (validation and export still run)
-        optimizer = torch.optim.Adam(params, betas=self.betas, weight_decay=self.weight_decay)
+        factory = self.optimizer_factory or functools.partial(torch.optim.Adam, betas=(0.9, 0.99))
+        optimizer = factory(params)
         total, switch = self._total_steps(), self.finetune_start()
         warmup, floor, ratio = self.warmup_steps, self.min_lr_ratio, self.finetune_lr_ratio
 

@@ -1,11 +1,13 @@
 """Which parameters of a teacher or student a training phase updates: one selection (:data:`Trainable`) shared by
 the distillation phases (:mod:`lit_dof.pipeline`) and the task fine-tuning protocol
-(:mod:`lit_dof.evaluation.finetune`), chosen by module identity, not by parameter names."""
+(:mod:`lit_dof.evaluation.finetune`), chosen by module identity, not by parameter names; and the type of the
+optimizer those phases are given (:data:`OptimizerCallable`)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Callable, Iterable, Literal
 
+import torch
 from torch import nn
 
 from lit_dof.teacher.families import attention_layers
@@ -14,6 +16,10 @@ Trainable = Literal["all", "attention", "feature_maps"]
 """``"all"``: every parameter; ``"attention"``: the attention blocks (q/k/v/o projections, and in a student the
 linear twins inside them) of the layers that run linear attention — of every layer in a model without twins;
 ``"feature_maps"``: the linear twins' own parameters (feature maps φ, far-term weights β)."""
+
+OptimizerCallable = Callable[[Iterable], torch.optim.Optimizer]
+"""``params -> Optimizer`` (Lightning's ``OptimizerCallable``), given to a phase that builds its optimizer from its
+own parameter groups; in YAML a ``class_path`` (``torch.optim.AdamW``) with ``init_args``."""
 
 TRAINABLE = ("all", "attention", "feature_maps")
 """The values of :data:`Trainable`."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
+import torch
 
 from lit_dof.attention import DiJiangFeatureMap, HedgehogFeatureMap, LearnedPRF, PerformerFeatureMap, SlidingWindow
 from lit_dof.attention.feature_maps.base import PARAM_GROUPS
@@ -61,3 +64,19 @@ def test_a_map_declares_its_own_groups_and_unknown_ones_are_refused(tmp_path):
     assert {g["name"] for g in module.optimizer_groups()} == {"other"}  # the default: lr
     with pytest.raises(ValueError, match="MisnamedGroups.param_groups\\(\\) names group 'projection'"):
         _groups(tmp_path / "bad", MisnamedGroups)
+
+
+def test_the_optimizer_is_injected_and_keeps_the_groups_learning_rates(tmp_path):
+    """``optimizer`` builds the optimizer from the phase's groups (their learning rates win over its default lr);
+    without one, Adam with β = (0.9, 0.99)."""
+    adamw = functools.partial(torch.optim.AdamW, weight_decay=0.01)
+    module, groups = _groups(tmp_path, LearnedPRF, optimizer=adamw)
+    optimizer = module.configure_optimizers()["optimizer"]
+    assert type(optimizer) is torch.optim.AdamW
+    assert {g["name"]: (g["initial_lr"], g["weight_decay"]) for g in optimizer.param_groups} == {
+        name: (group["lr"], 0.01) for name, group in groups.items()
+    }
+    assert "optimizer" not in module.hparams  # an object, not a hyperparameter
+    default, _ = _groups(tmp_path / "default", LearnedPRF)
+    optimizer = default.configure_optimizers()["optimizer"]
+    assert type(optimizer) is torch.optim.Adam and {g["betas"] for g in optimizer.param_groups} == {(0.9, 0.99)}
