@@ -50,8 +50,6 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         if not isinstance(sliding_window, SlidingWindow) or not sliding_window.enabled:
             raise ValueError(f"sliding_window must be a SlidingWindow with window >= 1, got {sliding_window!r}")
         self.sliding_window = sliding_window
-        self.window, self.sink_tokens = sliding_window.window, sliding_window.sink_tokens
-        self.far_term = sliding_window.far_term
         learned = sliding_window.far_term and sliding_window.learn_mix
         self.log_mix = nn.Parameter(torch.zeros(num_heads, dtype=torch.float32)) if learned else None
         # log λ per feature-map head (the heads of the linear state): a parameter, a fixed buffer, or None
@@ -64,6 +62,21 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
                 self.far_log_decay = nn.Parameter(init)
             else:
                 self.register_buffer("far_log_decay", init)
+
+    @property
+    def window(self) -> int:
+        """w, tokens attended exactly (``sliding_window.window``)."""
+        return self.sliding_window.window
+
+    @property
+    def sink_tokens(self) -> int:
+        """s, first tokens always attended exactly (``sliding_window.sink_tokens``)."""
+        return self.sliding_window.sink_tokens
+
+    @property
+    def far_term(self) -> bool:
+        """Whether the linear far term is included (``sliding_window.far_term``)."""
+        return self.sliding_window.far_term
 
     def decay_rates(self, per_query_head: bool = False) -> Tensor | None:
         """λ of the far terms, nats per token past the window, or ``None`` without a decay.

@@ -145,8 +145,7 @@ class StudentModule(L.LightningModule):
             raise NotImplementedError(
                 "LoRA under ModelParallelStrategy (FSDP2) is not supported yet: use DDP for `lora`"
             )
-        spec = StudentSpec(self.teacher_name, self.share_kv_maps, window=self.sliding_window.window,
-                           sink_tokens=self.sliding_window.sink_tokens)  # fmt: skip  # packed args
+        spec = StudentSpec(self.teacher_name, self.share_kv_maps, sliding_window=self.sliding_window)
         self.planner.check(spec)
         teacher = self._load_teacher(mesh)
         self.check_teacher(teacher)

@@ -25,6 +25,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from lit_dof.attention.window_options import SlidingWindow
 from lit_dof.dof import STRATEGIES, DoFReport, allocate_feature_dims, allocate_head_feature_dims
 from lit_dof.dof.estimator import RelativeTo
 from lit_dof.dof.report import collect_samples, dof_report
@@ -41,14 +42,12 @@ class StudentSpec:
     Attributes:
         teacher_name: the teacher as the module names it (recorded in a DoF report).
         share_kv_maps: one feature map per KV head (True) or per query head.
-        window: the student's sliding window in tokens (0: pure linear attention).
-        sink_tokens: with a window, the first tokens every query also attends exactly.
+        sliding_window: the student's sliding-window options (window 0: pure linear attention).
     """
 
     teacher_name: str
     share_kv_maps: bool = True
-    window: int = 0
-    sink_tokens: int = 0
+    sliding_window: SlidingWindow = SlidingWindow()
 
 
 @dataclass(frozen=True)
@@ -218,7 +217,7 @@ class DoFPlanner(FeatureDimPlanner):
                 head (``share_kv_maps=False``).
             FileNotFoundError: ``report_path`` names no file.
         """
-        if self.far_pairs and not student.window:
+        if self.far_pairs and not student.sliding_window.enabled:
             raise ValueError(
                 "DoFPlanner far_pairs needs a sliding-window student: set model.init_args.sliding_window.window"
             )
@@ -272,7 +271,8 @@ class DoFPlanner(FeatureDimPlanner):
         seconds)``."""
         start = time.perf_counter()
         rank, world = trainer.global_rank, trainer.world_size
-        far = {"far_window": student.window, "sink_tokens": student.sink_tokens} if self.far_pairs else {}
+        window = student.sliding_window
+        far = {"far_window": window.window, "sink_tokens": window.sink_tokens} if self.far_pairs else {}
         keys = list(range(rank, self.num_batches, world))
         loader = trainer.datamodule.train_dataloader()
         batches = [batch for _, batch in zip(keys, loader)]

@@ -12,6 +12,7 @@ import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
+from lit_dof.attention import SlidingWindow
 from lit_dof.dof import DoFReport, collect_samples, dof_report
 from lit_dof.pipeline.callbacks import PlanFiles
 from lit_dof.pipeline.layerwise import LayerwiseDistillation
@@ -86,7 +87,7 @@ def test_bad_planner_settings_are_refused_before_the_teacher_loads(tmp_path):
         module = LayerwiseDistillation(teacher=str(tmp_path / "no-teacher"), planner=planner, **kwargs)
         with pytest.raises(error, match=message):
             module.configure_model()
-    DoFPlanner(far_pairs=True).check(StudentSpec("t", window=16))  # a window: accepted
+    DoFPlanner(far_pairs=True).check(StudentSpec("t", sliding_window=SlidingWindow(window=16)))  # a window: accepted
 
 
 def test_resume_compares_the_planner_class_and_its_allocation_settings_only(tmp_path):
