@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 
 import torch
 from transformers import AutoTokenizer
 from transformers.models.llama.modeling_llama import rotate_half
 
+from lit_dof.attention.sliding_layer import SlidingWindowLinearAttention
 from lit_dof.devices import DEVICE_OPTIONS, DTYPE_OPTIONS, device_errors_exit, resolve_device, resolve_model_dtype
 from lit_dof.evaluation.perplexity import heldout_documents, text_tokens
 from lit_dof.students import load_student
@@ -44,15 +46,15 @@ from lit_dof.students import load_student
 
 @contextlib.contextmanager
 def _without_far_terms(student):
-    twins = [t for t in student.linear_modules().values() if hasattr(t, "far_term")]
-    saved = [t.far_term for t in twins]
-    for twin in twins:
-        twin.far_term = False
+    layers = [m for m in student.modules() if isinstance(m, SlidingWindowLinearAttention)]
+    saved = [layer.sliding_window for layer in layers]
+    for layer in layers:
+        layer.sliding_window = dataclasses.replace(layer.sliding_window, far_term=False)
     try:
         yield
     finally:
-        for twin, far in zip(twins, saved):
-            twin.far_term = far
+        for layer, options in zip(layers, saved):
+            layer.sliding_window = options
 
 
 def _rotary_frequencies(student) -> torch.Tensor:
