@@ -37,13 +37,18 @@ ATTN_IMPLEMENTATION = "lit_dof"
 CACHE_KWARG = "lit_dof_cache"
 """Keyword under which the forward pre-hook hands the layer's ``Cache`` to :func:`lit_dof_attention`."""
 
+ROTARY_KWARG = "lit_dof_rotary"
+"""Keyword under which the forward pre-hook hands the module's rotary ``(cos, sin)`` (its ``position_embeddings``)
+to :func:`lit_dof_attention`; ``None`` for a model without rotary positions."""
+
 MODEL_CACHE_ARGUMENT = "cache" if Version(transformers.__version__).release >= (5, 24) else "past_key_values"
 """The name under which a transformers model's ``forward`` takes, ``generate`` keeps and a model output returns
 the ``Cache``: ``cache`` since transformers 5.24 (``past_key_values`` is deprecated there, with a FutureWarning
 on every call that names it), ``past_key_values`` before."""
 
-Recorder = Callable[[nn.Module, Tensor, Tensor, Tensor, "Tensor | None", Tensor], None]
-"""``(module, q (B,Hq,T,d) scaled, k (B,Hk,Tk,d), v (B,Hk,Tk,D), key_padding (B,Tk) | None, out (B,T,Hq,D))``."""
+Recorder = Callable[[nn.Module, Tensor, Tensor, Tensor, "Tensor | None", Tensor, "tuple[Tensor, Tensor] | None"], None]
+"""``(module, q (B,Hq,T,d) scaled, k (B,Hk,Tk,d), v (B,Hk,Tk,D), key_padding (B,Tk) | None, out (B,T,Hq,D),
+rotary (cos, sin) (B|1,T,r) | None)``."""
 
 
 class AttentionSlot(nn.Module):
@@ -108,17 +113,36 @@ def find_cache(args: tuple, kwargs: dict) -> Cache | None:
     return None
 
 
-def _inject_cache(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """Forward pre-hook: pass the module's cache on to :func:`lit_dof_attention` (modules consume it otherwise)."""
+def find_rotary(kwargs: dict) -> tuple[Tensor, Tensor] | None:
+    """The rotary ``(cos, sin)`` passed to an attention module's forward as ``position_embeddings`` (Llama, Qwen2,
+    Mistral, GPT-NeoX, Gemma-3), or ``None``."""
+    rotary = kwargs.get("position_embeddings")
+    if isinstance(rotary, (tuple, list)) and len(rotary) == 2 and all(isinstance(t, Tensor) for t in rotary):
+        return tuple(rotary)
+    return None
+
+
+def _inject_forward_kwargs(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Forward pre-hook: pass the module's cache and rotary embedding on to :func:`lit_dof_attention` (the module
+    consumes both otherwise)."""
     kwargs[CACHE_KWARG] = find_cache(args, kwargs)
+    kwargs[ROTARY_KWARG] = find_rotary(kwargs)
     return args, kwargs
 
 
-def install_cache_hook(module: nn.Module) -> None:
-    """Register the cache-forwarding pre-hook on a teacher attention module (once)."""
+def install_attention_hook(module: nn.Module) -> None:
+    """Register, once and for good, the pre-hook that forwards the cache and rotary embedding of a teacher attention
+    module to :func:`lit_dof_attention` (students; a capture adds it for its duration with :func:`attention_hook`)."""
     if not getattr(module, "_lit_dof_hooked", False):
-        module.register_forward_pre_hook(_inject_cache, with_kwargs=True)
+        module.register_forward_pre_hook(_inject_forward_kwargs, with_kwargs=True)
         module._lit_dof_hooked = True
+
+
+def attention_hook(module: nn.Module):
+    """The same pre-hook for a while: returns its removable handle, or ``None`` when the module has it for good."""
+    if getattr(module, "_lit_dof_hooked", False):
+        return None
+    return module.register_forward_pre_hook(_inject_forward_kwargs, with_kwargs=True)
 
 
 def lit_dof_attention(
@@ -141,13 +165,14 @@ def lit_dof_attention(
         attention_mask: the 4-D mask from the registered mask function, or ``None``.
         scaling: the softmax scale the model uses.
         dropout: attention dropout of the softmax path.
-        **kwargs: the interface's other keywords: the student's cache is taken from them, the rest go to the
-            softmax path.
+        **kwargs: the interface's other keywords: the student's cache and rotary embedding (from the pre-hook) are
+            taken from them, the rest go to the softmax path.
 
     Returns:
         ``(out (B, T, Hq, D), weights or None)`` like every attention-interface function.
     """
     cache = kwargs.pop(CACHE_KWARG, None)
+    rotary = kwargs.pop(ROTARY_KWARG, None)
     slot = getattr(module, "lit_dof", None)
     slot = slot if isinstance(slot, AttentionSlot) else None
     linear = slot is not None and slot.is_linear
@@ -158,7 +183,8 @@ def lit_dof_attention(
     if linear:
         layer = _state_layer(cache, module.layer_idx)
         state = layer.state if layer is not None else None
-        y, state = slot.linear(q, key, value, state, padding)
+        extra = {"rotary": rotary} if getattr(slot.linear, "needs_rotary", False) else {}
+        y, state = slot.linear(q, key, value, state, padding, **extra)
         if layer is not None:
             layer.state = state
         out, weights = y.transpose(1, 2).contiguous(), None
@@ -167,7 +193,7 @@ def lit_dof_attention(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     if recorder is not None:
-        recorder(module, q, key, value, padding, out)
+        recorder(module, q, key, value, padding, out, rotary)
     return out, weights
 
 

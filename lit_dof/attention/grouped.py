@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_dof.attention.layer import CausalLinearAttention
+from lit_dof.attention.rotary import Rotary
 from lit_dof.precision import Float32Parameters
 
 
@@ -96,6 +97,11 @@ class HeadGroupedAttention(Float32Parameters):
         return all(getattr(layer, "far_term", True) for layer in self.groups)
 
     @property
+    def needs_rotary(self) -> bool:
+        """Whether a group needs the call's rotary cos/sin (a far term on un-rotated q/k)."""
+        return any(getattr(layer, "needs_rotary", False) for layer in self.groups)
+
+    @property
     def feature_dim_total(self) -> int:
         """Σ_h M_h over the KV heads: the features (and, × (D + 2), the state floats per batch row) of the layer."""
         return sum(self.head_dims)
@@ -109,7 +115,14 @@ class HeadGroupedAttention(Float32Parameters):
             yield layer, q.index_select(1, q_t), k.index_select(1, kv_t), *(x.index_select(1, kv_t) for x in rest), q_t
 
     def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, state: GroupedState | None = None, key_padding_mask: Tensor | None = None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        state: GroupedState | None = None,
+        key_padding_mask: Tensor | None = None,
+        *,
+        rotary: Rotary | None = None,
     ) -> tuple[Tensor, GroupedState]:
         """Attend causally, group by group.
 
@@ -119,6 +132,7 @@ class HeadGroupedAttention(Float32Parameters):
             v: ``(B, Hk, Tk, D)`` values.
             state: from a previous call, or ``None``.
             key_padding_mask: ``(B, Tk)`` bool.
+            rotary: ``(cos, sin)`` of the T positions, handed to groups that :attr:`needs_rotary`.
 
         Returns:
             ``(y (B, Hq, T, D) in v's dtype, GroupedState)``.
@@ -135,7 +149,8 @@ class HeadGroupedAttention(Float32Parameters):
         y = v.new_empty(B, self.num_heads, T, v.shape[-1])
         states = []
         for i, (layer, qg, kg, vg, query_heads) in enumerate(self.split(q, k, v)):
-            yg, sg = layer(qg, kg, vg, None if state is None else state.states[i], key_padding_mask)
+            extra = {"rotary": rotary} if getattr(layer, "needs_rotary", False) else {}
+            yg, sg = layer(qg, kg, vg, None if state is None else state.states[i], key_padding_mask, **extra)
             y = y.index_copy(1, query_heads, yg.to(y.dtype))
             states.append(sg)
         return y, GroupedState(states)

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from lit_dof.attention.feature_maps.base import FeatureMap
 from lit_dof.attention.layer import CausalLinearAttention
+from lit_dof.attention.rotary import Rotary, unrotate
 from lit_dof.attention.sliding_window import SlidingWindowState, sliding_window_linear_attention
 from lit_dof.attention.window_options import SlidingWindow
 
@@ -78,6 +79,33 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         """Whether the linear far term is included (``sliding_window.far_term``)."""
         return self.sliding_window.far_term
 
+    @property
+    def needs_rotary(self) -> bool:
+        """Whether :meth:`forward` needs the call's ``rotary`` (a far term on un-rotated q/k, ``far_rope=False``)."""
+        return self.far_term and not self.sliding_window.far_rope
+
+    def far_inputs(self, q: Tensor, k: Tensor, rotary: Rotary | None) -> tuple[Tensor, Tensor]:
+        """The queries and keys the far term's feature maps see: ``q``, ``k`` themselves (post-RoPE), or with the
+        rotary embedding undone when ``far_rope=False``.
+
+        Args:
+            q: ``(B, Hq, T, d)`` post-RoPE queries.
+            k: ``(B, Hk, T, d)`` post-RoPE keys at the same T positions.
+            rotary: ``(cos, sin)`` of those positions (:data:`~lit_dof.attention.rotary.Rotary`).
+
+        Raises:
+            ValueError: ``far_rope=False`` and no ``rotary`` (e.g. a teacher without rotary positions).
+        """
+        if not self.needs_rotary:
+            return q, k
+        if rotary is None:
+            raise ValueError(
+                "this sliding-window layer's far term sees un-rotated q/k (sliding_window.far_rope=False) and needs "
+                "the rotary cos/sin of the call's positions: call it through the model (the lit_dof attention function "
+                "passes them), pass rotary=(cos, sin), or use far_rope=True for a teacher without rotary positions"
+            )
+        return unrotate(q, rotary), unrotate(k, rotary)
+
     def decay_rates(self, per_query_head: bool = False) -> Tensor | None:
         """λ of the far terms, nats per token past the window, or ``None`` without a decay.
 
@@ -98,7 +126,10 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         """The linear layer's fields plus the sliding window, sink tokens and far term, for ``print(module)``."""
         far = "linear" if self.far_term else "none"
         decay = "" if self.far_log_decay is None else f", far_decay={(-self.far_log_decay).exp().tolist()}"
-        return f"{super().extra_repr()}, window={self.window}, sink_tokens={self.sink_tokens}, far_term={far}{decay}"
+        rope = "" if self.sliding_window.far_rope else ", far_rope=False"
+        return (
+            f"{super().extra_repr()}, window={self.window}, sink_tokens={self.sink_tokens}, far_term={far}{decay}{rope}"
+        )
 
     def exact_log_features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """:meth:`log_features` (same arguments and shapes) with every constant of φ kept, none dropped: the far
@@ -108,7 +139,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
 
     def forward(
         self, q: Tensor, k: Tensor, v: Tensor, state: SlidingWindowState | None = None,
-        key_padding_mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None, *, rotary: Rotary | None = None,
     ) -> tuple[Tensor, SlidingWindowState]:  # fmt: skip  # the parent's signature (an override), packed
         """Attend causally, continuing from ``state`` if given.
 
@@ -119,15 +150,23 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             v: ``(B, Hk, Tk, D)`` values.
             state: :class:`~lit_dof.attention.sliding_window.SlidingWindowState` of the preceding tokens.
             key_padding_mask: ``(B, Tk)`` bool, False for padding keys.
+            rotary: ``(cos, sin)`` ``(B or 1, T, r)`` of the T query positions; needed (only) when
+                :attr:`needs_rotary`.
 
         Returns:
             ``(y (B, Hq, T, D) in v's dtype, state)``.
 
         Raises:
-            ValueError: shapes inconsistent with the layer, or Tk < T.
+            ValueError: shapes inconsistent with the layer, Tk < T, or — when :attr:`needs_rotary` — no ``rotary``
+                or a key prefix (Tk > T, whose positions ``rotary`` does not cover).
         """
         B, Hq, T, d = q.shape
         Tk = self.check_call(q, k, v, key_padding_mask)
+        if Tk > T and self.needs_rotary:
+            raise ValueError(
+                f"far_rope=False: got {Tk - T} prefix keys without rotary positions (a softmax KV cache handed over); "
+                "run the student with its own cache (student.new_cache()) or use far_rope=True"
+            )
         if Tk > T:  # a prefix without queries: fold it in with placeholder queries whose outputs are dropped
             prefix = q.new_zeros(B, Hq, Tk - T, d)
             pad = None if key_padding_mask is None else key_padding_mask[:, : Tk - T]
@@ -136,7 +175,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             key_padding_mask = None if key_padding_mask is None else key_padding_mask[:, Tk - T :]
         log_q = log_k = None
         if self.far_term:
-            log_q, log_k = self.exact_log_features(q, k)
+            log_q, log_k = self.exact_log_features(*self.far_inputs(q, k, rotary))
         if not self.shares_kv_maps:  # per-query-head maps: the state is per query head
             group = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)

@@ -1,6 +1,6 @@
 """``SlidingWindow``: the options of sliding-window + linear attention, as one value.
 
-The same six settings travel from a YAML file (``model.init_args.sliding_window``) through the student module,
+The same settings travel from a YAML file (``model.init_args.sliding_window``) through the student module,
 :func:`~lit_dof.students.modeling.linearize`, the surgery and a saved student's ``config.json`` down to
 :class:`~lit_dof.attention.SlidingWindowLinearAttention`; they are validated once, here.
 """
@@ -30,10 +30,14 @@ class SlidingWindow:
             on the far part only), so the far term reaches about τ tokens past the window at any context
             length; ``None``: no decay.
         learn_decay: train the decay rates (log λ per feature-map head, initialised to ``log(1/far_decay)``).
+        far_rope: ``True``: the far term's feature maps see post-RoPE queries and keys, like the exact parts;
+            ``False``: they see them with the rotary embedding undone (:func:`~lit_dof.attention.rotary.unrotate`),
+            so the far term depends on content alone, never on absolute positions (the window keeps RoPE).
+            Needs a teacher with rotary positions.
 
     Raises:
         ValueError: a negative or non-integer ``window``/``sink_tokens``, ``far_decay <= 0``, ``learn_decay``
-            without ``far_decay``, or a window option set while ``window = 0``.
+            without ``far_decay``, ``far_rope=False`` without a far term, or a window option set while ``window = 0``.
     """
 
     window: int = 0
@@ -42,6 +46,7 @@ class SlidingWindow:
     learn_mix: bool = True
     far_decay: float | None = None
     learn_decay: bool = False
+    far_rope: bool = True
 
     def __post_init__(self) -> None:
         for name in ("window", "sink_tokens"):
@@ -53,6 +58,8 @@ class SlidingWindow:
             raise ValueError(f"sliding_window.far_decay must be a positive number of tokens (or None), got {decay!r}")
         if self.learn_decay and decay is None:
             raise ValueError("sliding_window.learn_decay needs far_decay (the initial decay length in tokens)")
+        if not self.far_rope and not self.far_term:
+            raise ValueError("sliding_window.far_rope=False changes the far term's inputs: it needs far_term=True")
         changed = [f.name for f in fields(self) if f.name != "window" and getattr(self, f.name) != f.default]
         if self.window == 0 and changed:
             raise ValueError(

@@ -72,6 +72,8 @@ ROWS: dict[str, Row] = {r.name: r for r in [
     Row("swa_sink_linear_decay_shift", ("methods/swa_sink_linear_decay.yaml",),
         ("--model.init_args.position_shift=7680",), note="swa_sink_linear_decay trained at random absolute "
         "positions (offsets up to 7680)", reference="swa_sink"),
+    Row("swa_sink_linear_norope", ("methods/swa_sink_linear_norope.yaml",), note="swa_sink_linear with the far "
+        "term's maps on un-rotated q/k (position-free far term)", reference="swa_sink"),
     # The λ study (METHOD.md §2): DoF at fixed absolute λ and with the relative rule, next to "dof" (auto).
     Row("dof_lam2^48", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=281474976710656",), note="λ = 2^48"),
     Row("dof_lam2^56", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=72057594037927936",), note="λ = 2^56"),

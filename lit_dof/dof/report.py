@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from lit_dof.attention.rotary import unrotate
 from lit_dof.dof.estimator import (
     STRATEGIES,
     DegenerateAllocationWarning,
@@ -113,23 +114,34 @@ def collect_samples(
     keys: Sequence[int] | None = None,
     far_window: int = 0,
     sink_tokens: int = 0,
+    unrotated: bool = False,
 ) -> tuple[QKReservoir, int]:
     """Stream ``batches`` through the frozen model, keeping J pooled q/k vectors per head and layer.
 
     ``keys``: one identity per batch (e.g. its global index across ranks); the sample then depends only on
     which batches were seen, not on the process or order (:meth:`~lit_dof.teacher.capture.QKReservoir.add`),
     so per-rank reservoirs merge exactly. ``far_window``, ``sink_tokens``: pool only the vectors of query–key
-    pairs at least that far apart (:func:`~lit_dof.teacher.capture.pooled_vectors`).
+    pairs at least that far apart (:func:`~lit_dof.teacher.capture.pooled_vectors`). ``unrotated``: pool q/k with
+    the rotary embedding undone (:func:`~lit_dof.attention.rotary.unrotate`): the kernel a far term with
+    ``far_rope=False`` approximates.
 
     Returns:
         ``(reservoir, valid tokens seen)``.
+
+    Raises:
+        ValueError: ``unrotated`` for a model without rotary positions.
     """
     reservoir = QKReservoir(num_samples, seed=seed)
     tokens = 0
     current: list[int | None] = [None]
 
     def record(index: int, c) -> None:
-        pooled = pooled_vectors(c.q, c.k, c.key_padding, pooling, far_window=far_window, sink_tokens=sink_tokens)
+        q, k = c.q, c.k
+        if unrotated:
+            if c.rotary is None:
+                raise ValueError(f"unrotated q/k samples need rotary positions; {type(model).__name__} has none")
+            q, k = unrotate(q, c.rotary), unrotate(k, c.rotary)
+        pooled = pooled_vectors(q, k, c.key_padding, pooling, far_window=far_window, sink_tokens=sink_tokens)
         reservoir.add(index, pooled, key=current[0])
 
     key_iter = iter(keys) if keys is not None else None

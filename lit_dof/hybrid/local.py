@@ -62,7 +62,7 @@ def local_losses(student, batches: list[dict]) -> dict[int, float]:
         with torch.no_grad():
             for index, twin in twins.items():
                 c = captured[index]
-                e, n = output_error_sums(twin, c.q, c.k, c.v, c.out, valid)
+                e, n = output_error_sums(twin, c.q, c.k, c.v, c.out, valid, c.rotary)
                 err[index] += float(e)
                 norm[index] += float(n)
     return {i: err[i] / max(norm[i], torch.finfo(torch.float32).tiny) for i in twins}

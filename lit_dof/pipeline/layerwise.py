@@ -19,6 +19,7 @@ linear — the "attention transfer, then fine-tune" recipe of Hedgehog (Zhang et
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 from typing import Literal
@@ -31,6 +32,7 @@ from lit_dof.students.layer_losses import LayerLoss, SoftmaxRowLoss, resolve_lay
 from lit_dof.students.losses import logit_distillation_loss
 from lit_dof.students.trainable import OptimizerCallable
 from lit_dof.teacher.capture import CapturedAttention, capture_attention
+from lit_dof.teacher.families import has_rotary_positions
 
 _DEFAULT_LOSS = SoftmaxRowLoss()  # stateless, so one shared default instance is safe
 
@@ -150,7 +152,7 @@ class LayerwiseDistillation(StudentModule):
         if not self.position_shift:
             return
         config = teacher.config
-        rotary = getattr(config, "rope_parameters", None) is not None or getattr(config, "rope_theta", None) is not None
+        rotary = has_rotary_positions(teacher)
         limit = getattr(config, "max_position_embeddings", None)
         if self.position_shift == "auto":
             self.position_shift = max(0, limit - self.seq_len) if rotary and limit is not None else 0
@@ -224,7 +226,7 @@ class LayerwiseDistillation(StudentModule):
         stop_early = capture and not logits and last is not None and getattr(self, "_replicated_group", None) is None
 
         def record(index: int, c: CapturedAttention) -> None:
-            captured[index] = c if keep_values else CapturedAttention(c.q, c.k, None, None, c.key_padding)
+            captured[index] = c if keep_values else dataclasses.replace(c, v=None, out=None)
             if stop_early and index == last:
                 raise _CapturedAll
 

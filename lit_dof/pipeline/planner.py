@@ -162,6 +162,10 @@ class DoFPlanner(FeatureDimPlanner):
             farther apart than its window (the pairs its linear part serves; sinks excluded) instead of the
             plain pooled DoF.
 
+    The q/k pooled are post-RoPE, except for a sliding-window student whose far term sees them un-rotated
+    (``sliding_window.far_rope=False``): then the DoF is that of the kernel on un-rotated q/k, the one its feature
+    maps approximate.
+
     Under DDP/FSDP every rank captures its share of the batches (merged exactly) and computes the DoF of 1 / world
     of the layers on its own device (lit_dof.dof.sharded.sharded_head_dof); every rank then holds rank 0's report
     (with ``report_path``, rank 0 reads it). Under FSDP2 the teacher is already sharded (the forwards gather one
@@ -272,13 +276,14 @@ class DoFPlanner(FeatureDimPlanner):
         start = time.perf_counter()
         rank, world = trainer.global_rank, trainer.world_size
         window = student.sliding_window
-        far = {"far_window": window.window, "sink_tokens": window.sink_tokens} if self.far_pairs else {}
+        pool = {"far_window": window.window, "sink_tokens": window.sink_tokens} if self.far_pairs else {}
+        pool["unrotated"] = window.enabled and window.far_term and not window.far_rope  # the far term's kernel
         keys = list(range(rank, self.num_batches, world))
         loader = trainer.datamodule.train_dataloader()
         batches = [batch for _, batch in zip(keys, loader)]
         reservoir, tokens = collect_samples(teacher, batches, self.num_samples, pooling=self.pooling, seed=self.seed,
                                             keys=keys, progress=trainer.is_global_zero,
-                                            **far)  # fmt: skip  # packed args
+                                            **pool)  # fmt: skip  # packed args
         _pad_sharded_forwards(teacher, len(range(0, self.num_batches, world)) - len(keys), trainer.strategy.root_device)
         if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
             reservoir.all_gather()

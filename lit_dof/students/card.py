@@ -184,6 +184,8 @@ def _method_lines(config: dict, dims: list) -> list[str]:
         far = "a linear far term" if options.far_term else "no far term"
         if options.far_term and options.far_decay is not None:
             far += f" decaying over {options.far_decay:g} tokens past the window"
+        if options.far_term and not options.far_rope:
+            far += " on un-rotated queries and keys (position-free)"
         lines.append(
             f"- Attention: sliding window of {options.window} tokens + {options.sink_tokens} sink tokens, {far}"
         )

@@ -85,7 +85,9 @@ class SoftmaxRowLoss(LayerLoss):
     def __call__(self, twin, captured, *, query_rows=None, generator=None) -> Tensor:
         """KL between the teacher's and the twin's attention rows (see :meth:`LayerLoss.__call__`)."""
         q, k, pad = captured.q, captured.k, captured.key_padding
-        return attention_distillation_loss(twin, q, k, pad, kind="softmax", query_rows=query_rows, generator=generator)
+        return attention_distillation_loss(
+            twin, q, k, pad, kind="softmax", query_rows=query_rows, generator=generator, rotary=captured.rotary
+        )
 
 
 class KernelL2Loss(LayerLoss):
@@ -116,7 +118,8 @@ class OutputLoss(LayerLoss):
         """
         if captured.v is None or captured.out is None:
             raise ValueError("OutputLoss needs the captured values and attention output (capture with needs_values)")
-        return attention_output_loss(twin, captured.q, captured.k, captured.v, captured.out, captured.key_padding)
+        c = captured
+        return attention_output_loss(twin, c.q, c.k, c.v, c.out, c.key_padding, c.rotary)
 
 
 # Saved run configs and checkpoint hparams from before the losses were objects say ``loss: softmax|l2|output``.

@@ -37,6 +37,7 @@ from torch import Tensor
 from lit_dof.attention import CausalLinearAttention, SlidingWindowLinearAttention
 from lit_dof.attention.grouped import HeadGroupedAttention
 from lit_dof.attention.naive import sliding_window_masks
+from lit_dof.attention.rotary import Rotary
 from lit_dof.precision import fp32_region, upcast
 
 KernelLossKind = Literal["softmax", "l2"]
@@ -97,6 +98,7 @@ def attention_distillation_loss(
     kind: KernelLossKind = "softmax",
     query_rows: int | None = None,
     generator: torch.Generator | None = None,
+    rotary: Rotary | None = None,
 ) -> Tensor:
     """One layer's distillation loss (scalar) of ``twin`` against the teacher's attention on q, k.
 
@@ -108,19 +110,22 @@ def attention_distillation_loss(
         kind: ``"softmax"`` (KL of attention rows) or ``"l2"`` (squared kernel error, float64).
         query_rows: score this many random query rows per sequence (``None``: all T).
         generator: RNG for the row subset.
+        rotary: the teacher's rotary ``(cos, sin)`` of the T positions; needed by a twin whose far term sees
+            un-rotated q/k (``needs_rotary``).
 
     Returns:
         a 0-d float32 tensor.
 
     Raises:
-        ValueError: unknown ``kind``, ``l2`` for a sliding-window twin, or a sliding-window twin without a far
-            term; FloatingPointError: a non-finite loss (names the layer's inputs).
+        ValueError: unknown ``kind``, ``l2`` for a sliding-window twin, a sliding-window twin without a far
+            term, or one that needs ``rotary`` without it.
+        FloatingPointError: a non-finite loss (names the layer's inputs).
     """
     if kind not in ("softmax", "l2"):
         raise ValueError(f"loss kind must be 'softmax' or 'l2', got {kind!r}")
     if isinstance(twin, HeadGroupedAttention):  # per-head dims: each group on its heads, weighted by heads
         total = sum(attention_distillation_loss(layer, qg, kg, key_padding, kind=kind, query_rows=query_rows,
-                                                generator=generator) * len(heads)
+                                                generator=generator, rotary=rotary) * len(heads)
                     for layer, qg, kg, heads in twin.split(q, k))  # fmt: skip  # packed args
         return total / twin.num_heads
     windowed = isinstance(twin, SlidingWindowLinearAttention)
@@ -143,7 +148,8 @@ def attention_distillation_loss(
     )  # (B, Hq, R, T)
     log_khat = None
     if not windowed or twin.far_term:
-        log_q, log_k = _twin_log_features(twin, q_r, k, exact=kind == "l2" or windowed)
+        q_far, k_far = twin.far_inputs(q, k, rotary) if windowed else (q, k)
+        log_q, log_k = _twin_log_features(twin, q_far[:, :, rows], k_far, exact=kind == "l2" or windowed)
         log_khat = log_kernel_scores(log_q.float(), log_k.float())
     if kind == "softmax":
         causal = rows[:, None] >= torch.arange(T, device=q.device)[None, :]  # (R, T)
@@ -189,12 +195,14 @@ def _windowed_scores(
 
 @fp32_region()
 def output_error_sums(
-    twin: CausalLinearAttention, q: Tensor, k: Tensor, v: Tensor, out: Tensor, key_padding: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
+    twin: CausalLinearAttention, q: Tensor, k: Tensor, v: Tensor, out: Tensor, key_padding: Tensor | None = None,
+    rotary: Rotary | None = None,
+) -> tuple[Tensor, Tensor]:  # fmt: skip  # packed signature
     """Σ‖ŷ − y‖² and Σ‖y‖² over the valid rows and heads of one block (shapes as :func:`attention_output_loss`),
     as 0-d float32 tensors: the loss is their ratio; sums over several batches give the pooled ratio."""
     q, k, v = (upcast(t.detach()) for t in (q, k, v))  # the twin returns y in v's dtype: float32 here
-    y, _ = twin(q, k, v, key_padding_mask=key_padding)  # (B, Hq, T, D)
+    extra = {"rotary": rotary} if getattr(twin, "needs_rotary", False) else {}
+    y, _ = twin(q, k, v, key_padding_mask=key_padding, **extra)  # (B, Hq, T, D)
     target = out.detach().transpose(1, 2).float()
     err = (y.float() - target).pow(2).sum(-1)  # (B, Hq, T)
     norm = target.pow(2).sum(-1)
@@ -205,8 +213,9 @@ def output_error_sums(
 
 
 def attention_output_loss(
-    twin: CausalLinearAttention, q: Tensor, k: Tensor, v: Tensor, out: Tensor, key_padding: Tensor | None = None
-) -> Tensor:
+    twin: CausalLinearAttention, q: Tensor, k: Tensor, v: Tensor, out: Tensor, key_padding: Tensor | None = None,
+    rotary: Rotary | None = None,
+) -> Tensor:  # fmt: skip  # packed signature
     """Output-matching loss of one attention block (Distill-then-Replace's blockwise local distillation,
     arXiv 2601.11667 §3.1): the twin's linear attention on the teacher's own q, k, v against the teacher's
     softmax attention output, as a relative squared error Σ‖ŷ − y‖² / Σ‖y‖² over valid rows and heads.
@@ -221,6 +230,7 @@ def attention_output_loss(
         v: ``(B, Hk, T, D)`` teacher values.
         out: ``(B, T, Hq, D)`` the teacher's attention output before the output projection (as captured).
         key_padding: ``(B, T)`` bool, False at padding (those rows and keys are excluded).
+        rotary: the teacher's rotary ``(cos, sin)`` of the T positions (for a twin that ``needs_rotary``).
 
     Returns:
         a 0-d float32 tensor.
@@ -228,7 +238,7 @@ def attention_output_loss(
     Raises:
         FloatingPointError: a non-finite loss.
     """
-    err, norm = output_error_sums(twin, q, k, v, out, key_padding)
+    err, norm = output_error_sums(twin, q, k, v, out, key_padding, rotary)
     loss = err / norm.clamp_min(torch.finfo(torch.float32).tiny)
     if not torch.isfinite(loss):
         raise FloatingPointError(f"non-finite output-matching loss ({loss.item()}); check the twin's feature map")

@@ -25,8 +25,8 @@ from lit_dof.attention import (
 )
 from lit_dof.attention.feature_maps.registry import feature_map_name, registered_feature_map
 from lit_dof.attention.grouped import HeadGroupedAttention
-from lit_dof.interface import ATTN_IMPLEMENTATION, AttentionSlot, install_cache_hook
-from lit_dof.teacher.families import AttentionLayer, attention_layers
+from lit_dof.interface import ATTN_IMPLEMENTATION, AttentionSlot, install_attention_hook
+from lit_dof.teacher.families import AttentionLayer, attention_layers, has_rotary_positions
 
 
 def feature_map_spec(feature_map: FeatureMap) -> dict:
@@ -111,12 +111,18 @@ def attach_linear_attention(
         the model's :class:`~lit_dof.teacher.families.AttentionLayer` list.
 
     Raises:
-        UnsupportedModelError: unsupported family. ValueError: bad feature dims or layer indices. TypeError:
-            ``sliding_window`` is not a :class:`~lit_dof.attention.SlidingWindow`.
+        UnsupportedModelError: unsupported family. ValueError: bad feature dims or layer indices, or
+            ``sliding_window.far_rope=False`` for a model without rotary positions. TypeError: ``sliding_window``
+            is not a :class:`~lit_dof.attention.SlidingWindow`.
     """
     if not isinstance(sliding_window, SlidingWindow):
         raise TypeError(f"sliding_window must be a lit_dof.attention.SlidingWindow, got {sliding_window!r}")
     layers = attention_layers(model)
+    if not sliding_window.far_rope and not has_rotary_positions(model):
+        raise ValueError(
+            f"sliding_window.far_rope=False undoes rotary positions, but {type(model).__name__} has none (absolute "
+            "position embeddings): use far_rope=True"
+        )
     dims = resolve_feature_dims(feature_dims, len(layers))
     softmax = _check_indices(softmax_layers, len(layers))
     for layer in layers:
@@ -148,7 +154,7 @@ def attach_linear_attention(
                 linear = build(layer.num_heads, layer.num_kv_heads, m)
         linear.to(device=reference.device)
         module.lit_dof = AttentionSlot(linear, use_softmax=layer.index in softmax)
-        install_cache_hook(module)
+        install_attention_hook(module)
     model.set_attn_implementation(ATTN_IMPLEMENTATION)
     return layers
 

@@ -22,13 +22,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from lit_dof.interface import ATTN_IMPLEMENTATION, AttentionSlot
+from lit_dof.interface import ATTN_IMPLEMENTATION, AttentionSlot, attention_hook
 from lit_dof.teacher.families import AttentionLayer, attention_layers
 
 Pooling = Literal["kv_head", "query_head"]
 LayerRecorder = Callable[[int, "CapturedAttention"], None]
-"""``(layer index, its CapturedAttention)``: what :func:`capture_attention` reports for each layer (all five
-tensors filled in; a recorder keeps what it needs)."""
+"""``(layer index, its CapturedAttention)``: what :func:`capture_attention` reports for each layer (every field
+filled in that the model has; a recorder keeps what it needs)."""
 
 
 @contextlib.contextmanager
@@ -44,15 +44,16 @@ def capture_attention(model: nn.Module, recorder: LayerRecorder) -> Iterator[lis
     """
     layers = attention_layers(model)
     previous = model.config._attn_implementation
-    added = []
+    added, hooks = [], []
     for layer in layers:
+        hooks.append(attention_hook(layer.module))
         slot = getattr(layer.module, "lit_dof", None)
         if not isinstance(slot, AttentionSlot):
             slot = AttentionSlot()
             layer.module.lit_dof = slot
             added.append(layer.module)
-        slot.recorder = lambda module, q, k, v, pad, out: recorder(
-            module.layer_idx, CapturedAttention(q=q, k=k, v=v, out=out, key_padding=pad)
+        slot.recorder = lambda module, q, k, v, pad, out, rotary: recorder(
+            module.layer_idx, CapturedAttention(q=q, k=k, v=v, out=out, key_padding=pad, rotary=rotary)
         )
     if previous != ATTN_IMPLEMENTATION:
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
@@ -61,6 +62,9 @@ def capture_attention(model: nn.Module, recorder: LayerRecorder) -> Iterator[lis
     finally:
         for layer in layers:
             layer.module.lit_dof.recorder = None
+        for hook in hooks:
+            if hook is not None:
+                hook.remove()
         for module in added:
             del module.lit_dof
         if previous != ATTN_IMPLEMENTATION:
@@ -76,6 +80,8 @@ class CapturedAttention:
         k: ``(B, Hk, T, d)`` post-RoPE keys. v: ``(B, Hk, T, D)`` values.
         out: ``(B, T, Hq, D)`` softmax attention output (before the output projection).
         key_padding: ``(B, T)`` bool, False at padding; ``None`` if nothing is padded.
+        rotary: the layer's rotary ``(cos, sin)``, each ``(B or 1, T, r)``, that made q and k post-RoPE; ``None``
+            for a model without rotary positions.
     """
 
     q: Tensor
@@ -83,6 +89,7 @@ class CapturedAttention:
     v: Tensor | None
     out: Tensor | None
     key_padding: Tensor | None
+    rotary: tuple[Tensor, Tensor] | None = None
 
 
 @torch.no_grad()
@@ -106,6 +113,7 @@ def capture_batch(
             c.v.detach() if values else None,
             c.out.detach() if outputs else None,
             c.key_padding,
+            c.rotary,
         )
 
     inputs = _as_inputs(batch)

@@ -77,6 +77,14 @@ def check_supported(model: nn.Module) -> str:
     return model_type
 
 
+def has_rotary_positions(model: nn.Module) -> bool:
+    """Whether the model encodes positions by rotating q and k (RoPE: ``rope_parameters`` or ``rope_theta`` in its
+    text config), so that attention depends on relative positions only; ``False`` for learned absolute positions
+    (GPT-2)."""
+    config = text_config(model)
+    return getattr(config, "rope_parameters", None) is not None or getattr(config, "rope_theta", None) is not None
+
+
 def attention_layers(model: nn.Module) -> list[AttentionLayer]:
     """The self-attention layers of a supported causal LM, in layer order.
 
