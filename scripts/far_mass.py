@@ -35,8 +35,9 @@ def _buckets(context: int, first: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(edges))
 
 
-def _layer_masses(twin, q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per (query head, sampled row): teacher far share, student far share, log far-sum ratio. q ``(1, Hq, T, d)``."""
+def _layer_masses(twin, q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor, rotary=None) -> dict[str, torch.Tensor]:
+    """Per (query head, sampled row): teacher far share, student far share, log far-sum ratio. q ``(1, Hq, T, d)``;
+    ``rotary``: the capture's cos/sin, for a far term on un-rotated q/k."""
     w, s = twin.window, twin.sink_tokens
     _, Hq, T, d = q.shape
     group = Hq // k.shape[1]
@@ -51,7 +52,8 @@ def _layer_masses(twin, q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor) ->
     log_far_t = torch.where(far, logits, neg).logsumexp(-1)
     log_exact = torch.where(exact, logits, neg).logsumexp(-1)
     log_all_t = torch.where(causal, logits, neg).logsumexp(-1)
-    log_q, log_k = twin.exact_log_features(q[:, :, rows].float(), k.float())  # (1, Hq, n, M), (1, Hk|Hq, T, M)
+    q_far, k_far = twin.far_inputs(q, k, rotary)  # the vectors the far term's maps see
+    log_q, log_k = twin.exact_log_features(q_far[:, :, rows].float(), k_far.float())  # (1, Hq, n, M), (1, Hk|Hq, T, M)
     log_k = log_k[0].double()
     if log_k.shape[0] != Hq:
         log_k = log_k.repeat_interleave(group, dim=0)  # (Hq, T, M)
@@ -96,7 +98,7 @@ def main() -> None:
 
     def record(index, c):
         if index in twins:
-            results[index] = _layer_masses(twins[index], c.q, c.k, rows)
+            results[index] = _layer_masses(twins[index], c.q, c.k, rows, c.rotary)
 
     with torch.no_grad(), student.teacher_mode(), capture_attention(student.model, record):
         student(ids, use_cache=False)

@@ -84,6 +84,8 @@ def unrotated_far_features(student, period: float, positions: torch.Tensor):
         return lambda q, k: original(unrotate(q), unrotate(k))
 
     twins = [t for t in student.linear_modules().values() if hasattr(t, "exact_log_features")]
+    if any(t.needs_rotary for t in twins):
+        raise ValueError("--unrotate-period: this student's far terms see un-rotated q/k already (far_rope=False)")
     for twin in twins:
         twin.exact_log_features = patched(twin.exact_log_features)
     try:

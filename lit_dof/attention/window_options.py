@@ -33,11 +33,11 @@ class SlidingWindow:
         far_rope: ``True``: the far term's feature maps see post-RoPE queries and keys, like the exact parts;
             ``False``: they see them with the rotary embedding undone (:func:`~lit_dof.attention.rotary.unrotate`),
             so the far term depends on content alone, never on absolute positions (the window keeps RoPE).
-            Needs a teacher with rotary positions.
+            Needs a teacher with rotary positions; without a far term it changes nothing.
 
     Raises:
         ValueError: a negative or non-integer ``window``/``sink_tokens``, ``far_decay <= 0``, ``learn_decay``
-            without ``far_decay``, ``far_rope=False`` without a far term, or a window option set while ``window = 0``.
+            without ``far_decay``, or a window option set while ``window = 0``.
     """
 
     window: int = 0
@@ -58,8 +58,6 @@ class SlidingWindow:
             raise ValueError(f"sliding_window.far_decay must be a positive number of tokens (or None), got {decay!r}")
         if self.learn_decay and decay is None:
             raise ValueError("sliding_window.learn_decay needs far_decay (the initial decay length in tokens)")
-        if not self.far_rope and not self.far_term:
-            raise ValueError("sliding_window.far_rope=False changes the far term's inputs: it needs far_term=True")
         changed = [f.name for f in fields(self) if f.name != "window" and getattr(self, f.name) != f.default]
         if self.window == 0 and changed:
             raise ValueError(

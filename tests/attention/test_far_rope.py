@@ -112,8 +112,14 @@ def test_generate_equals_reforward_and_the_option_round_trips(tmp_path):
         torch.testing.assert_close(loaded(ids).logits, student(ids).logits)
 
 
-def test_refused_without_rotary_positions_or_far_term():
+def test_refused_without_rotary_positions_and_inert_without_a_far_term():
     with pytest.raises(ValueError, match="has none"):
         linearize(tiny_model("gpt2"), LearnedPRF, 8, sliding_window=OPTIONS)
-    with pytest.raises(ValueError, match="needs far_term"):
-        SlidingWindow(window=4, far_term=False, far_rope=False)
+    fm = LearnedPRF(8, 2, 4)
+    alone = SlidingWindowLinearAttention(
+        fm, 4, 2, sliding_window=SlidingWindow(window=3, far_term=False, far_rope=False)
+    )
+    assert not alone.needs_rotary
+    q, k, v = torch.randn(1, 4, 7, 8), torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 3)
+    control = SlidingWindowLinearAttention(fm, 4, 2, sliding_window=SlidingWindow(window=3, far_term=False))
+    torch.testing.assert_close(alone(q, k, v)[0], control(q, k, v)[0], rtol=0, atol=0)
