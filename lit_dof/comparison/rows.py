@@ -74,6 +74,9 @@ ROWS: dict[str, Row] = {r.name: r for r in [
         "positions (offsets up to 7680)", reference="swa_sink"),
     Row("swa_sink_linear_norope", ("methods/swa_sink_linear_norope.yaml",), note="swa_sink_linear with the far "
         "term's maps on un-rotated q/k (position-free far term)", reference="swa_sink"),
+    Row("swa_sink_linear_decay_norope", ("methods/swa_sink_linear_decay.yaml",),
+        ("--model.init_args.sliding_window.far_rope=false",), note="swa_sink_linear_decay with the far term's maps "
+        "on un-rotated q/k", reference="swa_sink"),
     # The λ study (METHOD.md §2): DoF at fixed absolute λ and with the relative rule, next to "dof" (auto).
     Row("dof_lam2^48", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=281474976710656",), note="λ = 2^48"),
     Row("dof_lam2^56", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=72057594037927936",), note="λ = 2^56"),
