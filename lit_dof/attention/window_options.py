@@ -31,7 +31,7 @@ class SlidingWindow:
             length; ``None``: no decay.
         learn_decay: train the decay rates (log λ per feature-map head, initialised to ``log(1/far_decay)``).
         far_rope: ``True``: the far term's feature maps see post-RoPE queries and keys, like the exact parts;
-            ``False``: they see them with the rotary embedding undone (:func:`~lit_dof.attention.rotary.unrotate`),
+            ``False``: they see them with the rotary embedding undone (``lit_dof.attention.rotary.unrotate``),
             so the far term depends on content alone, never on absolute positions (the window keeps RoPE).
             Needs a teacher with rotary positions; without a far term it changes nothing.
 
