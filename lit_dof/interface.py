@@ -55,8 +55,9 @@ class AttentionSlot(nn.Module):
     """What lit-dof attaches to a teacher attention module (as its submodule ``lit_dof``).
 
     Args:
-        linear: the linear-attention module, called as ``linear(q, k, v, state, key_padding_mask) ->
-            (y, state)`` (e.g. :class:`~lit_dof.attention.CausalLinearAttention`); ``None`` for none.
+        linear: the linear-attention module, called as ``linear(q, k, v, state, key_padding_mask, rotary=rotary)
+            -> (y, state)`` with ``rotary`` the module's ``(cos, sin)`` or ``None`` (e.g.
+            :class:`~lit_dof.attention.CausalLinearAttention`); ``None`` for none.
         use_softmax: run the teacher's softmax attention instead (a hybrid's softmax layer; switchable).
     """
 
@@ -183,8 +184,7 @@ def lit_dof_attention(
     if linear:
         layer = _state_layer(cache, module.layer_idx)
         state = layer.state if layer is not None else None
-        extra = {"rotary": rotary} if getattr(slot.linear, "needs_rotary", False) else {}
-        y, state = slot.linear(q, key, value, state, padding, **extra)
+        y, state = slot.linear(q, key, value, state, padding, rotary=rotary)
         if layer is not None:
             layer.state = state
         out, weights = y.transpose(1, 2).contiguous(), None

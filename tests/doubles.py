@@ -39,7 +39,7 @@ class ExactSoftmaxTwin(nn.Module):
         super().__init__()
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
 
-    def forward(self, q, k, v, state=None, key_padding_mask=None):
+    def forward(self, q, k, v, state=None, key_padding_mask=None, *, rotary=None):
         B, Hq, T, d = q.shape
         valid = torch.ones(B, k.shape[2], dtype=torch.bool) if key_padding_mask is None else key_padding_mask.bool()
         if state is not None:

@@ -99,7 +99,7 @@ class HeadGroupedAttention(Float32Parameters):
     @property
     def needs_rotary(self) -> bool:
         """Whether a group needs the call's rotary cos/sin (a far term on un-rotated q/k)."""
-        return any(getattr(layer, "needs_rotary", False) for layer in self.groups)
+        return any(layer.needs_rotary for layer in self.groups)
 
     @property
     def feature_dim_total(self) -> int:
@@ -126,7 +126,7 @@ class HeadGroupedAttention(Float32Parameters):
             v: ``(B, Hk, Tk, D)`` values.
             state: from a previous call, or ``None``.
             key_padding_mask: ``(B, Tk)`` bool.
-            rotary: ``(cos, sin)`` of the T positions, handed to groups that :attr:`needs_rotary`.
+            rotary: ``(cos, sin)`` of the T positions, handed to every group.
 
         Returns:
             ``(y (B, Hq, T, D) in v's dtype, GroupedState)``.
@@ -143,8 +143,7 @@ class HeadGroupedAttention(Float32Parameters):
         y = v.new_empty(B, self.num_heads, T, v.shape[-1])
         states = []
         for i, (layer, qg, kg, vg, query_heads) in enumerate(self.split(q, k, v)):
-            extra = {"rotary": rotary} if getattr(layer, "needs_rotary", False) else {}
-            yg, sg = layer(qg, kg, vg, None if state is None else state.states[i], key_padding_mask, **extra)
+            yg, sg = layer(qg, kg, vg, None if state is None else state.states[i], key_padding_mask, rotary=rotary)
             y = y.index_copy(1, query_heads, yg.to(y.dtype))
             states.append(sg)
         return y, GroupedState(states)

@@ -151,6 +151,11 @@ class CausalLinearAttention(Float32Parameters):
             )
         return Tk
 
+    @property
+    def needs_rotary(self) -> bool:
+        """Whether :meth:`forward` needs the call's rotary ``(cos, sin)``; ``False`` for the pure linear layer."""
+        return False
+
     def forward(
         self,
         q: Tensor,
@@ -158,6 +163,8 @@ class CausalLinearAttention(Float32Parameters):
         v: Tensor,
         state: LinearAttentionState | None = None,
         key_padding_mask: Tensor | None = None,
+        *,
+        rotary: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, LinearAttentionState]:
         """Attend causally, continuing from ``state`` if given.
 
@@ -170,6 +177,8 @@ class CausalLinearAttention(Float32Parameters):
             v: ``(B, Hk, Tk, D)`` values.
             state: recurrent state after the tokens before these keys, or ``None``.
             key_padding_mask: ``(B, Tk)`` bool, False for padding keys (they get φ = 0 and never contribute).
+            rotary: the call's rotary ``(cos, sin)``; unused here (these maps see post-RoPE q/k), taken so that every
+                linear layer has one call signature (:attr:`needs_rotary`).
 
         Returns:
             ``(y, state)`` with ``y`` ``(B, Hq, T, D)`` in v's dtype and the float32 state after the last token

@@ -82,7 +82,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
     @property
     def needs_rotary(self) -> bool:
         """Whether :meth:`forward` needs the call's ``rotary`` (a far term on un-rotated q/k, ``far_rope=False``)."""
-        return self.far_term and not self.sliding_window.far_rope
+        return self.sliding_window.far_unrotated
 
     def far_inputs(self, q: Tensor, k: Tensor, rotary: Rotary | None) -> tuple[Tensor, Tensor]:
         """The queries and keys the far term's feature maps see: ``q``, ``k`` themselves (post-RoPE), or with the

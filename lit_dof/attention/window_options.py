@@ -66,6 +66,11 @@ class SlidingWindow:
             )
 
     @property
+    def far_unrotated(self) -> bool:
+        """Whether there is a far term whose feature maps see un-rotated q/k (``far_term`` and not ``far_rope``)."""
+        return self.far_term and not self.far_rope
+
+    @property
     def enabled(self) -> bool:
         """Whether there is a window at all (``window >= 1``); ``False`` means pure linear attention."""
         return self.window > 0

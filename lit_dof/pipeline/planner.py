@@ -277,7 +277,7 @@ class DoFPlanner(FeatureDimPlanner):
         rank, world = trainer.global_rank, trainer.world_size
         window = student.sliding_window
         pool = {"far_window": window.window, "sink_tokens": window.sink_tokens} if self.far_pairs else {}
-        pool["unrotated"] = window.enabled and window.far_term and not window.far_rope  # the far term's kernel
+        pool["unrotated"] = window.far_unrotated  # the kernel the far term's maps approximate
         keys = list(range(rank, self.num_batches, world))
         loader = trainer.datamodule.train_dataloader()
         batches = [batch for _, batch in zip(keys, loader)]

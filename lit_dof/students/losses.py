@@ -201,8 +201,7 @@ def output_error_sums(
     """Σ‖ŷ − y‖² and Σ‖y‖² over the valid rows and heads of one block (shapes as :func:`attention_output_loss`),
     as 0-d float32 tensors: the loss is their ratio; sums over several batches give the pooled ratio."""
     q, k, v = (upcast(t.detach()) for t in (q, k, v))  # the twin returns y in v's dtype: float32 here
-    extra = {"rotary": rotary} if getattr(twin, "needs_rotary", False) else {}
-    y, _ = twin(q, k, v, key_padding_mask=key_padding, **extra)  # (B, Hq, T, D)
+    y, _ = twin(q, k, v, key_padding_mask=key_padding, rotary=rotary)  # (B, Hq, T, D)
     target = out.detach().transpose(1, 2).float()
     err = (y.float() - target).pow(2).sum(-1)  # (B, Hq, T)
     norm = target.pow(2).sum(-1)
