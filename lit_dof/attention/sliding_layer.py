@@ -21,6 +21,11 @@ from lit_dof.attention.sliding_window import SlidingWindowState, sliding_window_
 from lit_dof.attention.window_options import SlidingWindow
 
 
+def _option(name: str, doc: str) -> property:
+    """A read-only property of the layer that reads ``self.sliding_window.<name>`` (one source for each option)."""
+    return property(lambda self: getattr(self.sliding_window, name), doc=f"{doc} (``sliding_window.{name}``)")
+
+
 class SlidingWindowLinearAttention(CausalLinearAttention):
     """Causal attention with an exact sliding window (plus attention sinks) and a linear far term.
 
@@ -64,25 +69,12 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             else:
                 self.register_buffer("far_log_decay", init)
 
-    @property
-    def window(self) -> int:
-        """w, tokens attended exactly (``sliding_window.window``)."""
-        return self.sliding_window.window
-
-    @property
-    def sink_tokens(self) -> int:
-        """s, first tokens always attended exactly (``sliding_window.sink_tokens``)."""
-        return self.sliding_window.sink_tokens
-
-    @property
-    def far_term(self) -> bool:
-        """Whether the linear far term is included (``sliding_window.far_term``)."""
-        return self.sliding_window.far_term
-
-    @property
-    def needs_rotary(self) -> bool:
-        """Whether :meth:`forward` needs the call's ``rotary`` (a far term on un-rotated q/k, ``far_rope=False``)."""
-        return self.sliding_window.far_unrotated
+    window = _option("window", "w, tokens attended exactly.")
+    sink_tokens = _option("sink_tokens", "s, first tokens always attended exactly.")
+    far_term = _option("far_term", "Whether the linear far term is included.")
+    needs_rotary = _option(
+        "far_unrotated", "Whether :meth:`forward` needs the call's ``rotary`` (a far term on un-rotated q/k)."
+    )
 
     def far_inputs(self, q: Tensor, k: Tensor, rotary: Rotary | None) -> tuple[Tensor, Tensor]:
         """The queries and keys the far term's feature maps see: ``q``, ``k`` themselves (post-RoPE), or with the
