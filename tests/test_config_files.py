@@ -83,3 +83,22 @@ def test_wheel_ships_the_configs_and_resolves_them_installed(tmp_path):
                             text=True, check=True,
                             env={**env, "PYTHONPATH": str(tmp_path / "site")}).stdout  # fmt: skip  # packed args
     assert [line.split()[0] for line in listed.splitlines()] == shipped_configs()
+
+
+def test_configs_that_choose_an_attention_state_every_window_option_the_quickstart_sets():
+    """Method and hybrid files are composed after configs/quickstart.yaml: a file that sets ``sliding_window``
+    must override every option the quickstart sets, or the quickstart's far-term choices leak into it (a pure
+    linear method with the quickstart's far decay is refused; a window recipe would silently change)."""
+    import yaml
+
+    def window_keys(path):
+        init = ((yaml.safe_load(path.read_text()) or {}).get("model") or {}).get("init_args") or {}
+        return set(init["sliding_window"]) if "sliding_window" in init else None
+
+    quickstart = window_keys(REPO / "configs" / "quickstart.yaml")
+    assert {"window", "sink_tokens"} <= quickstart
+    composed = [p for p in [*(REPO / "configs").rglob("*.yaml"), *(REPO / "tests" / "pipeline").glob("*.yaml")]
+                if p.name != "quickstart.yaml" and window_keys(p) is not None]  # fmt: skip  # packed comprehension
+    assert len(composed) >= 10
+    missing = {p.relative_to(REPO).as_posix(): sorted(quickstart - window_keys(p)) for p in composed}
+    assert {name: keys for name, keys in missing.items() if keys} == {}
