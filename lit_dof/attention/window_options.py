@@ -62,7 +62,8 @@ class SlidingWindow:
         if self.window == 0 and changed:
             raise ValueError(
                 f"sliding_window options {changed} need a sliding window: set sliding_window.window >= 1 "
-                "(window 0 is pure linear attention)"
+                "(window 0 is pure linear attention), or reset them to their defaults (a pure linear method file "
+                "composed after configs/quickstart.yaml sets far_decay: null and far_rope: true)"
             )
 
     @property

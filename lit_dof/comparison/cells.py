@@ -279,16 +279,11 @@ class Comparison:
         return self._measured(row, budget, "ppl.json", self._perplexity)
 
     def _perplexity(self, model, tokenizer, corpus: str) -> dict:
-        from lit_dof.evaluation.perplexity import corpus_perplexity, heldout_documents, position_perplexity, text_tokens
+        from lit_dof.evaluation.perplexity import heldout_perplexity
 
-        result = corpus_perplexity(
+        return heldout_perplexity(
             model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window, stride=self.ppl_stride
         )
-        tokens = text_tokens(heldout_documents(corpus), tokenizer, self.ppl_tokens)
-        block = min(self.ppl_window, tokens.numel())  # a stream shorter than the window is one block
-        edges = [e for e in (0, 64, 256) if e < block] + [block]
-        result["by_position"] = position_perplexity(model, tokens, block=block, edges=edges)
-        return result
 
     def long_context(self, row: Row, budget: int) -> dict:
         """Perplexity by position at every context of ``long_contexts``, returned and written as ``long.json``

@@ -123,6 +123,35 @@ def corpus_perplexity(model, tokenizer, path: str | os.PathLike, *, heldout: boo
             "heldout": heldout}  # fmt: skip  # compact dict
 
 
+def heldout_perplexity(model, tokenizer, path: str | os.PathLike, *, max_tokens: int = 16384, window: int = 512,
+                       stride: int | None = 256) -> dict:  # fmt: skip  # packed signature
+    """The comparison's held-out measurement: :func:`corpus_perplexity` on the corpus's validation documents plus
+    :func:`position_perplexity` of the same token stream in blocks of ``window`` tokens (buckets 0–63 / 64–255 /
+    256–``window``−1), so that two models measured on the same corpus pair block by block
+    (:func:`paired_perplexity_ratio`).
+
+    Args:
+        model: a causal LM returning ``.logits`` ``(B, T, V)``.
+        tokenizer: its tokenizer.
+        path: the corpus (``.txt``/``.gz``/``.jsonl``/WikiExtractor); its held-out documents are scored.
+        max_tokens: tokens of the held-out stream (the first this many).
+        window: sliding window and block length (tokens).
+        stride: window stride (tokens; ``None``: ``window``).
+
+    Returns:
+        :func:`corpus_perplexity`'s record plus ``"by_position"``, a :func:`position_perplexity` record.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+    """
+    result = corpus_perplexity(model, tokenizer, path, max_tokens=max_tokens, window=window, stride=stride)
+    tokens = text_tokens(heldout_documents(path), tokenizer, max_tokens)
+    block = min(window, tokens.numel())  # a stream shorter than the window is one block
+    edges = [e for e in (0, 64, 256) if e < block] + [block]
+    result["by_position"] = position_perplexity(model, tokens, block=block, edges=edges)
+    return result
+
+
 def position_edges(context: int) -> list[int]:
     """Position-bucket edges of a ``context``-token block: 0, 64, 256, 512, 2048, 4096 below ``context``, then
     ``context`` (the long-context tables' buckets)."""

@@ -25,12 +25,16 @@ PURE_LINEAR = REPO / "tests" / "pipeline" / "pure_linear.yaml"
 TINY_DOF = REPO / "tests" / "pipeline" / "tiny_dof.yaml"
 """Composed after :data:`PURE_LINEAR` by :func:`fit_args`: a DoF estimate of 64 samples per head from 2 batches."""
 
+SCHEDULE = REPO / "tests" / "pipeline" / "schedule.yaml"
+"""Composed after :data:`TINY_DOF` by :func:`fit_args`: every batch captured, the last 30% of the steps end to end."""
+
 
 def fit_args(tmp_path, *configs: str, steps: int = 3, extra=()) -> list[str]:
     """``lit-dof fit`` arguments: the quickstart config made pure linear (:data:`PURE_LINEAR`) with a tiny DoF
-    estimate (:data:`TINY_DOF`), extra config files, tiny budgets, logs in tmp_path."""
+    estimate (:data:`TINY_DOF`) and the tests' schedule (:data:`SCHEDULE`), extra config files, tiny budgets,
+    logs in tmp_path."""
     args = ["fit", "--config", str(REPO / "configs" / "quickstart.yaml"), "--config", str(PURE_LINEAR)]
-    args += ["--config", str(TINY_DOF)]
+    args += ["--config", str(TINY_DOF), "--config", str(SCHEDULE)]
     for config in configs:
         args += ["--config", str(REPO / "configs" / config)]
     return (

@@ -27,10 +27,10 @@ def test_quickstart_config_runs_on_smollm2(tmp_path, smollm2_dir, monkeypatch):
     assert abs(sum(report["allocations"]["dof"]) - 30 * 64) <= 15 and report["warnings"] == []
     assert max(report["allocations"]["dof"]) - min(report["allocations"]["dof"]) >= 48
     student = load_student(log_dir / "student")
-    twins = student.linear_modules().values()  # the shipped recipe: window 64 + 4 sinks + a linear far term
-    assert {(type(t).__name__, t.window, t.sink_tokens, t.far_term) for t in twins} == {
-        ("SlidingWindowLinearAttention", 64, 4, True)
-    }
+    twins = student.linear_modules().values()  # the shipped recipe: window 64 + 4 sinks + a linear far term,
+    # decaying (τ = 128 tokens) and on un-rotated q/k, as saved and loaded back
+    assert {(type(t).__name__, t.window, t.sink_tokens, t.far_term, t.sliding_window.far_decay, t.needs_rotary)
+            for t in twins} == {("SlidingWindowLinearAttention", 64, 4, True, 128, True)}  # fmt: skip
     assert student.feature_dims == [max(8, m) for m in report["allocations"]["dof"]]
     assert cli.trainer.global_step == 2
     assert 10 < float(cli.trainer.callback_metrics["val/ppl_teacher"]) < 100
