@@ -29,6 +29,8 @@ TINY_FIT = [
     "--data.init_args.seq_len=64", "--data.init_args.batch_size=2", "--data.init_args.val_blocks=2",
     f"{PLANNER_ARGS}.num_samples=64", f"{PLANNER_ARGS}.num_batches=2", "--model.init_args.query_rows=32",
     "--trainer.enable_progress_bar=false", "--trainer.max_steps=3", "--trainer.val_check_interval=3",
+    # the schedule these tests are written for, whatever the quickstart's (tests/pipeline/schedule.yaml)
+    "--model.init_args.teacher_reuse=1", "--model.init_args.finetune_fraction=0.3",
 ]  # fmt: skip  # compact list
 
 
