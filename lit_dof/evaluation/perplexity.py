@@ -118,6 +118,12 @@ def corpus_perplexity(model, tokenizer, path: str | os.PathLike, *, heldout: boo
 
     docs = heldout_documents(path, val_every) if heldout else iter_documents(path)
     tokens = text_tokens(docs, tokenizer, max_tokens)
+    return _stream_perplexity(model, tokens, path, heldout, window=window, stride=stride, batch_size=batch_size)
+
+
+def _stream_perplexity(model, tokens: torch.Tensor, path, heldout: bool, *, window: int, stride: int | None,
+                       batch_size: int) -> dict:  # fmt: skip  # packed signature
+    """:func:`corpus_perplexity`'s record for a stream already read from ``path`` (``tokens`` ``(N,)``)."""
     ppl, count = sliding_window_perplexity(model, tokens, window=window, stride=stride, batch_size=batch_size)
     return {"ppl": ppl, "tokens": count, "window": window, "stride": stride or window, "source": str(path),
             "heldout": heldout}  # fmt: skip  # compact dict
@@ -144,8 +150,8 @@ def heldout_perplexity(model, tokenizer, path: str | os.PathLike, *, max_tokens:
     Raises:
         FileNotFoundError: no file at ``path``.
     """
-    result = corpus_perplexity(model, tokenizer, path, max_tokens=max_tokens, window=window, stride=stride)
-    tokens = text_tokens(heldout_documents(path), tokenizer, max_tokens)
+    tokens = text_tokens(heldout_documents(path), tokenizer, max_tokens)  # read and tokenised once for both
+    result = _stream_perplexity(model, tokens, path, True, window=window, stride=stride, batch_size=4)
     block = min(window, tokens.numel())  # a stream shorter than the window is one block
     edges = [e for e in (0, 64, 256) if e < block] + [block]
     result["by_position"] = position_perplexity(model, tokens, block=block, edges=edges)

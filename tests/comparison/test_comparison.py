@@ -23,14 +23,14 @@ from lit_dof.comparison.rows import PLANNER_ARGS, ROWS, planner_class
 from lit_dof.devices import DeviceError, device_label
 from lit_dof.evaluation.stats import paired_difference
 from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
+from tests.pipeline.conftest import SCHEDULE
 
 DATA = REPO.parent / "shared" / "data"
 TINY_FIT = [
     "--data.init_args.seq_len=64", "--data.init_args.batch_size=2", "--data.init_args.val_blocks=2",
     f"{PLANNER_ARGS}.num_samples=64", f"{PLANNER_ARGS}.num_batches=2", "--model.init_args.query_rows=32",
     "--trainer.enable_progress_bar=false", "--trainer.max_steps=3", "--trainer.val_check_interval=3",
-    # the schedule these tests are written for, whatever the quickstart's (tests/pipeline/schedule.yaml)
-    "--model.init_args.teacher_reuse=1", "--model.init_args.finetune_fraction=0.3",
+    "--config", str(SCHEDULE),  # the schedule these tests are written for, whatever the quickstart's
 ]  # fmt: skip  # compact list
 
 
