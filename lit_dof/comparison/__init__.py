@@ -9,6 +9,7 @@ finished:
   log/checkpoint paths land there; a killed fit resumes with ``--ckpt_path last``); ``fit.json`` records
   its wall time (summed over attempts), steps, tokens seen, dims, λ, J and the validation curve;
 * ``eval/<task>.json``: zero-shot lm-eval results per task (:func:`~lit_dof.evaluation.harness.evaluate_model`);
+  ``eval/cache``: the answered requests of an unfinished task (a killed task resumes from them);
 * ``ppl.json``: sliding-window perplexity on the held-out documents, and perplexity by token position in
   disjoint ``ppl_window`` blocks (``by_position``, buckets 0–63 / 64–255 / 256–511 for 512);
 * ``long.json`` (stage ``long``): perplexity by position in blocks of 512 to 8192 tokens (long context).

@@ -220,7 +220,8 @@ class Comparison:
         return str(cell / json.loads((cell / "fit.json").read_text())["student"])
 
     def evaluate(self, row: Row, budget: int, tasks: Sequence[str] = TASKS) -> dict:
-        """Zero-shot results of the cell's model, one ``eval/<task>.json`` per task (finished tasks skipped).
+        """Zero-shot results of the cell's model, one ``eval/<task>.json`` per task (finished tasks skipped; the
+        answered requests of an unfinished one are kept in ``eval/cache``, so a killed task resumes).
 
         Args:
             row: the cell's row.
@@ -239,7 +240,8 @@ class Comparison:
             for task in todo:  # one task at a time: a kill loses at most one task's work
                 result = evaluate_model(model, tokenizer, [task], data_dir=self.data_dir, limit=self.eval_limit,
                                         batch_size=self.batch_size,
-                                        mmlu_per_subject=self.mmlu_per_subject)  # fmt: skip  # packed args
+                                        mmlu_per_subject=self.mmlu_per_subject,
+                                        cache_dir=folder / "cache")  # fmt: skip  # packed args
                 atomic_write_json(
                     folder / f"{task}.json", {**result["tasks"][task], "provenance": result["provenance"]}
                 )

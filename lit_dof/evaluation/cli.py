@@ -3,6 +3,7 @@
     lit-dof eval --model smollm2-135m-instruct --tasks '[arc_easy, piqa]' --data_dir $LIT_DOF_DATA
     lit-dof eval --model runs/quickstart/version_0/student --limit 200 --output eval.json
     lit-dof eval --model smollm2-135m-instruct --device cuda:1 --dtype bfloat16
+    lit-dof eval --model runs/quickstart/version_0/student --cache_dir eval_cache   # resumable
 
 Prints a table (acc and acc_norm with standard errors, examples per task) and, with ``--output``, writes
 the numbers and their provenance (versions, settings, wall time) as JSON, atomically.
@@ -46,6 +47,7 @@ def evaluate(
     output: str | None = None,
     device: str = "auto",
     dtype: DtypeName = "auto",
+    cache_dir: str | None = None,
 ) -> dict:
     """Evaluate ``model`` zero-shot on ``tasks`` and print the table.
 
@@ -61,6 +63,8 @@ def evaluate(
         device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: ``auto`` (the model's own: float32 for a teacher, the recorded dtype for a student), ``float32``,
             ``bfloat16`` or ``float16``.
+        cache_dir: folder that keeps every answered request (lm-eval's request cache, bound to this model's
+            weights and batch size): the same command started again after a kill resumes where it stopped.
 
     Returns:
         the results (``tasks`` and ``provenance``, as written to ``output``).
@@ -68,6 +72,7 @@ def evaluate(
     Raises:
         DeviceError: an unknown ``device``/``dtype``, or CUDA where there is none (before the model loads).
         ImportError: lm-eval is not installed (``pip install 'lit-dof[eval]'``; before the model loads).
+        ValueError: ``cache_dir`` holds another model's answers (before any request runs).
     """
     from lit_dof.evaluation.extra import require_lm_eval
     from lit_dof.evaluation.harness import evaluate_model
@@ -77,7 +82,8 @@ def evaluate(
     where, parameters = resolve_device(device), resolve_model_dtype(dtype)
     loaded, tokenizer = load_model(model, device=where, dtype=parameters)
     results = evaluate_model(loaded, tokenizer, tasks, data_dir=data_dir, limit=limit, batch_size=batch_size,
-                             mmlu_per_subject=mmlu_per_subject, builtin=builtin)  # fmt: skip  # packed args
+                             mmlu_per_subject=mmlu_per_subject, builtin=builtin,
+                             cache_dir=cache_dir)  # fmt: skip  # packed args
     results["provenance"]["model"] = model
     results["provenance"]["dtype"] = str(next(loaded.parameters()).dtype).removeprefix("torch.")
     results["provenance"]["data_dir"] = str(data_dir or os.environ.get("LIT_DOF_DATA"))

@@ -9,10 +9,17 @@ download their datasets from the hub: online use only).
 
 The result records what produced each number: lm-eval / transformers / torch versions, the model source,
 the tasks, ``limit``, the batch size and the wall time.
+
+With ``cache_dir``, every answered request is kept in lm-eval's own request cache (``use_cache``: a SQLite
+file written as requests are answered), so an evaluation that is killed and started again resumes where it
+stopped. lm-eval keys that cache by request only, so :func:`request_cache` binds the folder to one model
+(a hash of its weights) and one batch size, and refuses any other.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import platform
 import time
@@ -24,7 +31,7 @@ import torch
 from lit_dof.devices import device_label  # also importable from here, as before
 from lit_dof.evaluation.extra import require_lm_eval
 from lit_dof.evaluation.task_data import TASKS
-from lit_dof.io import library_versions
+from lit_dof.io import atomic_write_json, library_versions
 
 TASK_DIR = Path(__file__).with_name("lm_eval_tasks")
 """Folder of the shipped lm-eval task YAMLs (``lit_dof_<task>.yaml``)."""
@@ -59,6 +66,7 @@ def evaluate_model(
     mmlu_per_subject: int | None = None,
     builtin: bool = False,
     max_length: int | None = None,
+    cache_dir: str | os.PathLike | None = None,
 ) -> dict:
     """Zero-shot accuracy of ``model`` on ``tasks``.
 
@@ -72,6 +80,8 @@ def evaluate_model(
         mmlu_per_subject: first this-many MMLU questions per subject (a fixed stratified subset).
         builtin: use lm-eval's built-in task names (hub datasets, needs internet).
         max_length: longest context in tokens (default: the model config's ``max_position_embeddings``).
+        cache_dir: folder of the request cache (:func:`request_cache`): answered requests are read back from it
+            instead of recomputed, so a killed evaluation resumes; ``None``: no cache.
 
     Returns:
         ``{"tasks": {task: {"acc", "acc_stderr", "acc_norm"?, "acc_norm_stderr"?, "n", "items"}}, "provenance":
@@ -79,7 +89,8 @@ def evaluate_model(
         of two models on the same examples.
 
     Raises:
-        ValueError: an unknown task name; FileNotFoundError: a missing data file; ImportError: lm-eval is not
+        ValueError: an unknown task name, or a ``cache_dir`` written for another model or batch size (before
+            any request runs); FileNotFoundError: a missing data file; ImportError: lm-eval is not
             installed (the ``eval`` extra).
     """
     lm_eval = require_lm_eval("zero-shot evaluation (lit-dof eval, compare)")
@@ -96,12 +107,14 @@ def evaluate_model(
     max_length = max_length or getattr(config, "max_position_embeddings", None) or 2048
     lm = HFLM(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size, max_length=max_length)
     manager = None if builtin else task_manager(data_dir, mmlu_per_subject)
+    use_cache = request_cache(cache_dir, model, batch_size=batch_size, max_length=max_length) if cache_dir else None
     start = time.perf_counter()
     model.eval()
     with torch.no_grad():
         raw = lm_eval.simple_evaluate(
-            model=lm, tasks=names, task_manager=manager, limit=limit, num_fewshot=0, log_samples=True
-        )
+            model=lm, tasks=names, task_manager=manager, limit=limit, num_fewshot=0,
+            log_samples=True, use_cache=use_cache,
+        )  # fmt: skip  # packed args
     seconds = time.perf_counter() - start
     results = {}
     for task, name in zip(tasks, names):
@@ -119,6 +132,54 @@ def evaluate_model(
     info = provenance(tasks=list(tasks), limit=limit, batch_size=batch_size, mmlu_per_subject=mmlu_per_subject,
                       seconds=seconds, device=device)  # fmt: skip  # packed args
     return {"tasks": results, "provenance": info}
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of a model's parameters and buffers (names, dtypes, shapes and bytes), in ``state_dict`` order:
+    equal exactly when two models compute with the same numbers."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        data = tensor.detach().to("cpu").contiguous().reshape(-1)
+        digest.update(f"{name}:{data.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(data.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def request_cache(cache_dir: str | os.PathLike, model: torch.nn.Module, **settings) -> str:
+    """Bind ``cache_dir`` to ``model`` and return the path prefix for lm-eval's ``use_cache``.
+
+    lm-eval's request cache (``CachingLM``, ``<prefix>_rank<r>.db``) keys each answer by the request's text
+    alone, so answers of one model would be served to another. The folder's ``model.json`` records the weights'
+    digest (:func:`weights_digest`) and ``settings`` (batch size, context length: results depend on them only
+    through floating-point order) on first use; later uses must match.
+
+    Args:
+        cache_dir: the folder (created if missing).
+        model: the model whose answers the folder keeps.
+        **settings: other values the answers depend on (JSON-serialisable).
+
+    Returns:
+        ``<cache_dir>/requests``, the prefix lm-eval appends ``_rank<r>.db`` to.
+
+    Raises:
+        ValueError: the folder was written for other weights or settings (the message names both and the fix).
+    """
+    folder = Path(cache_dir)
+    stamp = {"weights_sha256": weights_digest(model), **settings}
+    record = folder / "model.json"
+    if record.is_file():
+        kept = json.loads(record.read_text())
+        if kept != stamp:
+            changed = sorted(k for k in stamp.keys() | kept.keys() if stamp.get(k) != kept.get(k))
+            raise ValueError(
+                f"request cache {folder} holds answers of another model or setting ({', '.join(changed)} differ: "
+                f"{ {k: kept.get(k) for k in changed} } there, { {k: stamp.get(k) for k in changed} } now); "
+                "pass another cache folder or delete this one"
+            )
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(record, stamp)
+    return str(folder / "requests")
 
 
 def provenance(**extra) -> dict:
