@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from lit_dof.comparison.lookup import cell_key
-from lit_dof.evaluation.stats import paired_difference
+from lit_dof.evaluation.stats import paired_task_differences
 
 
 def mean_of(values: Iterable[float | None]) -> float | None:
@@ -24,8 +24,9 @@ def mean_of(values: Iterable[float | None]) -> float | None:
 
 
 def pair_with_reference(c: dict, items: dict, reference: dict, tasks: Sequence[str]) -> None:
-    """Set ``c["vs_reference"]`` (per task, :func:`paired_difference` of the per-example scores) and, with every
-    task paired, ``c["vs_reference_average"]`` (tasks are disjoint example sets: SE √(Σ SE²) / n).
+    """Set ``c["vs_reference"]`` (per task, the paired difference of the per-example scores ± its standard
+    error) and, with every task paired, ``c["vs_reference_average"]`` (tasks are disjoint example sets: SE
+    √(Σ SE²) / n), as :func:`~lit_dof.evaluation.stats.paired_task_differences` computes them.
 
     Args:
         c: the report cell to update.
@@ -33,17 +34,9 @@ def pair_with_reference(c: dict, items: dict, reference: dict, tasks: Sequence[s
         reference: the reference cell's per-example scores by task.
         tasks: the report's tasks.
     """
-    c["vs_reference"] = {
-        task: dict(zip(("difference", "stderr", "n"), paired_difference(items[task], values)))
-        for task, values in reference.items()
-        if len(items.get(task, ())) == len(values)
-    }
-    if len(c["vs_reference"]) == len(tasks):
-        per_task = list(c["vs_reference"].values())
-        c["vs_reference_average"] = {
-            "difference": mean_of(d["difference"] for d in per_task),
-            "stderr": math.sqrt(sum(d["stderr"] ** 2 for d in per_task)) / len(per_task),
-        }
+    c["vs_reference"], average = paired_task_differences(items, reference, tasks)
+    if average is not None:
+        c["vs_reference_average"] = average
 
 
 def spread_of(values: Sequence[float]) -> dict | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, int]:
@@ -28,3 +28,35 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, fl
     mean = sum(diffs) / len(diffs)
     variance = sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)
     return mean, math.sqrt(variance / len(diffs)), len(diffs)
+
+
+def paired_task_differences(
+    items: Mapping[str, Sequence[float]], reference: Mapping[str, Sequence[float]], tasks: Sequence[str]
+) -> tuple[dict[str, dict], dict | None]:
+    """Per-task paired differences of two models and their average over ``tasks``.
+
+    Tasks are disjoint example sets, so the average's standard error is √(Σ SE²) / n over the n tasks.
+
+    Args:
+        items: per task, one model's per-example scores.
+        reference: per task, the other model's scores on the same examples in the same order.
+        tasks: the tasks the average runs over.
+
+    Returns:
+        ``(per_task, average)``: ``per_task[task] = {"difference", "stderr", "n"}`` (:func:`paired_difference`)
+        for every task of ``reference`` that ``items`` scored on as many examples; ``average = {"difference",
+        "stderr"}`` when every one of ``tasks`` is paired, else ``None``.
+    """
+    per_task = {
+        task: dict(zip(("difference", "stderr", "n"), paired_difference(items[task], values)))
+        for task, values in reference.items()
+        if len(items.get(task, ())) == len(values)
+    }
+    if not tasks or any(task not in per_task for task in tasks):
+        return per_task, None
+    paired = [per_task[task] for task in tasks]
+    average = {
+        "difference": sum(d["difference"] for d in paired) / len(paired),
+        "stderr": math.sqrt(sum(d["stderr"] ** 2 for d in paired)) / len(paired),
+    }
+    return per_task, average
