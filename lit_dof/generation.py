@@ -73,31 +73,6 @@ def parse_messages(messages: str) -> list[dict]:
     return parsed
 
 
-def cache_nbytes(cache) -> int:
-    """Bytes a generation cache holds: every layer's keys and values, or a linear layer's recurrent state.
-
-    Args:
-        cache: a transformers ``Cache`` (a teacher's ``DynamicCache``, or a student's from
-            :func:`~lit_dof.students.student_cache`).
-
-    Returns:
-        the total number of bytes of its tensors.
-    """
-    import torch
-
-    from lit_dof.students.cache import RecurrentStateLayer
-
-    total = 0
-    for layer in cache.layers:
-        if isinstance(layer, RecurrentStateLayer):
-            total += layer.nbytes
-            continue
-        for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-            if isinstance(tensor, torch.Tensor):
-                total += tensor.numel() * tensor.element_size()
-    return total
-
-
 def teacher_kv_nbytes(config, tokens: int, dtype, batch: int = 1) -> int:
     """Bytes the teacher's ``DynamicCache`` holds at ``tokens`` tokens of context, from its config: keys and values,
     2 × kv_heads × head_dim × bytes(dtype) per token and layer; full-attention layers keep every token, sliding-window
@@ -206,6 +181,7 @@ def generate(
 
     from lit_dof.evaluation.loading import is_student, load_model
     from lit_dof.interface import MODEL_CACHE_ARGUMENT
+    from lit_dof.students.cache import cache_nbytes
 
     student = is_student(model)
     loaded, tokenizer = load_model(model, device=where, dtype=parameters)

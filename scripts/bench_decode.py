@@ -24,6 +24,7 @@ from lit_dof.attention import LearnedPRF, SlidingWindow
 from lit_dof.interface import MODEL_CACHE_ARGUMENT
 from lit_dof.runtime import tune_cpu_allocator
 from lit_dof.students import RecurrentStateLayer, linearize
+from lit_dof.students.cache import cache_nbytes
 from lit_dof.teacher import DEFAULT_TEACHER
 from lit_dof.teacher.loading import load_teacher
 
@@ -72,16 +73,6 @@ def _student_state(student, length: int, device):
     return cache
 
 
-def _nbytes(cache) -> int:
-    total = 0
-    for layer in cache.layers:
-        if isinstance(layer, RecurrentStateLayer):
-            total += layer.nbytes
-        else:
-            total += layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
-    return total
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teacher", default=DEFAULT_TEACHER)
@@ -109,12 +100,12 @@ def main() -> None:
     ratios = {}
     for L in args.contexts:
         kv = _filled_kv_cache(config, L, device, dtype)
-        t_teacher, b_teacher = _step_seconds(teacher, kv, L, device, args.reps), _nbytes(kv)
+        t_teacher, b_teacher = _step_seconds(teacher, kv, L, device, args.reps), cache_nbytes(kv)
         del kv
         rows = []
         for name, student in (("linear", linear), ("window+linear", windowed)):
             cache = _student_state(student, L, device)
-            rows.append((name, _step_seconds(student, cache, L, device, args.reps), _nbytes(cache)))
+            rows.append((name, _step_seconds(student, cache, L, device, args.reps), cache_nbytes(cache)))
         line = [
             f"L={L:6d} teacher {1e3 * t_teacher:8.2f} ms/token {1 / t_teacher:7.1f} tok/s {b_teacher / 2**20:9.2f} MiB"
         ]

@@ -282,10 +282,14 @@ class Comparison:
 
     def _perplexity(self, model, tokenizer, corpus: str) -> dict:
         from lit_dof.evaluation.perplexity import heldout_perplexity
+        from lit_dof.students.cache import prefill_cache_nbytes
 
-        return heldout_perplexity(
+        result = heldout_perplexity(
             model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window, stride=self.ppl_stride
         )
+        # what decoding keeps per sequence at the scored context (a teacher's KV cache; a student's state)
+        result["state"] = {"context": self.ppl_window, "bytes": prefill_cache_nbytes(model, self.ppl_window)}
+        return result
 
     def long_context(self, row: Row, budget: int) -> dict:
         """Perplexity by position at every context of ``long_contexts``, returned and written as ``long.json``

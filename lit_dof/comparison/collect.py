@@ -116,6 +116,7 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                       if len(scores) == len(tasks) else None, "ppl": ppl["ppl"] if ppl else None,
                       "ppl_setting": _ppl_setting(ppl), "finetuned": finetuned,
                       "by_position": (ppl or {}).get("by_position"), "long": (found["long"] or {}).get("contexts"),
+                      "state": (ppl or {}).get("state"),
                       "devices": sorted(d for d in found["devices"] if d),
                       "items": {t: encode_items(v) for t, v in found["items"].items()}})  # fmt: skip  # packed args
     teacher = next((c for c in cells if c["kind"] == "teacher"), None)

@@ -29,6 +29,11 @@ def _fmt_tokens(tokens) -> str:
     return f"{tokens / 1e3:.1f}k" if tokens >= 1e3 else str(int(tokens))
 
 
+def _fmt_bytes(state: dict | None) -> str:
+    """A cell's decoding state (``{"context", "bytes"}``) in MiB at its context; "–" when not measured."""
+    return "–" if not state else f"{state['bytes'] / 2**20:.2f} MiB @ {state['context']}"
+
+
 def markdown(report: dict, header: str = "") -> str:
     """The Table-3-shaped markdown of :func:`collect`'s report.
 
@@ -43,8 +48,8 @@ def markdown(report: dict, header: str = "") -> str:
     tasks = report["tasks"]
     scored = has_scores(report)  # a perplexity-only study (the λ study) drops the task columns
     lines = [header] if header else []
-    columns = ["method", *(tasks + ["avg", "gap closed"] if scored else []), "ppl", "C", "Σ M", "λ", "J", "tokens",
-               "fit wall", "note"]  # fmt: skip  # compact list
+    columns = ["method", *(tasks + ["avg", "gap closed"] if scored else []), "ppl", "C", "Σ M", "state", "λ", "J",
+               "tokens", "fit wall", "note"]  # fmt: skip  # compact list
     lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for c in report["cells"]:
         fit = c["fit"] or {}
@@ -66,7 +71,8 @@ def markdown(report: dict, header: str = "") -> str:
             else []
         )
         row = [cell_label(c), *scores, _fmt(c["ppl"], 1), str(c["budget"]) if c["kind"] != "teacher" else "–",
-               str(fit.get("total_features") or "–"), lam_text, str(fit.get("num_samples") or "–") if uses_dof else "–",
+               str(fit.get("total_features") or "–"), _fmt_bytes(c.get("state")), lam_text,
+               str(fit.get("num_samples") or "–") if uses_dof else "–",
                _fmt_tokens(fit.get("tokens")),
                f"{wall / 60:.0f} min" if wall else "–", c["note"]]  # fmt: skip  # compact list
         lines.append("| " + " | ".join(row) + " |")

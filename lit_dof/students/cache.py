@@ -131,3 +131,49 @@ def student_cache(config, linear_layers: Sequence[bool]) -> Cache:
         if linear:
             cache.layers[i] = RecurrentStateLayer()
     return cache
+
+
+def cache_nbytes(cache: Cache) -> int:
+    """Bytes a generation cache holds: every layer's keys and values, or a linear layer's recurrent state.
+
+    Args:
+        cache: a transformers ``Cache`` (a teacher's ``DynamicCache``, or a student's from
+            :func:`student_cache`).
+
+    Returns:
+        the total number of bytes of its tensors.
+    """
+    total = 0
+    for layer in cache.layers:
+        if isinstance(layer, RecurrentStateLayer):
+            total += layer.nbytes
+            continue
+        for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            if isinstance(tensor, torch.Tensor):
+                total += tensor.numel() * tensor.element_size()
+    return total
+
+
+@torch.no_grad()
+def prefill_cache_nbytes(model: torch.nn.Module, context: int) -> int:
+    """Bytes of ``model``'s generation cache after a prefill of ``context`` tokens, one sequence: what decoding
+    at that context keeps per sequence (a teacher's KV cache grows with ``context``; a student's recurrent state
+    and window ring buffer do not).
+
+    Args:
+        model: a causal LM (teacher or :class:`~lit_dof.students.LitDofForCausalLM`), on its device.
+        context: prompt length in tokens (≥ 1).
+
+    Returns:
+        :func:`cache_nbytes` of the cache the forward returns (bytes).
+
+    Raises:
+        ValueError: ``context`` < 1.
+    """
+    from lit_dof.interface import MODEL_CACHE_ARGUMENT
+
+    if context < 1:
+        raise ValueError(f"context must be at least 1 token, got {context}")
+    device = next(model.parameters()).device
+    ids = torch.zeros(1, context, dtype=torch.long, device=device)  # the bytes do not depend on the tokens
+    return cache_nbytes(getattr(model(input_ids=ids, use_cache=True), MODEL_CACHE_ARGUMENT))

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from transformers import AutoConfig
 
 from lit_dof.comparison.artefacts import checkpoint_dof_report
 from lit_dof.comparison.cells import Comparison
@@ -22,6 +23,7 @@ from lit_dof.comparison.report import write_report
 from lit_dof.comparison.rows import PLANNER_ARGS, ROWS, planner_class
 from lit_dof.devices import DeviceError, device_label
 from lit_dof.evaluation.stats import paired_difference
+from lit_dof.generation import teacher_kv_nbytes
 from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
 from tests.pipeline.conftest import SCHEDULE
 
@@ -48,6 +50,9 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     assert by_position["block"] == 300
     assert set(by_position["buckets"]) == {"0-63", "64-255", "256-299"}  # one short block
     assert "Perplexity by token position (1 disjoint block of 300" in (tmp_path / "cells" / "comparison.md").read_text()
+    teacher_config = AutoConfig.from_pretrained(TINYSTORIES)  # its KV cache at the scored context, closed form
+    assert record["state"] == {"context": 512, "bytes": teacher_kv_nbytes(teacher_config, 512, torch.float32)}
+    assert (tmp_path / "cells" / "C16" / "teacher" / "eval" / "cache" / "model.json").is_file()  # resumable tasks
     assert cells["teacher"]["gap_closed"] == pytest.approx(1.0)
     assert cells["performer"]["gap_closed"] == pytest.approx(0.0)
     fix, dof = cells["fix"]["fit"], cells["dof"]["fit"]
@@ -57,8 +62,11 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     assert [step for step, _ in fix["val_curve"]] == [2]  # one validation at the end (step index of the 3rd step)
     for c in cells.values():
         assert c["ppl"] > 1 and len(c["scores"]) == 7 and c["average"] is not None
+    for row in ("performer", "fix", "dof"):  # a linear student's state: constant, below the teacher's KV cache
+        assert 0 < cells[row]["state"]["bytes"] < cells["teacher"]["state"]["bytes"]
     table = (tmp_path / "cells" / "comparison.md").read_text()
-    needles = ("| teacher |", "| performer |", "| fix |", "| dof |", "arc_easy", "wsc273", "gap closed", "λ", "tokens")
+    needles = ("| teacher |", "| performer |", "| fix |", "| dof |", "arc_easy", "wsc273", "gap closed", "λ", "tokens",
+               " MiB @ 512 |")  # fmt: skip  # compact tuple
     for needle in needles:
         assert needle in table
     assert "| 384 |" in table.split("| fix |")[1].splitlines()[0]  # tokens seen: 3 steps × 2 × 64, not "0.00M"
