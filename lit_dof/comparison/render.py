@@ -14,6 +14,7 @@ from lit_dof.comparison.lookup import (
     with_references,
 )
 from lit_dof.comparison.summary import mean_of
+from lit_dof.students.surgery import layer_mean_dims
 
 
 def _fmt(value, digits=3):
@@ -27,6 +28,13 @@ def _fmt_tokens(tokens) -> str:
     if tokens >= 1e6:
         return f"{tokens / 1e6:.2f}M"
     return f"{tokens / 1e3:.1f}k" if tokens >= 1e3 else str(int(tokens))
+
+
+def _fmt_total(total: float | None) -> str:
+    """Σ M: an integer as is; a per-head allocation's sum of per-layer means to one decimal; "–" when unknown."""
+    if total is None:
+        return "–"
+    return str(int(total)) if float(total).is_integer() else f"{total:.1f}"
 
 
 def _fmt_bytes(state: dict | None) -> str:
@@ -71,7 +79,7 @@ def markdown(report: dict, header: str = "") -> str:
             else []
         )
         row = [cell_label(c), *scores, _fmt(c["ppl"], 1), str(c["budget"]) if c["kind"] != "teacher" else "–",
-               str(fit.get("total_features") or "–"), _fmt_bytes(c.get("state")), lam_text,
+               _fmt_total(fit.get("total_features")), _fmt_bytes(c.get("state")), lam_text,
                str(fit.get("num_samples") or "–") if uses_dof else "–",
                _fmt_tokens(fit.get("tokens")),
                f"{wall / 60:.0f} min" if wall else "–", c["note"]]  # fmt: skip  # compact list
@@ -276,10 +284,12 @@ def curve_table(report: dict, tail: int = 5) -> list[str]:
              "|" + "---|" * (len(steps) + 7)]  # fmt: skip  # markdown table
     for c in curved:
         curve, dims = dict(c["fit"]["val_curve"]), c["fit"].get("feature_dims") or []
+        heads = [m for layer in dims for m in (layer if isinstance(layer, list) else [layer])]  # per-head dims too
+        total = c["fit"].get("total_features") or (sum(layer_mean_dims(dims)) if dims else None)
         reference = reference_curve(c, curves)
         ratios = [curve[s] / reference[s] for s in steps if s in curve and s in reference]
-        cells = [cell_label(c), c.get("reference") or "–", str(c["budget"]), str(sum(dims)) if dims else "–",
-                 f"{min(dims)}…{max(dims)}" if dims else "–",
+        cells = [cell_label(c), c.get("reference") or "–", str(c["budget"]), _fmt_total(total),
+                 f"{min(heads)}…{max(heads)}" if heads else "–",
                  *[_fmt(curve.get(s), 1) for s in steps], _fmt(ratios[-1] if ratios else None),
                  _fmt(mean_of(ratios[-tail:]) if len(ratios) >= tail else None)]  # fmt: skip  # compact list
         lines.append("| " + " | ".join(cells) + " |")

@@ -77,6 +77,11 @@ ROWS: dict[str, Row] = {r.name: r for r in [
     Row("swa_sink_linear_decay_norope", ("methods/swa_sink_linear_decay.yaml",),
         ("--model.init_args.sliding_window.far_rope=false",), note="swa_sink_linear_decay with the far term's maps "
         "on un-rotated q/k", reference="swa_sink"),
+    # The field's recipe (LoLCATs: window + Hedgehog maps, output-matching transfer, LoRA tail) and LoRA on a
+    # pure linear student.
+    Row("lolcats", ("methods/lolcats.yaml",), note="window 64 + Hedgehog far term, block-output loss, LoRA tail, "
+        "DoF dims", reference="swa_sink"),
+    Row("lora", ("methods/lora.yaml",), note="pure linear, learned PRF, DoF dims, LoRA tail"),
     # The λ study (METHOD.md §2): DoF at fixed absolute λ and with the relative rule, next to "dof" (auto).
     Row("dof_lam2^48", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=281474976710656",), note="λ = 2^48"),
     Row("dof_lam2^56", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=72057594037927936",), note="λ = 2^56"),

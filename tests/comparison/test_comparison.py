@@ -247,6 +247,11 @@ def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_
         cell("dof", [(49, 440.0), (99, 190.0)], [8, 120]),
         cell("dof_clip", [(49, 500.0)], [8, 64]),  # shorter curve: compared at its last shared step
     ]}  # fmt: skip  # compact dict
+    per_head = cell("dof_head", [(49, 420.0), (99, 210.0)], [64, 64])  # per KV head: layer means 72 and 60
+    per_head["fit"].update(feature_dims=[[16, 128], [8, 112]], total_features=132)
+    head_row = [line for line in curve_table({**report, "cells": [*report["cells"], per_head]}, tail=2)
+                if line.startswith("| dof_head |")]  # fmt: skip  # one comprehension
+    assert head_row[0].endswith("| 132 | 8…128 | 420.0 | 210.0 | 1.050 | 1.050 |")
     table = curve_table(report, tail=2)
     rows = {line.split(" | ")[0].strip("| "): line for line in table if line.startswith("| ")}
     assert rows["fix"].endswith("| 400.0 | 200.0 | 1.000 | 1.000 |")
@@ -581,3 +586,13 @@ def test_fit_commands_give_the_budget_and_seed_to_the_rows_planner(tmp_path):
     assert planner_class(configs) == "lit_dof.pipeline.planner.DoFPlanner"  # the last class named
     assert planner_class(configs[:1], ["--model.init_args.planner=FixedPlanner"]) == "FixedPlanner"
     assert planner_class([tmp_path / "missing.yaml"]) == "lit_dof.pipeline.planner.DoFPlanner"  # the default
+
+
+def test_every_row_names_config_files_that_exist_and_a_reference_row():
+    from lit_dof.comparison.rows import REPO_CONFIGS
+
+    for row in ROWS.values():
+        missing = [name for name in row.configs if not (REPO_CONFIGS / name).is_file()]
+        assert not missing, f"row {row.name}: {missing} not under {REPO_CONFIGS}"
+        assert row.kind == "teacher" or row.reference in ROWS, row.name
+    assert {"lolcats", "lora", "dof_head", "swa_linear", "swa_only", "swa_sink"} <= set(ROWS)  # issue 25's recipes
