@@ -14,7 +14,6 @@ from lit_dof.comparison.lookup import (
     with_references,
 )
 from lit_dof.comparison.summary import mean_of
-from lit_dof.students.surgery import layer_mean_dims
 
 
 def _fmt(value, digits=3):
@@ -285,10 +284,9 @@ def curve_table(report: dict, tail: int = 5) -> list[str]:
     for c in curved:
         curve, dims = dict(c["fit"]["val_curve"]), c["fit"].get("feature_dims") or []
         heads = [m for layer in dims for m in (layer if isinstance(layer, list) else [layer])]  # per-head dims too
-        total = c["fit"].get("total_features") or (sum(layer_mean_dims(dims)) if dims else None)
         reference = reference_curve(c, curves)
         ratios = [curve[s] / reference[s] for s in steps if s in curve and s in reference]
-        cells = [cell_label(c), c.get("reference") or "–", str(c["budget"]), _fmt_total(total),
+        cells = [cell_label(c), c.get("reference") or "–", str(c["budget"]), _fmt_total(c["fit"].get("total_features")),
                  f"{min(heads)}…{max(heads)}" if heads else "–",
                  *[_fmt(curve.get(s), 1) for s in steps], _fmt(ratios[-1] if ratios else None),
                  _fmt(mean_of(ratios[-tail:]) if len(ratios) >= tail else None)]  # fmt: skip  # compact list
