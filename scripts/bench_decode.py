@@ -8,7 +8,7 @@ prints ms/token, tokens/s and cache bytes of each model and the ratios teacher/s
 ``decode_speedup_L<max>=<teacher/linear> state_ratio_L<max>=<teacher bytes/linear bytes>``.
 
 Usage: python scripts/bench_decode.py [--teacher smollm2-135m-instruct] [--contexts 1024 4096 8192 32768]
-       [--window 64] [--sinks 4] [--feature-dim 64] [--device cpu]
+       [--window 64] [--sinks 4] [--feature-dim 64] [--device cpu] [--dtype bfloat16]
 """
 
 from __future__ import annotations
@@ -82,20 +82,26 @@ def main() -> None:
     parser.add_argument("--feature-dim", type=int, default=64)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="the teacher weights' dtype"
+    )
     args = parser.parse_args()
-    device = torch.device(args.device)
+    device, weights = torch.device(args.device), getattr(torch, args.dtype)
     tuned = tune_cpu_allocator() if device.type == "cpu" else False
-    teacher, _ = load_teacher(args.teacher, device=str(device))
+
+    def fresh_teacher():
+        return load_teacher(args.teacher, dtype=weights, device=str(device))[0]
+
+    teacher = fresh_teacher()
     config, dtype = teacher.config, next(teacher.parameters()).dtype
     torch.manual_seed(0)
-    linear = linearize(load_teacher(args.teacher, device=str(device))[0], LearnedPRF, args.feature_dim).eval()
+    linear = linearize(fresh_teacher(), LearnedPRF, args.feature_dim).eval()
     options = SlidingWindow(window=args.window, sink_tokens=args.sinks)
-    teacher = load_teacher(args.teacher, device=str(device))[0]
-    windowed = linearize(teacher, LearnedPRF, args.feature_dim, sliding_window=options).eval()
+    windowed = linearize(fresh_teacher(), LearnedPRF, args.feature_dim, sliding_window=options).eval()
     print(
         f"device={device} threads={torch.get_num_threads()} torch={torch.__version__} allocator_tuned={tuned} "
         f"teacher={args.teacher} layers={config.num_hidden_layers} M={args.feature_dim} window={args.window} "
-        f"sinks={args.sinks}"
+        f"sinks={args.sinks} dtype={args.dtype}"
     )
     ratios = {}
     for L in args.contexts:

@@ -48,9 +48,8 @@ from lit_dof.attention._validation import check_positive_int, check_rank
 from lit_dof.attention.chunked import chunked_linear_attention
 from lit_dof.attention.recurrent import recurrent_linear_attention
 from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
+from lit_dof.attention.window_softmax import band_softmax, decode_window_softmax, masked_softmax_part, merge_normalized
 from lit_dof.precision import fp32_region
-
-_TINY = torch.finfo(torch.float32).tiny
 
 
 @dataclass
@@ -105,86 +104,6 @@ class SlidingWindowState:
     def repeat_interleave(self, repeats: int) -> "SlidingWindowState":
         """Repeat every batch row ``repeats`` times (e.g. ``num_return_sequences`` in generation)."""
         return self._map(lambda t: t.repeat_interleave(repeats, dim=0))
-
-
-def masked_softmax_part(logits: Tensor, mask: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-    """Normalised softmax output and log-normaliser of one group of attention terms.
-
-    Args:
-        logits: ``(..., R, L)`` attention logits.
-        mask: broadcastable to ``logits``, True where a term counts.
-        values: ``(..., L, D)``.
-
-    Returns:
-        ``(o (..., R, D), log_z (..., R))``: ``o = Σ softmax·v`` over the kept terms, ``log_z = logsumexp``;
-        a row with no kept term gives ``o = 0``, ``log_z = -inf`` and zero gradients (never NaN).
-    """
-    logits = logits.masked_fill(~mask, float("-inf"))
-    top = logits.detach().amax(dim=-1, keepdim=True)
-    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    weights = (logits - top).exp()  # every entry ≤ 1; masked ones 0
-    total = weights.sum(dim=-1, keepdim=True)
-    out = (weights @ values) / total.clamp_min(_TINY)
-    return out, _safe_log(total).squeeze(-1) + top.squeeze(-1)
-
-
-def merge_normalized(o1: Tensor, log_z1: Tensor, o2: Tensor, log_z2: Tensor) -> tuple[Tensor, Tensor]:
-    """Merge two normalised attention parts into one normaliser.
-
-    ``o = (e^{z1} o1 + e^{z2} o2) / (e^{z1} + e^{z2})``, ``z = log(e^{z1} + e^{z2})``, computed relative to
-    ``max(z1, z2)`` (no overflow); rows where both are ``-inf`` give ``o = 0``, ``z = -inf``.
-
-    Args:
-        o1: ``(..., R, D)`` output of the first part.
-        log_z1: ``(..., R)`` its log-normaliser.
-        o2: ``(..., R, D)`` output of the second part.
-        log_z2: ``(..., R)`` its log-normaliser.
-
-    Returns:
-        ``(o (..., R, D), log_z (..., R))``.
-    """
-    top = torch.maximum(log_z1, log_z2).detach()
-    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    a1, a2 = (log_z1 - top).exp(), (log_z2 - top).exp()
-    total = a1 + a2
-    out = (a1.unsqueeze(-1) * o1 + a2.unsqueeze(-1) * o2) / total.clamp_min(_TINY).unsqueeze(-1)
-    return out, _safe_log(total) + top
-
-
-def _safe_log(x: Tensor) -> Tensor:
-    """``log x`` with ``-inf`` and a zero gradient where ``x == 0``."""
-    return torch.where(x > 0, x.clamp_min(_TINY).log(), torch.full_like(x, float("-inf")))
-
-
-def _band_part(q: Tensor, keys: Tensor, values: Tensor, valid: Tensor, offset: int, window: int, chunk: int):
-    """Exact softmax of T queries over the w keys ending at each query, in chunks of queries.
-
-    q ``(B, Hk, G, T, d)`` (compute dtype, scaled so that logits are qᵀk/√d); keys/values ``(B, Hk, b + T, ·)``;
-    valid ``(B, b + T)``; query i sits at stream position ``offset + i`` (offset = b). Returns ``o`` ``(B, Hk,
-    G, T, D)`` and ``log_z`` ``(B, Hk, G, T)``.
-    """
-    B, Hk, G, T, d = q.shape
-    D = values.shape[-1]
-    C = min(T, chunk)
-    N = math.ceil(T / C)
-    L = C + window - 1  # the keys any query of a chunk may see
-    back = N * C - T
-    # Stream padded by w invalid keys in front: query i of chunk n sees padded keys [b+1+nC, b+nC+C+w).
-    kp = F.pad(keys, (0, 0, window, back))[:, :, offset + 1 :]
-    vp = F.pad(values, (0, 0, window, back))[:, :, offset + 1 :]
-    ok = F.pad(valid, (window, back), value=False)[:, offset + 1 :].unfold(1, L, C)  # (B, N, L)
-    kb = kp.unfold(2, L, C)  # (B, Hk, N, d, L)
-    vb = vp.unfold(2, L, C).transpose(-1, -2)  # (B, Hk, N, L, D)
-    qc = F.pad(q, (0, 0, 0, back)).view(B, Hk, G, N, C, d).transpose(2, 3).reshape(B, Hk, N, G * C, d)
-    logits = (qc @ kb) / math.sqrt(d)  # (B, Hk, N, G·C, L)
-    i = torch.arange(C, device=q.device)[:, None]
-    j = torch.arange(L, device=q.device)[None, :]
-    band = (j >= i) & (j <= i + window - 1)  # (C, L): key j of the chunk's window is within w of query i
-    mask = band.repeat(G, 1)[None, None, None] & ok[:, None, :, None, :]  # (B, 1, N, G·C, L)
-    o, log_z = masked_softmax_part(logits, mask, vb)  # (B, Hk, N, G·C, D), (B, Hk, N, G·C)
-    o = o.view(B, Hk, N, G, C, D).transpose(2, 3).reshape(B, Hk, G, N * C, D)[:, :, :, :T]
-    log_z = log_z.view(B, Hk, N, G, C).transpose(2, 3).reshape(B, Hk, G, N * C)[:, :, :, :T]
-    return o, log_z
 
 
 def _empty_state_like(k: Tensor, v: Tensor, log_phi_k: Tensor | None) -> SlidingWindowState:
@@ -274,12 +193,15 @@ def sliding_window_linear_attention(
 
     # Exact part: the window over the stream, then the sinks that have left it.
     qg = q.to(dtype).view(B, Hk, G, T, d)
-    o, log_z = _band_part(qg, keys, values, valid, b, window, chunk_size)
     new_sinks = max(0, min(T, sink_tokens - P))  # new tokens among the first s
-    sink_k = torch.cat([prev.sink_keys, k[:, :, :new_sinks]], 2)
-    sink_v = torch.cat([prev.sink_values, v[:, :, :new_sinks]], 2)
-    sink_ok = torch.cat([prev.sink_valid, valid_new[:, :new_sinks]], 1)  # (B, s')
-    if sink_k.shape[2]:
+    sink_k = torch.cat([prev.sink_keys, k[:, :, :new_sinks]], 2) if new_sinks else prev.sink_keys
+    sink_v = torch.cat([prev.sink_values, v[:, :, :new_sinks]], 2) if new_sinks else prev.sink_values
+    sink_ok = torch.cat([prev.sink_valid, valid_new[:, :new_sinks]], 1) if new_sinks else prev.sink_valid  # (B, s')
+    if T == 1:  # decoding: one softmax over the window and the sinks that have left it
+        o, log_z = decode_window_softmax(qg, keys, values, valid, sink_k, sink_v, sink_ok, P, window)
+    else:
+        o, log_z = band_softmax(qg, keys, values, valid, b, window, chunk_size)
+    if T > 1 and sink_k.shape[2]:
         positions = P + torch.arange(T, device=q.device)
         outside = torch.arange(sink_k.shape[2], device=q.device)[None, :] <= positions[:, None] - window  # (T, s')
         logits = (qg @ sink_k.to(dtype).transpose(-1, -2)[:, :, None]) / math.sqrt(d)  # (B, Hk, G, T, s')
@@ -361,7 +283,7 @@ def _aligned_linear_attention(
     """
     N = lq.shape[2]
     step = N
-    if decay is not None:
+    if decay is not None and N > chunk_size:  # one segment needs no host sync for the decay's rate
         fastest = float(decay.detach().max())
         span = _DECAY_SEGMENT if fastest <= 0 else int(_DECAY_SPAN / fastest) // chunk_size * chunk_size
         step = max(chunk_size, min(_DECAY_SEGMENT, span))

@@ -229,3 +229,21 @@ def test_log_features_under_bf16_autocast_are_float32(cls):
     for got, want in zip(outs + grads, ref_outs + ref_grads):
         assert got.dtype == torch.float32
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "bad, refused", [(float("nan"), True), (float("inf"), True), (-float("inf"), False), (3e38, False)]
+)
+def test_finite_check_refuses_nan_and_plus_inf_only(bad, refused):
+    """log-features may be −inf (a zero feature); NaN and +inf are refused wherever they sit."""
+    from lit_dof.attention._validation import check_finite
+
+    for where in (0, 17, -1):
+        x = torch.randn(2, 3, 5, 4).double()
+        x.view(-1)[where] = bad
+        if refused:
+            with pytest.raises(ValueError, match="x contains NaN or \\+inf"):
+                check_finite("x", x)
+        else:
+            check_finite("x", x)
+    check_finite("x", torch.empty(0, 3))

@@ -1,0 +1,119 @@
+"""The exact part of sliding-window attention: masked softmax over the window (banded, in chunks of queries, or
+for one decoded token) and over the attention sinks, each normalised with its log-normaliser, and the merge of
+normalised parts into one normaliser (the combination rule of :mod:`lit_dof.attention.sliding_window`).
+
+Notation as there: B batch, Hk key/value heads, G query heads per key head, T queries, d head size, D value
+size, w window, s sinks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+_TINY = torch.finfo(torch.float32).tiny
+
+
+def masked_softmax_part(logits: Tensor, mask: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+    """Normalised softmax output and log-normaliser of one group of attention terms.
+
+    Args:
+        logits: ``(..., R, L)`` attention logits.
+        mask: broadcastable to ``logits``, True where a term counts.
+        values: ``(..., L, D)``.
+
+    Returns:
+        ``(o (..., R, D), log_z (..., R))``: ``o = Σ softmax·v`` over the kept terms, ``log_z = logsumexp``;
+        a row with no kept term gives ``o = 0``, ``log_z = -inf`` and zero gradients (never NaN).
+    """
+    logits = logits.masked_fill(~mask, float("-inf"))
+    top = logits.detach().amax(dim=-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    weights = (logits - top).exp()  # every entry ≤ 1; masked ones 0
+    total = weights.sum(dim=-1, keepdim=True)
+    out = (weights @ values) / total.clamp_min(_TINY)
+    return out, _safe_log(total).squeeze(-1) + top.squeeze(-1)
+
+
+def merge_normalized(o1: Tensor, log_z1: Tensor, o2: Tensor, log_z2: Tensor) -> tuple[Tensor, Tensor]:
+    """Merge two normalised attention parts into one normaliser.
+
+    ``o = (e^{z1} o1 + e^{z2} o2) / (e^{z1} + e^{z2})``, ``z = log(e^{z1} + e^{z2})``, computed relative to
+    ``max(z1, z2)`` (no overflow); rows where both are ``-inf`` give ``o = 0``, ``z = -inf``.
+
+    Args:
+        o1: ``(..., R, D)`` output of the first part.
+        log_z1: ``(..., R)`` its log-normaliser.
+        o2: ``(..., R, D)`` output of the second part.
+        log_z2: ``(..., R)`` its log-normaliser.
+
+    Returns:
+        ``(o (..., R, D), log_z (..., R))``.
+    """
+    top = torch.maximum(log_z1, log_z2).detach()
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    a1, a2 = (log_z1 - top).exp(), (log_z2 - top).exp()
+    total = a1 + a2
+    out = (a1.unsqueeze(-1) * o1 + a2.unsqueeze(-1) * o2) / total.clamp_min(_TINY).unsqueeze(-1)
+    return out, _safe_log(total) + top
+
+
+def _safe_log(x: Tensor) -> Tensor:
+    """``log x`` with ``-inf`` and a zero gradient where ``x == 0``."""
+    return torch.where(x > 0, x.clamp_min(_TINY).log(), float("-inf"))
+
+
+def band_softmax(q: Tensor, keys: Tensor, values: Tensor, valid: Tensor, offset: int, window: int, chunk: int):
+    """Exact softmax of T queries over the w keys ending at each query, in chunks of queries.
+
+    q ``(B, Hk, G, T, d)`` (compute dtype, scaled so that logits are qᵀk/√d); keys/values ``(B, Hk, b + T, ·)``;
+    valid ``(B, b + T)``; query i sits at stream position ``offset + i`` (offset = b). Returns ``o`` ``(B, Hk,
+    G, T, D)`` and ``log_z`` ``(B, Hk, G, T)``.
+    """
+    B, Hk, G, T, d = q.shape
+    D = values.shape[-1]
+    C = min(T, chunk)
+    N = math.ceil(T / C)
+    L = C + window - 1  # the keys any query of a chunk may see
+    back = N * C - T
+    # Stream padded by w invalid keys in front: query i of chunk n sees padded keys [b+1+nC, b+nC+C+w).
+    kp = F.pad(keys, (0, 0, window, back))[:, :, offset + 1 :]
+    vp = F.pad(values, (0, 0, window, back))[:, :, offset + 1 :]
+    ok = F.pad(valid, (window, back), value=False)[:, offset + 1 :].unfold(1, L, C)  # (B, N, L)
+    kb = kp.unfold(2, L, C)  # (B, Hk, N, d, L)
+    vb = vp.unfold(2, L, C).transpose(-1, -2)  # (B, Hk, N, L, D)
+    qc = F.pad(q, (0, 0, 0, back)).view(B, Hk, G, N, C, d).transpose(2, 3).reshape(B, Hk, N, G * C, d)
+    logits = (qc @ kb) / math.sqrt(d)  # (B, Hk, N, G·C, L)
+    i = torch.arange(C, device=q.device)[:, None]
+    j = torch.arange(L, device=q.device)[None, :]
+    band = (j >= i) & (j <= i + window - 1)  # (C, L): key j of the chunk's window is within w of query i
+    mask = band.repeat(G, 1)[None, None, None] & ok[:, None, :, None, :]  # (B, 1, N, G·C, L)
+    o, log_z = masked_softmax_part(logits, mask, vb)  # (B, Hk, N, G·C, D), (B, Hk, N, G·C)
+    o = o.view(B, Hk, N, G, C, D).transpose(2, 3).reshape(B, Hk, G, N * C, D)[:, :, :, :T]
+    log_z = log_z.view(B, Hk, N, G, C).transpose(2, 3).reshape(B, Hk, G, N * C)[:, :, :, :T]
+    return o, log_z
+
+
+def decode_window_softmax(
+    q: Tensor, keys: Tensor, values: Tensor, valid: Tensor, sink_k: Tensor, sink_v: Tensor, sink_ok: Tensor,
+    position: int, window: int,
+) -> tuple[Tensor, Tensor]:  # fmt: skip  # packed signature
+    """Exact softmax of one query at ``position`` over its window and the sinks that have left it.
+
+    The decoding case (T = 1) of :func:`band_softmax` followed by the sink part and their merge, as one masked
+    softmax over the concatenated keys (fewer, larger operations per token). q ``(B, Hk, G, 1, d)``; keys/values
+    ``(B, Hk, b + 1, ·)`` the stream (the query's token last); valid ``(B, b + 1)``; sink_k/sink_v ``(B, Hk, s',
+    ·)`` and sink_ok ``(B, s')`` the sinks, positions 0 … s' − 1. Returns ``o`` ``(B, Hk, G, 1, D)`` and
+    ``log_z`` ``(B, Hk, G, 1)``.
+    """
+    keys, values, valid = keys[:, :, -window:], values[:, :, -window:], valid[:, -window:]
+    outside = max(0, min(sink_k.shape[2], position - window + 1))  # sinks at positions ≤ p − w left the window
+    if outside:
+        keys = torch.cat([sink_k[:, :, :outside].to(keys.dtype), keys], 2)
+        values = torch.cat([sink_v[:, :, :outside].to(values.dtype), values], 2)
+        valid = torch.cat([sink_ok[:, :outside], valid], 1)
+    logits = (q @ keys.transpose(-1, -2)[:, :, None]) / math.sqrt(q.shape[-1])  # (B, Hk, G, 1, L)
+    return masked_softmax_part(logits, valid[:, None, None, None, :], values[:, :, None])
