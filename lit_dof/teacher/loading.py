@@ -72,25 +72,46 @@ def _require_gguf() -> None:
         )
 
 
-def gguf_cache_target(gguf_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
-    """Where :func:`gguf_to_safetensors` keeps (or will keep) the conversion of ``gguf_file``: a directory named
-    after the file and a fingerprint of its size and modification time. Nothing is read but the file's stat.
+_FINGERPRINT_SAMPLES = 16  # blocks read to fingerprint a GGUF file
+_FINGERPRINT_BLOCK = 1 << 16  # bytes per block
+
+
+def gguf_fingerprint(gguf_file: str | os.PathLike) -> str:
+    """A content fingerprint of a GGUF file: SHA-256 of its size and of 16 evenly spaced 64 KiB blocks (1 MiB
+    read whatever the file's size). Independent of the file's path and modification time, so every
+    installation of the same file (a new virtual environment, a reinstall) shares one conversion.
 
     Raises:
         FileNotFoundError: no such file.
     """
     gguf_file = Path(gguf_file)
-    stat = gguf_file.stat()
-    fingerprint = hashlib.sha256(f"{gguf_file.name}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
-    return Path(cache_dir or cache_root()) / "gguf" / f"{gguf_file.stem}-{fingerprint}"
+    size = gguf_file.stat().st_size
+    digest = hashlib.sha256(f"{gguf_file.name}:{size}".encode())
+    last = max(0, size - _FINGERPRINT_BLOCK)
+    with gguf_file.open("rb") as f:
+        for i in range(_FINGERPRINT_SAMPLES):
+            f.seek(last * i // (_FINGERPRINT_SAMPLES - 1))
+            digest.update(f.read(_FINGERPRINT_BLOCK))
+    return digest.hexdigest()[:12]
+
+
+def gguf_cache_target(gguf_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where :func:`gguf_to_safetensors` keeps (or will keep) the conversion of ``gguf_file``: a directory named
+    after the file and its :func:`gguf_fingerprint` (1 MiB of the file is read).
+
+    Raises:
+        FileNotFoundError: no such file.
+    """
+    gguf_file = Path(gguf_file)
+    return Path(cache_dir or cache_root()) / "gguf" / f"{gguf_file.stem}-{gguf_fingerprint(gguf_file)}"
 
 
 def gguf_to_safetensors(gguf_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
     """Dequantise a GGUF causal LM once into a float32 safetensors directory in the cache; return it.
 
-    The directory name carries the file name and a fingerprint of its size and modification time; the
-    conversion writes into a temporary directory renamed into place, so a killed conversion leaves no
-    half cache and the next call simply converts again.
+    The directory name carries the file name and a fingerprint of its content (:func:`gguf_fingerprint`), so
+    reinstalling the same file reuses the conversion; the conversion writes into a temporary directory renamed
+    into place, so a killed conversion leaves no half cache and the next call simply converts again.
 
     Raises:
         ImportError: ``gguf`` or ``accelerate`` missing (says what to install).

@@ -143,3 +143,27 @@ def test_killed_conversion_leaves_no_cache(tmp_path, monkeypatch):
     monkeypatch.undo()
     reloaded, _ = load_teacher(str(target))
     assert reloaded.config.model_type == "llama"
+
+
+def test_gguf_cache_is_keyed_by_content_not_path_or_mtime(tmp_path):
+    """Two installations of the same file (other folder, other mtime) share one conversion directory; other
+    bytes (a changed tensor block, another size) get another; a file smaller than one sampled block works."""
+    import os
+    import shutil
+
+    data = bytes(range(256)) * (3 * 4096)  # 3 MiB
+    first, second = tmp_path / "a" / "model.gguf", tmp_path / "b" / "model.gguf"
+    first.parent.mkdir()
+    second.parent.mkdir()
+    first.write_bytes(data)
+    shutil.copyfile(first, second)
+    os.utime(second, (1_000_000_000, 1_000_000_000))
+    target = loading.gguf_cache_target(first, tmp_path / "cache")
+    assert target == loading.gguf_cache_target(second, tmp_path / "cache")
+    assert target.name.startswith("model-") and target.parent == tmp_path / "cache" / "gguf"
+    second.write_bytes(data[:-1] + b"\x00")  # the last block differs
+    assert loading.gguf_cache_target(second, tmp_path / "cache") != target
+    second.write_bytes(data + b"\x00")  # one byte longer
+    assert loading.gguf_cache_target(second, tmp_path / "cache") != target
+    second.write_bytes(b"GGUF")
+    assert loading.gguf_fingerprint(second) != loading.gguf_fingerprint(first)
