@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 source scripts/setup_venv.sh test,eval
 # Tests never touch the network: hub ids must come from local files.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q --durations=20 "$@"

@@ -66,12 +66,25 @@ def _safe_log(x: Tensor) -> Tensor:
     return torch.where(x > 0, x.clamp_min(_TINY).log(), float("-inf"))
 
 
-def band_softmax(q: Tensor, keys: Tensor, values: Tensor, valid: Tensor, offset: int, window: int, chunk: int):
+def band_softmax(
+    q: Tensor, keys: Tensor, values: Tensor, valid: Tensor, offset: int, window: int, chunk: int
+) -> tuple[Tensor, Tensor]:
     """Exact softmax of T queries over the w keys ending at each query, in chunks of queries.
 
-    q ``(B, Hk, G, T, d)`` (compute dtype, scaled so that logits are qᵀk/√d); keys/values ``(B, Hk, b + T, ·)``;
-    valid ``(B, b + T)``; query i sits at stream position ``offset + i`` (offset = b). Returns ``o`` ``(B, Hk,
-    G, T, D)`` and ``log_z`` ``(B, Hk, G, T)``.
+    Temporaries are ``O(T·(chunk + w))``, not ``O(T²)``: chunk n of C queries sees the C + w − 1 stream keys
+    its band can reach, gathered by ``unfold`` (no copy).
+
+    Args:
+        q: ``(B, Hk, G, T, d)`` queries in the compute dtype (logits are qᵀk/√d).
+        keys: ``(B, Hk, b + T, d)`` the key stream: b buffered keys, then the T new ones.
+        values: ``(B, Hk, b + T, D)``.
+        valid: ``(B, b + T)`` bool, False for padding keys.
+        offset: b, the stream index of the first query (query i sits at stream index ``offset + i``).
+        window: w ≥ 1; query i sees stream keys ``offset + i − w < j ≤ offset + i``.
+        chunk: queries per chunk.
+
+    Returns:
+        ``(o (B, Hk, G, T, D), log_z (B, Hk, G, T))`` as :func:`masked_softmax_part` returns them.
     """
     B, Hk, G, T, d = q.shape
     D = values.shape[-1]
@@ -104,10 +117,21 @@ def decode_window_softmax(
     """Exact softmax of one query at ``position`` over its window and the sinks that have left it.
 
     The decoding case (T = 1) of :func:`band_softmax` followed by the sink part and their merge, as one masked
-    softmax over the concatenated keys (fewer, larger operations per token). q ``(B, Hk, G, 1, d)``; keys/values
-    ``(B, Hk, b + 1, ·)`` the stream (the query's token last); valid ``(B, b + 1)``; sink_k/sink_v ``(B, Hk, s',
-    ·)`` and sink_ok ``(B, s')`` the sinks, positions 0 … s' − 1. Returns ``o`` ``(B, Hk, G, 1, D)`` and
-    ``log_z`` ``(B, Hk, G, 1)``.
+    softmax over the concatenated keys: the same terms, one normaliser, fewer and larger operations per token.
+
+    Args:
+        q: ``(B, Hk, G, 1, d)`` the query in the compute dtype (logits are qᵀk/√d).
+        keys: ``(B, Hk, b + 1, d)`` the key stream, the query's own key last (b ≤ w buffered keys before it).
+        values: ``(B, Hk, b + 1, D)``.
+        valid: ``(B, b + 1)`` bool, False for padding keys.
+        sink_k: ``(B, Hk, s', d)`` the sink keys, positions 0 … s' − 1.
+        sink_v: ``(B, Hk, s', D)`` their values.
+        sink_ok: ``(B, s')`` bool, False for padding sinks.
+        position: p, the query's absolute position; sinks at positions ≤ p − w have left the window.
+        window: w ≥ 1.
+
+    Returns:
+        ``(o (B, Hk, G, 1, D), log_z (B, Hk, G, 1))`` as :func:`masked_softmax_part` returns them.
     """
     keys, values, valid = keys[:, :, -window:], values[:, :, -window:], valid[:, -window:]
     outside = max(0, min(sink_k.shape[2], position - window + 1))  # sinks at positions ≤ p − w left the window
