@@ -4,11 +4,14 @@ students' constant-size states (pure linear attention; sliding window + linear a
 For every context L the teacher's cache is filled with L random keys/values per layer (the cost of a decode
 step depends on the cache's size, not its content) and the students' states are those after a short real
 prefill, advanced to position L; then the median time of one greedy decode step is measured. Each line
-prints ms/token, tokens/s and cache bytes of each model and the ratios teacher/student. The last line is
-``decode_speedup_L<max>=<teacher/linear> state_ratio_L<max>=<teacher bytes/linear bytes>``.
+prints the step time, tokens/s (batch / step time) and cache bytes of each model and the ratios student/teacher of
+tokens/s and teacher/student of bytes per sequence (``--batch`` sequences at once; ``--student-batch`` gives the
+students another batch, e.g. one the teacher's cache would not fit). The last line is
+``decode_speedup_L<max>=<linear tok/s / teacher tok/s> state_ratio_L<max>=<teacher bytes / linear bytes per sequence>``.
 
 Usage: python scripts/bench_decode.py [--teacher smollm2-135m-instruct] [--contexts 1024 4096 8192 32768]
-       [--window 64] [--sinks 4] [--feature-dim 64] [--device cpu] [--dtype bfloat16]
+       [--window 64] [--sinks 4] [--feature-dim 64] [--device cpu] [--dtype bfloat16] [--batch 1]
+       [--student-batch 64]
 """
 
 from __future__ import annotations
@@ -29,10 +32,10 @@ from lit_dof.teacher import DEFAULT_TEACHER
 from lit_dof.teacher.loading import load_teacher
 
 
-def _step_seconds(model, cache, position: int, device, reps: int) -> float:
+def _step_seconds(model, cache, position: int, device, reps: int, batch: int = 1) -> float:
     """Median seconds of one decode step at ``position`` (the cache is rolled back after each for the KV cache)."""
-    ids = torch.tensor([[7]], device=device)
-    positions = torch.tensor([[position]], device=device)
+    ids = torch.full((batch, 1), 7, device=device)
+    positions = torch.full((batch, 1), position, device=device)
     times = []
     with torch.no_grad():
         for _ in range(reps + 1):
@@ -52,20 +55,20 @@ def _step_seconds(model, cache, position: int, device, reps: int) -> float:
     return statistics.median(times[1:])
 
 
-def _filled_kv_cache(config, length: int, device, dtype) -> DynamicCache:
+def _filled_kv_cache(config, length: int, device, dtype, batch: int = 1) -> DynamicCache:
     cache = DynamicCache(config=config)
     hk = config.num_key_value_heads
     d = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     for i in range(config.num_hidden_layers):
-        k = torch.randn(1, hk, length, d, device=device, dtype=dtype)
+        k = torch.randn(batch, hk, length, d, device=device, dtype=dtype)
         cache.update(k, torch.randn_like(k), i)
     return cache
 
 
-def _student_state(student, length: int, device):
+def _student_state(student, length: int, device, batch: int = 1):
     cache = student.new_cache()
     with torch.no_grad():
-        student(torch.randint(3, 1000, (1, 96), device=device), cache=cache, use_cache=True)
+        student(torch.randint(3, 1000, (batch, 96), device=device), cache=cache, use_cache=True)
     for layer in cache.layers:
         layer.seen = length
         if hasattr(layer.state, "seen"):
@@ -81,6 +84,10 @@ def main() -> None:
     parser.add_argument("--sinks", type=int, default=4)
     parser.add_argument("--feature-dim", type=int, default=64)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=1, help="sequences decoded together (each at context L)")
+    parser.add_argument(
+        "--student-batch", type=int, default=None, help="the students' batch (default --batch): room the state frees"
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(
         "--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="the teacher weights' dtype"
@@ -103,25 +110,26 @@ def main() -> None:
         f"teacher={args.teacher} layers={config.num_hidden_layers} M={args.feature_dim} window={args.window} "
         f"sinks={args.sinks} dtype={args.dtype}"
     )
+    sb = args.student_batch or args.batch
+    print(f"batch teacher={args.batch} students={sb} (tok/s = batch / step time; ratios are of tok/s and of bytes)")
     ratios = {}
     for L in args.contexts:
-        kv = _filled_kv_cache(config, L, device, dtype)
-        t_teacher, b_teacher = _step_seconds(teacher, kv, L, device, args.reps), cache_nbytes(kv)
+        kv = _filled_kv_cache(config, L, device, dtype, args.batch)
+        t_teacher, b_teacher = _step_seconds(teacher, kv, L, device, args.reps, args.batch), cache_nbytes(kv)
         del kv
         rows = []
         for name, student in (("linear", linear), ("window+linear", windowed)):
-            cache = _student_state(student, L, device)
-            rows.append((name, _step_seconds(student, cache, L, device, args.reps), cache_nbytes(cache)))
-        line = [
-            f"L={L:6d} teacher {1e3 * t_teacher:8.2f} ms/token {1 / t_teacher:7.1f} tok/s {b_teacher / 2**20:9.2f} MiB"
-        ]
+            cache = _student_state(student, L, device, sb)
+            rows.append((name, _step_seconds(student, cache, L, device, args.reps, sb), cache_nbytes(cache)))
+        rate = args.batch / t_teacher
+        line = [f"L={L:6d} teacher {1e3 * t_teacher:8.2f} ms/step {rate:8.1f} tok/s {b_teacher / 2**20:9.2f} MiB"]
         for name, t, b in rows:
             line.append(
-                f"{name} {1e3 * t:7.2f} ms {b / 2**20:6.2f} MiB (speedup {t_teacher / t:5.2f}x, "
-                f"cache / {b_teacher / b:7.1f})"
+                f"{name} {1e3 * t:7.2f} ms {sb / t:8.1f} tok/s {b / 2**20:7.2f} MiB (speedup {sb / t / rate:5.2f}x, "
+                f"cache / {b_teacher * sb / (b * args.batch):7.1f})"
             )
         print(" | ".join(line), flush=True)
-        ratios[L] = (t_teacher / rows[0][1], b_teacher / rows[0][2])
+        ratios[L] = (sb / rows[0][1] / rate, b_teacher * sb / (rows[0][2] * args.batch))
     top = max(ratios)
     print(f"decode_speedup_L{top}={ratios[top][0]:.2f} state_ratio_L{top}={ratios[top][1]:.1f}")
 
