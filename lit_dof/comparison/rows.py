@@ -84,6 +84,8 @@ ROWS: dict[str, Row] = {r.name: r for r in [
     Row("lora", ("methods/lora.yaml",), note="pure linear, learned PRF, DoF dims, LoRA tail"),
     Row("quickstart_lora", ("methods/lora_tail.yaml",), note="the quickstart + LoRA r = 8 on q/k/v/o in its tail",
         reference="swa_sink"),
+    Row("quickstart_dof_head", (), (f"{PLANNER_ARGS}.strategy=dof_head", f"{PLANNER_ARGS}.multiple_of=8"),
+        note="the quickstart with per-KV-head DoF dims (its far term's)", reference="swa_sink"),
     # The λ study (METHOD.md §2): DoF at fixed absolute λ and with the relative rule, next to "dof" (auto).
     Row("dof_lam2^48", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=281474976710656",), note="λ = 2^48"),
     Row("dof_lam2^56", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=72057594037927936",), note="λ = 2^56"),
