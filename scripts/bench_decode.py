@@ -11,7 +11,7 @@ students another batch, e.g. one the teacher's cache would not fit). The last li
 
 Usage: python scripts/bench_decode.py [--teacher smollm2-135m-instruct] [--contexts 1024 4096 8192 32768]
        [--window 64] [--sinks 4] [--feature-dim 64] [--device cpu] [--dtype bfloat16] [--batch 1]
-       [--student-batch 64]
+       [--student-batch 64] [--count-ops]
 """
 
 from __future__ import annotations
@@ -55,6 +55,15 @@ def _step_seconds(model, cache, position: int, device, reps: int, batch: int = 1
     return statistics.median(times[1:])
 
 
+def _op_count(model, cache, position: int, device) -> int:
+    """Tensor operations (every profiler event, nested ones included) of one decode step at ``position``: the
+    launch count that bounds a small model's step on a GPU, independent of the device it is counted on."""
+    ids, positions = torch.full((1, 1), 7, device=device), torch.full((1, 1), position, device=device)
+    with torch.no_grad(), torch.profiler.profile() as prof:
+        model(ids, **{MODEL_CACHE_ARGUMENT: cache}, position_ids=positions, use_cache=True)
+    return sum(event.count for event in prof.key_averages())
+
+
 def _filled_kv_cache(config, length: int, device, dtype, batch: int = 1) -> DynamicCache:
     cache = DynamicCache(config=config)
     hk = config.num_key_value_heads
@@ -89,6 +98,7 @@ def main() -> None:
         "--student-batch", type=int, default=None, help="the students' batch (default --batch): room the state frees"
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--count-ops", action="store_true", help="also count one step's operations at the first L")
     parser.add_argument(
         "--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="the teacher weights' dtype"
     )
@@ -117,19 +127,23 @@ def main() -> None:
         kv = _filled_kv_cache(config, L, device, dtype, args.batch)
         t_teacher, b_teacher = _step_seconds(teacher, kv, L, device, args.reps, args.batch), cache_nbytes(kv)
         del kv
-        rows = []
-        for name, student in (("linear", linear), ("window+linear", windowed)):
-            cache = _student_state(student, L, device, sb)
-            rows.append((name, _step_seconds(student, cache, L, device, args.reps, sb), cache_nbytes(cache)))
         rate = args.batch / t_teacher
         line = [f"L={L:6d} teacher {1e3 * t_teacher:8.2f} ms/step {rate:8.1f} tok/s {b_teacher / 2**20:9.2f} MiB"]
-        for name, t, b in rows:
+        for name, student in (("linear", linear), ("window+linear", windowed)):
+            cache = _student_state(student, L, device, sb)
+            t, b = _step_seconds(student, cache, L, device, args.reps, sb), cache_nbytes(cache)
+            speedup, smaller = sb / t / rate, b_teacher * sb / (b * args.batch)  # tok/s ratio; bytes per sequence
             line.append(
-                f"{name} {1e3 * t:7.2f} ms {sb / t:8.1f} tok/s {b / 2**20:7.2f} MiB (speedup {sb / t / rate:5.2f}x, "
-                f"cache / {b_teacher * sb / (b * args.batch):7.1f})"
+                f"{name} {1e3 * t:7.2f} ms {sb / t:8.1f} tok/s {b / 2**20:7.2f} MiB (speedup {speedup:5.2f}x, "
+                f"cache / {smaller:7.1f})"
             )
+            ratios.setdefault(L, (speedup, smaller))  # the pure linear student's
         print(" | ".join(line), flush=True)
-        ratios[L] = (sb / rows[0][1] / rate, b_teacher * sb / (rows[0][2] * args.batch))
+    if args.count_ops:
+        L = args.contexts[0]
+        counts = [_op_count(teacher, _filled_kv_cache(config, L, device, dtype), L, device)]
+        counts += [_op_count(m, _student_state(m, L, device), L, device) for m in (linear, windowed)]
+        print(f"ops per decode step at L={L}: teacher {counts[0]} linear {counts[1]} window+linear {counts[2]}")
     top = max(ratios)
     print(f"decode_speedup_L{top}={ratios[top][0]:.2f} state_ratio_L{top}={ratios[top][1]:.1f}")
 

@@ -36,7 +36,6 @@ run alone when s > 0 (right padding, or none, is unaffected).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import partial
 
@@ -48,7 +47,7 @@ from lit_dof.attention._validation import check_positive_int, check_rank
 from lit_dof.attention.chunked import chunked_linear_attention
 from lit_dof.attention.recurrent import recurrent_linear_attention
 from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
-from lit_dof.attention.window_softmax import band_softmax, decode_window_softmax, masked_softmax_part, merge_normalized
+from lit_dof.attention.window_softmax import band_and_sinks_softmax, decode_window_softmax, merge_normalized
 from lit_dof.precision import fp32_region
 
 
@@ -194,21 +193,15 @@ def sliding_window_linear_attention(
     # Exact part: the window over the stream, then the sinks that have left it.
     qg = q.to(dtype).view(B, Hk, G, T, d)
     new_sinks = max(0, min(T, sink_tokens - P))  # new tokens among the first s
-    sink_k = torch.cat([prev.sink_keys, k[:, :, :new_sinks]], 2) if new_sinks else prev.sink_keys
-    sink_v = torch.cat([prev.sink_values, v[:, :, :new_sinks]], 2) if new_sinks else prev.sink_values
-    sink_ok = torch.cat([prev.sink_valid, valid_new[:, :new_sinks]], 1) if new_sinks else prev.sink_valid  # (B, s')
+    sink_k, sink_v, sink_ok = prev.sink_keys, prev.sink_values, prev.sink_valid  # (B, Hk, s', ·), (B, s')
+    if new_sinks:
+        sink_k = torch.cat([sink_k, k[:, :, :new_sinks]], 2)
+        sink_v = torch.cat([sink_v, v[:, :, :new_sinks]], 2)
+        sink_ok = torch.cat([sink_ok, valid_new[:, :new_sinks]], 1)
     if T == 1:  # decoding: one softmax over the window and the sinks that have left it
         o, log_z = decode_window_softmax(qg, keys, values, valid, sink_k, sink_v, sink_ok, P, window)
     else:
-        o, log_z = band_softmax(qg, keys, values, valid, b, window, chunk_size)
-    if T > 1 and sink_k.shape[2]:
-        positions = P + torch.arange(T, device=q.device)
-        outside = torch.arange(sink_k.shape[2], device=q.device)[None, :] <= positions[:, None] - window  # (T, s')
-        logits = (qg @ sink_k.to(dtype).transpose(-1, -2)[:, :, None]) / math.sqrt(d)  # (B, Hk, G, T, s')
-        o_s, log_z_s = masked_softmax_part(
-            logits, outside[None, None, None] & sink_ok[:, None, None, None, :], sink_v.to(dtype)[:, :, None]
-        )
-        o, log_z = merge_normalized(o, log_z, o_s, log_z_s)
+        o, log_z = band_and_sinks_softmax(qg, keys, values, valid, sink_k, sink_v, sink_ok, P, b, window, chunk_size)
     o, log_z = o.reshape(B, Hq, T, -1), log_z.reshape(B, Hq, T)
 
     # Linear part: the key stream delayed by w tokens, sinks excluded (they stay exact).

@@ -141,3 +141,38 @@ def decode_window_softmax(
         valid = torch.cat([sink_ok[:, :outside], valid], 1)
     logits = (q @ keys.transpose(-1, -2)[:, :, None]) / math.sqrt(q.shape[-1])  # (B, Hk, G, 1, L)
     return masked_softmax_part(logits, valid[:, None, None, None, :], values[:, :, None])
+
+
+def band_and_sinks_softmax(
+    q: Tensor, keys: Tensor, values: Tensor, valid: Tensor, sink_k: Tensor, sink_v: Tensor, sink_ok: Tensor,
+    position: int, offset: int, window: int, chunk: int,
+) -> tuple[Tensor, Tensor]:  # fmt: skip  # packed signature
+    """Exact softmax of T queries over their windows (:func:`band_softmax`) merged with the sinks that have left
+    each query's window (:func:`merge_normalized`); the prefill and training counterpart of
+    :func:`decode_window_softmax`.
+
+    Args:
+        q: ``(B, Hk, G, T, d)`` queries in the compute dtype.
+        keys: ``(B, Hk, b + T, d)`` the key stream, as :func:`band_softmax`.
+        values: ``(B, Hk, b + T, D)``.
+        valid: ``(B, b + T)`` bool, False for padding keys.
+        sink_k: ``(B, Hk, s', d)`` the sink keys, positions 0 … s' − 1.
+        sink_v: ``(B, Hk, s', D)`` their values.
+        sink_ok: ``(B, s')`` bool, False for padding sinks.
+        position: the absolute position of the first query.
+        offset: b, the stream index of the first query.
+        window: w ≥ 1.
+        chunk: queries per chunk of the band.
+
+    Returns:
+        ``(o (B, Hk, G, T, D), log_z (B, Hk, G, T))``.
+    """
+    o, log_z = band_softmax(q, keys, values, valid, offset, window, chunk)
+    if not sink_k.shape[2]:
+        return o, log_z
+    positions = position + torch.arange(q.shape[3], device=q.device)
+    outside = torch.arange(sink_k.shape[2], device=q.device)[None, :] <= positions[:, None] - window  # (T, s')
+    logits = (q @ sink_k.to(q.dtype).transpose(-1, -2)[:, :, None]) / math.sqrt(q.shape[-1])  # (B, Hk, G, T, s')
+    mask = outside[None, None, None] & sink_ok[:, None, None, None, :]
+    o_s, log_z_s = masked_softmax_part(logits, mask, sink_v.to(q.dtype)[:, :, None])
+    return merge_normalized(o, log_z, o_s, log_z_s)
