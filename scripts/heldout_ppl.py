@@ -4,7 +4,8 @@ and its ratio to other models' records, paired block by block.
 Measures the sliding-window perplexity (window 512, stride 256) of the first ``--tokens`` tokens of the corpus's
 held-out documents and the perplexity by position in blocks of 512 tokens
 (:func:`lit_dof.evaluation.perplexity.heldout_perplexity`), or reads such a record back (a ``.json`` as MODEL).
-Then, for every ``--against`` record measured on the same tokens (a cell's ``ppl.json``, the records in
+A long-context record (a cell's ``long.json``) read back is paired context by context. Then, for every
+``--against`` record measured on the same tokens (a cell's ``ppl.json``, the records in
 docs/results), it prints the ratio of the sliding-window perplexities and the paired ratio of the block
 perplexities ± its standard error over blocks (:func:`~lit_dof.evaluation.perplexity.paired_perplexity_ratio`),
 for every position and per bucket.
@@ -44,9 +45,22 @@ def ratios(record: dict, reference: dict) -> dict[str, dict]:
     Raises:
         ValueError: the two records do not score the same blocks.
     """
-    out = {"sliding": {"ratio": record["ppl"] / reference["ppl"]}}
-    for bucket in [None, *record["by_position"]["buckets"]]:
-        paired = paired_perplexity_ratio(record["by_position"], reference["by_position"], bucket)
+    if "contexts" in record:  # a long-context record (compare's long.json): pair each context's blocks
+        return {
+            f"{context}:{name}": ratio
+            for context, blocks in record["contexts"].items()
+            for name, ratio in _bucket_ratios(blocks, reference["contexts"][context]).items()
+        }
+    return {
+        "sliding": {"ratio": record["ppl"] / reference["ppl"]},
+        **_bucket_ratios(record["by_position"], reference["by_position"]),
+    }
+
+
+def _bucket_ratios(blocks: dict, reference: dict) -> dict[str, dict]:
+    out = {}
+    for bucket in [None, *blocks["buckets"]]:
+        paired = paired_perplexity_ratio(blocks, reference, bucket)
         out[bucket or "all"] = {**paired, "stderr": paired["ratio"] * paired["stderr_log"]}
     return out
 
@@ -69,7 +83,13 @@ def main(argv: list[str] | None = None) -> dict:
         record = measure(args.model, args.corpus, args.tokens, args.device)
         if args.output:
             atomic_write_json(args.output, record)
-    print(f"{args.model}: sliding-window perplexity {record['ppl']:.3f} ({record['tokens']} tokens)")
+    if "contexts" in record:
+        print(
+            f"{args.model}: perplexity "
+            + ", ".join(f"{c} tokens {r['ppl']:.3f}" for c, r in record["contexts"].items())
+        )
+    else:
+        print(f"{args.model}: sliding-window perplexity {record['ppl']:.3f} ({record['tokens']} tokens)")
     found = {}
     for path, reference in references.items():
         try:

@@ -60,3 +60,20 @@ def test_records_of_different_blocks_are_refused_by_name(tmp_path, corpus):
                      "--output", str(tmp_path / f"{tokens}.json")])  # fmt: skip  # packed args
     with pytest.raises(SystemExit, match="1100.json: the results must score the same"):
         script.main([str(tmp_path / "1600.json"), "--against", str(tmp_path / "1100.json")])
+
+
+def test_long_context_records_pair_context_by_context():
+    """Two committed ``long.json`` records: every context's whole-block ratio equals the geometric mean of the
+    per-block perplexity ratios computed by hand from their block NLL."""
+    from tests.conftest import REPO
+
+    folder = REPO / "docs" / "results" / "sliding_window"
+    script = load_script("heldout_ppl")
+    out = script.main([str(folder / "quickstart_lora_long.json"), "--against", str(folder / "quickstart_long.json")])
+    found = out["ratios"][str(folder / "quickstart_long.json")]
+    record, reference = out["record"]["contexts"], script.json.loads((folder / "quickstart_long.json").read_text())
+    assert {key.split(":")[0] for key in found} == set(record) == {"512", "2048", "4096", "8192"}
+    for context, blocks in record.items():
+        logs = [a - b for a, b in zip(blocks["block_nll"], reference["contexts"][context]["block_nll"], strict=True)]
+        assert found[f"{context}:all"]["ratio"] == pytest.approx(math.exp(statistics.mean(logs)), rel=1e-9)
+        assert f"{context}:{list(blocks['buckets'])[-1]}" in found
