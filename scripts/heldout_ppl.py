@@ -4,8 +4,9 @@ and its ratio to other models' records, paired block by block.
 Measures the sliding-window perplexity (window 512, stride 256) of the first ``--tokens`` tokens of the corpus's
 held-out documents and the perplexity by position in blocks of 512 tokens
 (:func:`lit_dof.evaluation.perplexity.heldout_perplexity`), or reads such a record back (a ``.json`` as MODEL).
-A long-context record (a cell's ``long.json``) read back is paired context by context. Then, for every
-``--against`` record measured on the same tokens (a cell's ``ppl.json``, the records in
+With ``--contexts 512 2048 4096 8192`` it measures the long-context record instead (the ``long`` stage,
+:func:`~lit_dof.evaluation.perplexity.long_context_perplexity`); such a record is paired context by context.
+Then, for every ``--against`` record measured on the same tokens (a cell's ``ppl.json``, the records in
 docs/results), it prints the ratio of the sliding-window perplexities and the paired ratio of the block
 perplexities ± its standard error over blocks (:func:`~lit_dof.evaluation.perplexity.paired_perplexity_ratio`),
 for every position and per bucket.
@@ -24,17 +25,21 @@ import sys
 import time
 from pathlib import Path
 
-from lit_dof.evaluation.perplexity import heldout_perplexity, paired_perplexity_ratio
+from lit_dof.evaluation.perplexity import heldout_perplexity, long_context_perplexity, paired_perplexity_ratio
 from lit_dof.io import atomic_write_json
 
 
-def measure(model_source: str, corpus: str, tokens: int, device: str) -> dict:
-    """The held-out record of ``model_source`` (a student directory or a teacher source), timed."""
+def measure(model_source: str, corpus: str, tokens: int, device: str, contexts: list[int] | None = None) -> dict:
+    """The held-out record of ``model_source`` (a student directory or a teacher source), timed; with
+    ``contexts``, the long-context record instead (compare's ``long.json``)."""
     from lit_dof.evaluation.loading import load_model
 
     model, tokenizer = load_model(model_source, device=device)
     start = time.time()
-    result = heldout_perplexity(model, tokenizer, corpus, max_tokens=tokens)
+    if contexts:
+        result = long_context_perplexity(model, tokenizer, corpus, contexts, tokens)
+    else:
+        result = heldout_perplexity(model, tokenizer, corpus, max_tokens=tokens)
     return {**result, "model": model_source, "seconds": time.time() - start, "device": device}
 
 
@@ -73,6 +78,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--output", help="write the measured record here (JSON, atomic)")
     parser.add_argument("--tokens", type=int, default=16384, help="held-out tokens scored (the comparison's)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--contexts", type=int, nargs="*", help="measure perplexity by position at these block lengths")
     args = parser.parse_args(argv)
     references = {path: json.loads(Path(path).read_text()) for path in args.against}  # bad paths fail before work
     if args.model.endswith(".json"):
@@ -80,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
     elif not args.corpus:
         parser.error("no corpus: pass --corpus or set LIT_DOF_CORPUS")
     else:
-        record = measure(args.model, args.corpus, args.tokens, args.device)
+        record = measure(args.model, args.corpus, args.tokens, args.device, args.contexts)
         if args.output:
             atomic_write_json(args.output, record)
     if "contexts" in record:

@@ -299,17 +299,9 @@ class Comparison:
         return self._measured(row, budget, "long.json", self._long_context)
 
     def _long_context(self, model, tokenizer, corpus: str) -> dict:
-        from lit_dof.evaluation.perplexity import heldout_documents, position_edges, position_perplexity, text_tokens
+        from lit_dof.evaluation.perplexity import long_context_perplexity
 
-        tokens = text_tokens(heldout_documents(corpus), tokenizer, max(self.ppl_tokens, max(self.long_contexts)))
-        result: dict = {"contexts": {}, "source": str(corpus)}
-        for context in self.long_contexts:
-            edges = position_edges(context)
-            usable = tokens[: max(context, self.ppl_tokens // context * context)]
-            result["contexts"][str(context)] = position_perplexity(
-                model, usable, block=context, edges=edges, batch_size=1
-            )
-        return result
+        return long_context_perplexity(model, tokenizer, corpus, self.long_contexts, self.ppl_tokens)
 
     # -- the paper's per-task fine-tuning protocol (METHOD.md §4) -----------------------------------------
     def _finetune_run(self, source: str, task: str, lr: float, folder: Path) -> dict:

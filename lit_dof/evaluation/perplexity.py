@@ -252,3 +252,36 @@ def paired_perplexity_ratio(result: dict, reference: dict, bucket: str | None = 
 
     log_ratio, stderr, blocks = paired_difference(a["block_nll"], b["block_nll"])
     return {"ratio": math.exp(log_ratio), "log_ratio": log_ratio, "stderr_log": stderr, "blocks": blocks}
+
+
+def long_context_perplexity(
+    model,
+    tokenizer,
+    path: str | os.PathLike,
+    contexts: Sequence[int] = (512, 2048, 4096, 8192),
+    max_tokens: int = 16384,
+) -> dict:
+    """Perplexity by position in blocks of each context length on the held-out documents of a corpus (the
+    ``long`` stage of ``lit-dof compare``).
+
+    The held-out documents are concatenated (EOS between them) and cut into disjoint blocks of ``context`` tokens,
+    ``max_tokens`` tokens per context (at least one block); buckets by :func:`position_edges`.
+
+    Args:
+        model: a causal LM (teacher or student).
+        tokenizer: its tokenizer.
+        path: the corpus (:func:`heldout_documents`).
+        contexts: block lengths in tokens.
+        max_tokens: tokens scored per context.
+
+    Returns:
+        ``{"contexts": {str(context): position_perplexity record}, "source": str(path)}``.
+    """
+    tokens = text_tokens(heldout_documents(path), tokenizer, max(max_tokens, max(contexts)))
+    result: dict = {"contexts": {}, "source": str(path)}
+    for context in contexts:
+        usable = tokens[: max(context, max_tokens // context * context)]
+        result["contexts"][str(context)] = position_perplexity(
+            model, usable, block=context, edges=position_edges(context), batch_size=1
+        )
+    return result
