@@ -82,8 +82,10 @@ ROWS: dict[str, Row] = {r.name: r for r in [
     Row("lolcats", ("methods/lolcats.yaml",), note="window 64 + Hedgehog far term, block-output loss, LoRA tail, "
         "DoF dims", reference="swa_sink"),
     Row("lora", ("methods/lora.yaml",), note="pure linear, learned PRF, DoF dims, LoRA tail"),
-    Row("quickstart_lora", ("methods/lora_tail.yaml",), note="the quickstart + LoRA r = 8 on q/k/v/o in its tail",
-        reference="swa_sink"),
+    Row("quickstart", note="the quickstart: window 64 + 4 sinks + a decaying, position-free PRF far term, DoF "
+        "dims, LoRA r = 8 on q/k/v/o in its tail", reference="swa_sink"),
+    Row("quickstart_nolora", args=("--model.init_args.lora=null",), note="the quickstart without its LoRA tail (the "
+        "quickstart until 2026-11-26)", reference="swa_sink"),
     Row("quickstart_dof_head", (), (f"{PLANNER_ARGS}.strategy=dof_head", f"{PLANNER_ARGS}.multiple_of=8"),
         note="the quickstart with per-KV-head DoF dims (its far term's)", reference="swa_sink"),
     # The λ study (METHOD.md §2): DoF at fixed absolute λ and with the relative rule, next to "dof" (auto).

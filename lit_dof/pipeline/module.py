@@ -24,7 +24,7 @@ from lit_dof.attention import FeatureMapFactory, LearnedPRF, SlidingWindow
 from lit_dof.pipeline.planner import DoFPlanner, FeatureDimPlan, FeatureDimPlanner, StudentSpec
 from lit_dof.precision import DtypeName, fp32_region, resolve_dtype
 from lit_dof.students.card import write_model_card
-from lit_dof.students.lora import LoRA, add_lora, has_adapters, merged_state_dict
+from lit_dof.students.lora import LoRA, add_lora, check_targets, has_adapters, merged_state_dict
 from lit_dof.students.modeling import LitDofForCausalLM, linearize
 from lit_dof.students.trainable import trainable_parameters
 from lit_dof.teacher import DEFAULT_TEACHER
@@ -135,6 +135,7 @@ class StudentModule(L.LightningModule):
 
         Raises:
             NotImplementedError: LoRA on a device mesh (before the teacher loads).
+            ValueError: LoRA ``target_modules`` the teacher does not have (before the DoF estimate).
             ValueError: the planner's settings do not fit the student (before the teacher loads).
         """
         if self.student is not None:
@@ -143,12 +144,15 @@ class StudentModule(L.LightningModule):
         mesh = self._lightning_device_mesh()
         if mesh is not None and self.lora is not None:
             raise NotImplementedError(
-                "LoRA under ModelParallelStrategy (FSDP2) is not supported yet: use DDP for `lora`"
+                "LoRA under ModelParallelStrategy (FSDP2) is not supported yet: use DDP (configs/trainer/ddp.yaml), "
+                "or train without LoRA (--model.init_args.lora=null)"
             )
         spec = StudentSpec(self.teacher_name, self.share_kv_maps, sliding_window=self.sliding_window)
         self.planner.check(spec)
         teacher = self._load_teacher(mesh)
         self.check_teacher(teacher)
+        if self.lora is not None:
+            check_targets(teacher, self.lora)
         self.plan = self.planner.plan(teacher, trainer, spec)
         if mesh is not None:
             from lit_dof.teacher.sharded import reshard

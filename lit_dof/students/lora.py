@@ -44,6 +44,27 @@ class LoRA:
 _FLAG = "_lit_dof_lora"
 
 
+def check_targets(model: nn.Module, settings: LoRA) -> None:
+    """Check that every name of ``settings.target_modules`` matches a module of ``model`` the way peft matches
+    it (the whole name or its dotted suffix), so that a recipe written for one family fails on another before
+    any expensive work rather than at :func:`add_lora`.
+
+    Raises:
+        ValueError: a target matches no module; the message lists the model's projection names.
+    """
+    if settings.target_modules is None:
+        return
+    names = [name for name, _ in model.named_modules()]
+    missing = [t for t in settings.target_modules if not any(n == t or n.endswith(f".{t}") for n in names)]
+    if missing:
+        leaves = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                         if not list(module.children()) and hasattr(module, "weight")})  # fmt: skip
+        raise ValueError(
+            f"LoRA target_modules {missing} match no module of this {type(model).__name__} (its weight layers: "
+            f"{leaves}): set --model.init_args.lora.target_modules for this family, or --model.init_args.lora=null"
+        )
+
+
 def add_lora(model: nn.Module, settings: LoRA) -> list[str]:
     """Add LoRA adapters (peft adapter ``"default"``, B initialised to 0, so the model is unchanged) to a
     transformers model — for a student, its wrapped teacher ``student.model``. Only the adapters' parameters

@@ -32,6 +32,9 @@ def test_quickstart_config_runs_on_smollm2(tmp_path, smollm2_dir, monkeypatch):
     assert {(type(t).__name__, t.window, t.sink_tokens, t.far_term, t.sliding_window.far_decay, t.needs_rotary)
             for t in twins} == {("SlidingWindowLinearAttention", 64, 4, True, 128, True)}  # fmt: skip
     assert student.feature_dims == [max(8, m) for m in report["allocations"]["dof"]]
+    lora = cli.model.lora  # the LoRA tail (rank 8 on q/k/v/o), merged away in the exported student
+    assert (lora.rank, lora.alpha, lora.target_modules) == (8, 16.0, ["q_proj", "k_proj", "v_proj", "o_proj"])
+    assert not [name for name, _ in student.named_parameters() if "lora_" in name]
     assert cli.trainer.global_step == 2
     assert 10 < float(cli.trainer.callback_metrics["val/ppl_teacher"]) < 100
     assert log_dir.resolve() == (tmp_path / "runs" / "quickstart" / "version_0").resolve()

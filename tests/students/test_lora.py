@@ -84,3 +84,18 @@ def test_lora_under_ddp_needs_unused_parameters_allowed():
         module._check_lora_strategy()
     module._trainer = SimpleNamespace(strategy=DDPStrategy(find_unused_parameters=True))
     module._check_lora_strategy()
+
+
+def test_targets_missing_from_the_teacher_are_refused_by_name():
+    """The quickstart's q/k/v/o targets on a Llama pass; on GPT-2 (c_attn, Conv1D) they are refused by name,
+    and GPT-2's own target passes."""
+    from lit_dof.students.lora import check_targets
+
+    llama, gpt2 = tiny_model("llama"), tiny_model("gpt2")
+    check_targets(llama, LoRA())
+    check_targets(llama, LoRA(target_modules=["self_attn.q_proj"]))  # peft's dotted suffix
+    check_targets(gpt2, LoRA(target_modules=["c_attn"]))
+    with pytest.raises(ValueError, match=r"\['q_proj', 'k_proj', 'v_proj', 'o_proj'\] match no module.*c_attn"):
+        check_targets(gpt2, LoRA())
+    with pytest.raises(ValueError, match=r"\['c_attn'\] match no module.*lora=null"):
+        check_targets(llama, LoRA(target_modules=["q_proj", "c_attn"]))
