@@ -102,3 +102,21 @@ def test_configs_that_choose_an_attention_state_every_window_option_the_quicksta
     assert len(composed) >= 10
     missing = {p.relative_to(REPO).as_posix(): sorted(quickstart - window_keys(p)) for p in composed}
     assert {name: keys for name, keys in missing.items() if keys} == {}
+
+
+def test_configs_that_choose_an_attention_state_whether_they_train_lora():
+    """The quickstart trains a LoRA tail; a method or hybrid file that chooses its own attention was measured with
+    or without one and must say which (``lora: null`` or its settings), or the quickstart's would leak into it."""
+    import yaml
+
+    def init_args(path):
+        return ((yaml.safe_load(path.read_text()) or {}).get("model") or {}).get("init_args") or {}
+
+    assert init_args(REPO / "configs" / "quickstart.yaml")["lora"]["rank"] == 8
+    choosing = [
+        p
+        for p in (REPO / "configs").rglob("*.yaml")
+        if p.name != "quickstart.yaml" and "sliding_window" in init_args(p)
+    ]
+    assert len(choosing) >= 10
+    assert sorted(p.relative_to(REPO).as_posix() for p in choosing if "lora" not in init_args(p)) == []

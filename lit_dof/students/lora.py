@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from lit_dof.precision import Float32Parameters
+
 
 @dataclass
 class LoRA:
@@ -68,7 +70,8 @@ def check_targets(model: nn.Module, settings: LoRA) -> None:
 def add_lora(model: nn.Module, settings: LoRA) -> list[str]:
     """Add LoRA adapters (peft adapter ``"default"``, B initialised to 0, so the model is unchanged) to a
     transformers model — for a student, its wrapped teacher ``student.model``. Only the adapters' parameters
-    are left trainable.
+    are left trainable. They are float32 whatever the model's dtype and stay so under half-precision conversions
+    (optimizer master weights, like the feature maps': lit_dof.precision.Float32Parameters).
 
     Args:
         model: a ``transformers.PreTrainedModel``.
@@ -85,8 +88,17 @@ def add_lora(model: nn.Module, settings: LoRA) -> list[str]:
     config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
                         target_modules=settings.target_modules, bias="none")  # fmt: skip  # packed args
     inject_adapter_in_model(config, model)
+    for _, layer in _tuner_layers(model):  # float32 master weights whatever the teacher's dtype, as the feature maps
+        for adapter in [*layer.lora_A.values(), *layer.lora_B.values()]:
+            if type(adapter) is nn.Linear:
+                adapter.float().__class__ = _Float32Linear
     setattr(model, _FLAG, True)
     return [name for name, _ in model.named_parameters() if ".lora_" in name]
+
+
+class _Float32Linear(Float32Parameters, nn.Linear):
+    """An adapter's ``nn.Linear`` whose float32 weights stay float32 under ``.to(torch.bfloat16)`` and Lightning's
+    ``bf16-true`` (peft casts its input to the weight's dtype and its output back to the base layer's)."""
 
 
 def has_adapters(model: nn.Module) -> bool:

@@ -10,12 +10,12 @@ import torch
 
 
 class RankProbe(L.Callback):
-    """Write ``<out_dir>/<event>_rank<r>.pt`` at train start, at train end and, with ``kill_at``, after that
-    optimizer step, which then raises (a killed run): ``twins`` (parameters and buffers of the linear twins,
-    by name), ``feature_dims``, ``dof`` (the report as a dict), ``step``, ``replicated_teacher`` /
-    ``sharded_twins`` (names of teacher parameters that are not DTensors and twins that are), and what the rank
-    has seen so far: ``input_ids`` (each training batch's), ``phases`` (``"tail"`` or ``"layerwise"`` per
-    training batch, for phases with an end-to-end tail), ``validated_at`` (global step of each validation run,
+    """Write ``<out_dir>/<event>_rank<r>.pt`` at train start, at train end and, with ``kill_at``, after that optimizer
+    step, which then raises (a killed run): ``twins`` (parameters and buffers of the linear twins, by name), ``lora``
+    (LoRA adapter parameters, by name), ``feature_dims``, ``dof`` (the report as a dict), ``step``,
+    ``replicated_teacher`` / ``sharded_twins`` (names of teacher parameters that are not DTensors and twins that are),
+    and what the rank has seen so far: ``input_ids`` (each training batch's), ``phases`` (``"tail"`` or ``"layerwise"``
+    per training batch, for phases with an end-to-end tail), ``validated_at`` (global step of each validation run,
     sanity checks excluded) and ``metrics`` (``trainer.callback_metrics`` as floats).
 
     Args:
@@ -60,6 +60,7 @@ class RankProbe(L.Callback):
         sharded = {n: isinstance(p, DTensor) for n, p in student.named_parameters()}
         torch.save({
             "twins": twins, "feature_dims": student.feature_dims, "step": trainer.global_step,
+            "lora": {n: p.detach().clone() for n, p in student.named_parameters() if ".lora_" in n},
             "dof": None if report is None else dataclasses.asdict(report),
             "replicated_teacher": [n for n, dt in sharded.items() if ".lit_dof." not in n and not dt],
             "sharded_twins": [n for n, dt in sharded.items() if ".lit_dof." in n and dt],

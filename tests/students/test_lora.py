@@ -99,3 +99,23 @@ def test_targets_missing_from_the_teacher_are_refused_by_name():
         check_targets(gpt2, LoRA())
     with pytest.raises(ValueError, match=r"\['c_attn'\] match no module.*lora=null"):
         check_targets(llama, LoRA(target_modules=["q_proj", "c_attn"]))
+
+
+def test_adapters_stay_float32_master_weights_on_a_bf16_teacher():
+    """On a bf16 teacher (and after Lightning's bf16-true conversion, ``.to(bfloat16)``) the adapters stay float32;
+    the forward keeps the base layer's bf16 output, and equals the float32 computation of W x + (α/r)·B A x to
+    bf16 rounding."""
+    model = tiny_model("llama").to(torch.bfloat16)
+    names = add_lora(model, LoRA(rank=2, alpha=4.0))
+    model.to(torch.bfloat16)
+    adapters = dict(model.named_parameters())
+    assert names and all(adapters[n].dtype == torch.float32 for n in names)
+    q = model.model.layers[0].self_attn.q_proj
+    with torch.no_grad():
+        q.lora_B["default"].weight.normal_()
+        x = torch.randn(3, q.in_features).to(torch.bfloat16)
+        out = q(x)
+        a, b = q.lora_A["default"].weight, q.lora_B["default"].weight
+        reference = x.float() @ q.base_layer.weight.float().T + 2.0 * (x.float() @ a.T) @ b.T
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), reference, rtol=2e-2, atol=2e-2)
