@@ -151,8 +151,6 @@ class StudentModule(L.LightningModule):
         self.planner.check(spec)
         teacher = self._load_teacher(mesh)
         self.check_teacher(teacher)
-        if self.lora is not None:
-            check_targets(teacher, self.lora)
         self.plan = self.planner.plan(teacher, trainer, spec)
         if mesh is not None:
             from lit_dof.teacher.sharded import reshard
@@ -189,7 +187,13 @@ class StudentModule(L.LightningModule):
 
     def check_teacher(self, teacher: torch.nn.Module) -> None:
         """Validate this module's settings against the loaded teacher before any expensive work (the DoF
-        estimate, the twins). Subclasses extend it; the base accepts every teacher."""
+        estimate, the twins). Subclasses extend it; the base checks the LoRA ``target_modules``.
+
+        Raises:
+            ValueError: a LoRA target the teacher does not have (lit_dof.students.lora.check_targets).
+        """
+        if self.lora is not None:
+            check_targets(teacher, self.lora)
 
     def resolved_teacher_dtype(self) -> torch.dtype:
         """The teacher's parameter dtype: ``teacher_dtype``, with ``"auto"`` read from ``trainer.precision``

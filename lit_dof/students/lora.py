@@ -46,18 +46,30 @@ class LoRA:
 _FLAG = "_lit_dof_lora"
 
 
+def _peft_config(settings: LoRA, target_modules: list[str] | None = None):
+    """peft's ``LoraConfig`` of ``settings`` (with ``target_modules`` instead of its own, when given)."""
+    from peft import LoraConfig
+
+    targets = settings.target_modules if target_modules is None else target_modules
+    return LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
+                      target_modules=targets, bias="none")  # fmt: skip  # packed args
+
+
 def check_targets(model: nn.Module, settings: LoRA) -> None:
-    """Check that every name of ``settings.target_modules`` matches a module of ``model`` the way peft matches
-    it (the whole name or its dotted suffix), so that a recipe written for one family fails on another before
-    any expensive work rather than at :func:`add_lora`.
+    """Check that every name of ``settings.target_modules`` matches a module of ``model`` by peft's own rule
+    (``check_target_module_exists``), so that a recipe written for one family fails on another before any
+    expensive work rather than at :func:`add_lora`.
 
     Raises:
-        ValueError: a target matches no module; the message lists the model's projection names.
+        ValueError: a target matches no module; the message lists the model's weight layers.
     """
+    from peft.tuners.tuners_utils import check_target_module_exists
+
     if settings.target_modules is None:
         return
     names = [name for name, _ in model.named_modules()]
-    missing = [t for t in settings.target_modules if not any(n == t or n.endswith(f".{t}") for n in names)]
+    missing = [t for t in settings.target_modules
+               if not any(check_target_module_exists(_peft_config(settings, [t]), n) for n in names)]  # fmt: skip
     if missing:
         leaves = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
                          if not list(module.children()) and hasattr(module, "weight")})  # fmt: skip
@@ -83,11 +95,9 @@ def add_lora(model: nn.Module, settings: LoRA) -> list[str]:
     Raises:
         ImportError: peft is not installed. ValueError: no module matches ``target_modules`` (peft's message).
     """
-    from peft import LoraConfig, inject_adapter_in_model
+    from peft import inject_adapter_in_model
 
-    config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-                        target_modules=settings.target_modules, bias="none")  # fmt: skip  # packed args
-    inject_adapter_in_model(config, model)
+    inject_adapter_in_model(_peft_config(settings), model)
     for _, layer in _tuner_layers(model):  # float32 master weights whatever the teacher's dtype, as the feature maps
         for adapter in [*layer.lora_A.values(), *layer.lora_B.values()]:
             if type(adapter) is nn.Linear:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from safetensors import safe_open
 
 from lit_dof.pipeline.cli import build_cli
 from lit_dof.students import load_student
@@ -34,7 +35,9 @@ def test_quickstart_config_runs_on_smollm2(tmp_path, smollm2_dir, monkeypatch):
     assert student.feature_dims == [max(8, m) for m in report["allocations"]["dof"]]
     lora = cli.model.lora  # the LoRA tail (rank 8 on q/k/v/o), merged away in the exported student
     assert (lora.rank, lora.alpha, lora.target_modules) == (8, 16.0, ["q_proj", "k_proj", "v_proj", "o_proj"])
-    assert not [name for name, _ in student.named_parameters() if "lora_" in name]
+    with safe_open(log_dir / "student" / "model.safetensors", "pt") as saved:  # merged: no adapter entries
+        keys = list(saved.keys())
+    assert "model.model.layers.0.self_attn.q_proj.weight" in keys and not [k for k in keys if "lora_" in k]
     assert cli.trainer.global_step == 2
     assert 10 < float(cli.trainer.callback_metrics["val/ppl_teacher"]) < 100
     assert log_dir.resolve() == (tmp_path / "runs" / "quickstart" / "version_0").resolve()
