@@ -8,10 +8,12 @@ Formats (by content/extension; ``.gz`` is decompressed on the fly):
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import io
 import json
 import os
+import re
 import zlib
 from pathlib import Path
 from typing import Iterator
@@ -33,6 +35,73 @@ def is_heldout(index: int, val_every: int) -> bool:
     return index % val_every == 0
 
 
+CORPUS_FORMATS = ".txt/.txt.gz/.jsonl/WikiExtractor"
+"""The corpus files :func:`iter_documents` reads, as error messages name them."""
+
+SNIFF_BYTES = 64 * 1024
+"""How much of a corpus (decompressed) :func:`check_text` reads."""
+
+MAX_BAD_SHARE = 0.1
+"""The largest share of control or undecodable characters :func:`check_text` accepts in that sample."""
+
+_BAD_CHARS = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd]")  # control characters but tab/newlines/form feed
+
+
+def check_corpus_path(path: str | os.PathLike, fix: str = f"pass an existing {CORPUS_FORMATS} file") -> Path:
+    """Refuse a corpus path that is a directory or names nothing.
+
+    Args:
+        path: the corpus file.
+        fix: what the "does not exist" message tells the user to do.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        IsADirectoryError: a directory (the message lists up to three corpus files inside it).
+        FileNotFoundError: nothing at ``path``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        inside = sorted(p.name for p in path.iterdir() if p.is_file() and p.suffix in (".txt", ".gz", ".jsonl"))
+        found = f" (it holds {', '.join(inside[:3])}{', …' if len(inside) > 3 else ''})" if inside else ""
+        raise IsADirectoryError(
+            f"corpus path {path} is a directory, not a corpus file; pass a {CORPUS_FORMATS} file inside it{found}"
+        )
+    if not path.is_file():
+        raise FileNotFoundError(f"corpus file {path} does not exist; {fix}")
+    return path
+
+
+def check_text(path: str | os.PathLike) -> None:
+    """Refuse a corpus file that is not UTF-8 text, by its content: its first :data:`SNIFF_BYTES` (decompressed
+    for ``.gz``) may hold at most :data:`MAX_BAD_SHARE` control characters (NUL included; tab, newlines and form
+    feed are text) and undecodable bytes. Binary files (random bytes, archives, a gzip file not named ``.gz``,
+    UTF-16 text) fail; any UTF-8 text, in any language, passes.
+
+    Args:
+        path: the corpus file.
+
+    Raises:
+        ValueError: naming the file, what its start holds and the fix.
+        gzip.BadGzipFile, EOFError, zlib.error: a ``.gz`` that is not (complete) gzip.
+    """
+    path = Path(path)
+    with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as handle:
+        head = handle.read(SNIFF_BYTES)
+    if path.suffix != ".gz" and head[:2] == b"\x1f\x8b":
+        raise ValueError(f"corpus file {path} is gzip-compressed but not named .gz: rename it to {path.name}.gz")
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(head, final=False)  # a cut character: ok
+    bad = len(_BAD_CHARS.findall(text))
+    if text and bad / len(text) > MAX_BAD_SHARE:
+        nul = " (NUL bytes: a binary file, or UTF-16 text?)" if "\x00" in text else ""
+        raise ValueError(
+            f"corpus file {path} is not UTF-8 text: {bad / len(text):.0%} of the characters in its first {len(head)} "
+            f"bytes{' (decompressed)' if path.suffix == '.gz' else ''} are control characters or invalid UTF-8{nul}; "
+            f"pass a UTF-8 {CORPUS_FORMATS} file (convert another encoding with iconv -t utf-8)"
+        )
+
+
 def _open_text(path: Path) -> io.TextIOBase:
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
@@ -44,10 +113,9 @@ def iter_documents(path: str | os.PathLike) -> Iterator[str]:
 
     Raises:
         FileNotFoundError: the file does not exist (names it; set ``LIT_DOF_DATA`` or pass the path).
+        IsADirectoryError: ``path`` is a directory.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"corpus file {path} does not exist; pass an existing .txt/.txt.gz/.jsonl file")
+    path = check_corpus_path(path)
     stem_suffix = Path(path.stem).suffix if path.suffix == ".gz" else path.suffix
     with _open_text(path) as handle:
         if stem_suffix == ".jsonl":
@@ -108,15 +176,17 @@ def check_corpus(
         ``{"train_tokens", "val_tokens", "documents"}`` counted until both needs were met.
 
     Raises:
-        FileNotFoundError: no such file. ValueError: the file is not in its format (a ``.gz`` that is not gzip,
-            a ``.jsonl`` line that is not JSON), has no documents, or too few tokens — the message names the
-            file, what was found and what the run needs.
+        FileNotFoundError: no such file. IsADirectoryError: a directory. ValueError: the file is not UTF-8 text
+            (:func:`check_text`: binary content), is not in its format (a ``.gz`` that is not gzip, a ``.jsonl`` line
+            that is not JSON), has no documents, or too few tokens — the message names the file, what was found and
+            what the run needs.
     """
     need = {"train": train_blocks * seq_len, "val": val_blocks * seq_len}
     found = {"train": 0, "val": 0}
     documents = 0
     eos = 1 if tokenizer.eos_token_id is not None else 0
     try:
+        check_text(path)
         for i, doc in enumerate(iter_documents(path)):
             documents += 1
             split = "val" if is_heldout(i, val_every) else "train"

@@ -35,7 +35,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from lit_dof.data.corpus import check_corpus, iter_documents
+from lit_dof.data.corpus import check_corpus, check_corpus_path, iter_documents
 from lit_dof.data.sources import CORPUS_ENV, HubDocuments, LocalDocuments
 from lit_dof.teacher import DEFAULT_TEACHER
 
@@ -134,9 +134,12 @@ class WikipediaDataModule(L.LightningDataModule):
         num_workers: dataloader workers (tokenisation runs there).
 
     Raises:
-        FileNotFoundError: ``path`` does not exist (at ``setup``). ValueError: a local corpus that cannot feed
-            the run — unreadable in its format, empty, or shorter than one batch per rank plus the validation
-            blocks (at ``setup``, before the teacher loads; :func:`~lit_dof.data.corpus.check_corpus`).
+        ValueError: a size or count below its minimum (``seq_len`` < 2, ``batch_size`` or ``val_every`` < 1, a
+            negative ``val_blocks``, ``predict_blocks`` or ``num_workers``), at construction.
+        FileNotFoundError: ``path`` does not exist (at ``setup``). IsADirectoryError: ``path`` is a directory.
+            ValueError: a local corpus that cannot feed the run — not UTF-8 text (binary content), unreadable in
+            its format, empty, or shorter than one batch per rank plus the validation blocks (at ``setup``, before
+            the teacher loads; :func:`~lit_dof.data.corpus.check_corpus`).
             RuntimeError: hub streaming impossible.
     """
 
@@ -154,6 +157,12 @@ class WikipediaDataModule(L.LightningDataModule):
         num_workers: int = 0,
     ) -> None:
         super().__init__()
+        for name, value, least in (("seq_len", seq_len, 2), ("batch_size", batch_size, 1), ("val_every", val_every, 1),
+                                   ("val_blocks", val_blocks, 0), ("predict_blocks", predict_blocks, 0),
+                                   ("num_workers", num_workers, 0)):  # fmt: skip  # one table
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= {least}; set "
+                                 f"--data.init_args.{name} to such a value")  # fmt: skip  # packed args
         self.save_hyperparameters()
         self.tokenizer_name = tokenizer
         self.path = path or os.environ.get(CORPUS_ENV) or None
@@ -167,10 +176,11 @@ class WikipediaDataModule(L.LightningDataModule):
         """Load the tokenizer and, once, check that a local corpus holds enough blocks for this world size.
 
         Raises:
-            FileNotFoundError: ``path`` is set but is not a file.
+            FileNotFoundError: ``path`` is set but names nothing. IsADirectoryError: it names a directory.
+            ValueError: the corpus cannot feed the run (:func:`~lit_dof.data.corpus.check_corpus`).
         """
-        if self.path is not None and not os.path.isfile(self.path):
-            raise FileNotFoundError(f"corpus file {self.path} does not exist; fix --data.path or ${CORPUS_ENV}")
+        if self.path is not None:
+            check_corpus_path(self.path, fix=f"fix --data.init_args.path or ${CORPUS_ENV}")
         if self.tokenizer is None:
             from lit_dof.teacher.loading import load_tokenizer
 
@@ -200,9 +210,25 @@ class WikipediaDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """Packed ``seq_len``-token training blocks, this rank's share, skipping batches already consumed on resume."""
+        return self._train_loader(self._consumed_batches())
+
+    def train_batch(self, index: int) -> dict:
+        """The training batch :meth:`train_dataloader` yields at data index ``index`` on this rank (batches since
+        step 0; the same workers' layout), read again: what a resumed run needs to re-create a teacher capture
+        the interrupted run kept (lit_dof.pipeline.teacher_reuse).
+
+        Args:
+            index: the batch's data index (≥ 0).
+
+        Returns:
+            ``{"input_ids": (batch_size, seq_len)}``.
+        """
+        return next(iter(self._train_loader(index)))
+
+    def _train_loader(self, skip_batches: int) -> DataLoader:
         rank, world = self._rank()
         data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "train", self.val_every, rank=rank,
-                            world_size=world, skip_batches=self._consumed_batches(),
+                            world_size=world, skip_batches=skip_batches,
                             batch_size=self.batch_size)  # fmt: skip  # packed args
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 

@@ -21,6 +21,7 @@ import lightning as L
 import torch
 
 from lit_dof.evaluation.multiple_choice import option_scores, score_matrix
+from lit_dof.pipeline.validation import check_fit_steps, check_learning_rate, check_number
 from lit_dof.students.trainable import OptimizerCallable, Trainable, check_trainable, trainable_parameters
 from lit_dof.teacher import DEFAULT_TEACHER
 
@@ -43,7 +44,8 @@ class TaskFinetuning(L.LightningModule):
             reports as ``score``.
 
     Raises:
-        ValueError: unknown ``trainable``/``selection``, or nothing to train.
+        ValueError: unknown ``trainable``/``selection``, an ``lr`` that is not a finite number > 0, a negative
+            ``warmup_steps``, or nothing to train.
     """
 
     def __init__(self, teacher: str = DEFAULT_TEACHER, trainable: Trainable = "all", lr: float = 1e-5,
@@ -53,12 +55,27 @@ class TaskFinetuning(L.LightningModule):
         check_trainable(trainable)
         if selection not in ("best", "last"):
             raise ValueError(f"selection must be 'best' or 'last', got {selection!r}")
+        check_learning_rate("lr", lr, example=1e-5, what="the fine-tuning learning rate")
+        check_number("warmup_steps", warmup_steps, minimum=0, integer=True, example=10, what="linear warm-up steps")
         self.save_hyperparameters(ignore=["optimizer"])
         self.teacher_name, self.trainable, self.lr, self.optimizer_factory = teacher, trainable, lr, optimizer
         self.warmup_steps, self.seq_len, self.selection = warmup_steps, seq_len, selection
         self.model = None
         self.history: list[dict] = []
         self._sums = torch.zeros(3)
+
+    def setup(self, stage: str) -> None:
+        """Before :meth:`configure_model` loads the model, refuse a fit that trains nothing.
+
+        Args:
+            stage: Lightning's stage (only ``"fit"`` is checked).
+
+        Raises:
+            ValueError: ``max_steps``, ``max_epochs`` or ``limit_train_batches`` 0
+                (lit_dof.pipeline.validation.check_fit_steps).
+        """
+        if stage == "fit" and self._trainer is not None:
+            check_fit_steps(self._trainer, needs_max_steps=False)
 
     def configure_model(self) -> None:
         """Load the model (once) and unfreeze the parameters ``trainable`` selects; leave it in train mode.

@@ -12,14 +12,13 @@ the tasks, ``limit``, the batch size and the wall time.
 
 With ``cache_dir``, every answered request is kept in lm-eval's own request cache (``use_cache``: a SQLite
 file written as requests are answered), so an evaluation that is killed and started again resumes where it
-stopped. lm-eval keys that cache by request only, so :func:`request_cache` binds the folder to one model
-(a hash of its weights) and one batch size, and refuses any other.
+stopped. lm-eval keys that cache by request only, so
+:func:`~lit_dof.evaluation.request_cache.request_cache` binds the folder to one model (a hash of its weights) and one
+batch size, refuses any other, and refuses a cache file holding anything but plain answers before lm-eval unpickles it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import platform
 import time
@@ -30,8 +29,9 @@ import torch
 
 from lit_dof.devices import device_label  # also importable from here, as before
 from lit_dof.evaluation.extra import require_lm_eval
+from lit_dof.evaluation.request_cache import request_cache, weights_digest  # noqa: F401  (also importable here)
 from lit_dof.evaluation.task_data import TASKS
-from lit_dof.io import atomic_write_json, library_versions
+from lit_dof.io import library_versions
 
 TASK_DIR = Path(__file__).with_name("lm_eval_tasks")
 """Folder of the shipped lm-eval task YAMLs (``lit_dof_<task>.yaml``)."""
@@ -132,54 +132,6 @@ def evaluate_model(
     info = provenance(tasks=list(tasks), limit=limit, batch_size=batch_size, mmlu_per_subject=mmlu_per_subject,
                       seconds=seconds, device=device)  # fmt: skip  # packed args
     return {"tasks": results, "provenance": info}
-
-
-def weights_digest(model: torch.nn.Module) -> str:
-    """SHA-256 of a model's parameters and buffers (names, dtypes, shapes and bytes), in ``state_dict`` order:
-    equal exactly when two models compute with the same numbers."""
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        data = tensor.detach().to("cpu").contiguous().reshape(-1)
-        digest.update(f"{name}:{data.dtype}:{tuple(tensor.shape)};".encode())
-        digest.update(data.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
-def request_cache(cache_dir: str | os.PathLike, model: torch.nn.Module, **settings) -> str:
-    """Bind ``cache_dir`` to ``model`` and return the path prefix for lm-eval's ``use_cache``.
-
-    lm-eval's request cache (``CachingLM``, ``<prefix>_rank<r>.db``) keys each answer by the request's text
-    alone, so answers of one model would be served to another. The folder's ``model.json`` records the weights'
-    digest (:func:`weights_digest`) and ``settings`` (batch size, context length: results depend on them only
-    through floating-point order) on first use; later uses must match.
-
-    Args:
-        cache_dir: the folder (created if missing).
-        model: the model whose answers the folder keeps.
-        **settings: other values the answers depend on (JSON-serialisable).
-
-    Returns:
-        ``<cache_dir>/requests``, the prefix lm-eval appends ``_rank<r>.db`` to.
-
-    Raises:
-        ValueError: the folder was written for other weights or settings (the message names both and the fix).
-    """
-    folder = Path(cache_dir)
-    stamp = {"weights_sha256": weights_digest(model), **settings}
-    record = folder / "model.json"
-    if record.is_file():
-        kept = json.loads(record.read_text())
-        if kept != stamp:
-            changed = sorted(k for k in stamp.keys() | kept.keys() if stamp.get(k) != kept.get(k))
-            raise ValueError(
-                f"request cache {folder} holds answers of another model or setting ({', '.join(changed)} differ: "
-                f"{ {k: kept.get(k) for k in changed} } there, { {k: stamp.get(k) for k in changed} } now); "
-                "pass another cache folder or delete this one"
-            )
-    else:
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(record, stamp)
-    return str(folder / "requests")
 
 
 def provenance(**extra) -> dict:

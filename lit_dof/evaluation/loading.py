@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from lit_dof.model_files import check_config
+
+UNKNOWN_FOLDER_FIX = (
+    "Restore the folder: re-export it if it is a lit-dof student (student.save_pretrained(DIR)), download it again "
+    "if it is a teacher (huggingface-cli download REPO_ID --local-dir DIR)."
+)
+"""The fix for a damaged ``config.json`` of a folder that may be a student or a teacher."""
 
 
 def is_student(source: str) -> bool:
@@ -14,9 +21,14 @@ def is_student(source: str) -> bool:
 
     Returns:
         True for a student directory, False for anything else (a teacher source).
+
+    Raises:
+        CorruptModelFileError: a ``config.json`` that is not valid JSON, not an object, or without ``model_type``
+            (unless transformers recognises the folder's name); the message names it and says to restore the folder.
     """
-    config = Path(source) / "config.json"
-    return config.is_file() and json.loads(config.read_text()).get("model_type") == "lit_dof"
+    if not (Path(source) / "config.json").is_file():
+        return False
+    return check_config(source, fix=UNKNOWN_FOLDER_FIX, name_fallback=True).get("model_type") == "lit_dof"
 
 
 def load_model(source: str, device=None, dtype=None):
@@ -31,6 +43,11 @@ def load_model(source: str, device=None, dtype=None):
 
     Returns:
         ``(model, tokenizer)``.
+
+    Raises:
+        CorruptModelFileError: a damaged ``config.json`` or safetensors file (the message names it and the fix).
+        NonFiniteStudentError: a student with NaN / infinite weights or probe logits.
+        TeacherNotFoundError: as :func:`lit_dof.load_teacher`.
     """
     from lit_dof.teacher.loading import load_teacher, load_tokenizer
 

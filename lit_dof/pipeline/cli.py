@@ -10,14 +10,16 @@ is :mod:`lit_dof.cli`).
         (memory per GPU and host RAM per rank, per phase, from the meta-device model: lit_dof.pipeline.plan)
 
 Top-level groups besides LightningCLI's: ``plan_files:`` (:class:`~lit_dof.pipeline.callbacks.PlanFiles`: the
-student's DoF report ``<log_dir>/dof.json`` and its figures) and ``metrics_file:``
-(:class:`~lit_dof.pipeline.run_files.MetricsFile`: ``<log_dir>/metrics.jsonl`` beside any logger) — always-present
-callbacks, so configs need not restate the trainer's callback list. The feature dims are the model's own setting
-(``model.init_args.planner``, :mod:`lit_dof.pipeline.planner`). ``model.teacher`` is
-linked to ``data.tokenizer`` and ``data.seq_len`` to ``model.seq_len``. ``--optimizer``/``--lr_scheduler`` are
-refused (:data:`OPTIMIZER_REFUSED`): every phase builds its own optimizers and schedule. Checkpoints live in the
-run's own ``version_N/checkpoints``; ``--ckpt_path last`` continues the newest checkpointed version in place and
-refuses a checkpoint of another experiment (:mod:`lit_dof.pipeline.resume`).
+student's DoF report ``<log_dir>/dof.json`` and its figures), ``metrics_file:``
+(:class:`~lit_dof.pipeline.run_files.MetricsFile`: ``<log_dir>/metrics.jsonl`` beside any logger) and
+``failed_run_cleanup:`` (:class:`~lit_dof.pipeline.run_cleanup.FailedRunCleanup`: no empty ``version_N`` left by a
+fit that failed before training) — always-present callbacks, so configs need not restate the trainer's callback
+list. The feature dims are the model's own setting (``model.init_args.planner``, :mod:`lit_dof.pipeline.planner`).
+``model.teacher`` is linked to ``data.tokenizer`` and ``data.seq_len`` to ``model.seq_len``.
+``--optimizer``/``--lr_scheduler`` are refused (:data:`OPTIMIZER_REFUSED`): every phase builds its own optimizers
+and schedule. Checkpoints live in the run's own ``version_N/checkpoints``; ``--ckpt_path last`` continues the newest
+checkpointed version in place; any ``--ckpt_path`` is read safely (``weights_only``) and refused when it belongs to
+another experiment, a setting given here never being replaced by the checkpoint's (:mod:`lit_dof.pipeline.resume`).
 """
 
 from __future__ import annotations
@@ -58,10 +60,13 @@ class LitDofCLI(LightningCLI):
     phases, or :class:`~lit_dof.pipeline.capture.TeacherCapture` for ``predict``)."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        """Add the ``plan_files:`` and ``metrics_file:`` groups, link teacher → tokenizer and data → model ``seq_len``,
-        and mark ``--optimizer``/``--lr_scheduler`` as refused."""
+        """Add the ``plan_files:``, ``metrics_file:`` and ``failed_run_cleanup:`` groups, link teacher → tokenizer and
+        data → model ``seq_len``, and mark ``--optimizer``/``--lr_scheduler`` as refused."""
+        from lit_dof.pipeline.run_cleanup import FailedRunCleanup
+
         parser.add_lightning_class_args(PlanFiles, "plan_files")
         parser.add_lightning_class_args(MetricsFile, "metrics_file")
+        parser.add_lightning_class_args(FailedRunCleanup, "failed_run_cleanup")
         parser.link_arguments("model.init_args.teacher", "data.init_args.tokenizer")
         parser.link_arguments("data.init_args.seq_len", "model.init_args.seq_len")
         # LightningCLI's own optimizer/scheduler groups, added here (it then adds none) so that their help says
@@ -111,21 +116,59 @@ class LitDofCLI(LightningCLI):
             init_args = logger.init_args
             self._resume_dir = os.path.join(init_args.save_dir or ".", init_args.name or "", f"version_{version}")
 
-    def before_fit(self) -> None:
-        """Refuse to resume a checkpoint of another experiment (:func:`~lit_dof.pipeline.resume.check_resume`).
+    def instantiate_classes(self) -> None:
+        """Instantiate as LightningCLI does; a model or data module whose constructor refuses its settings raises
+        that constructor's own error (jsonargparse wraps it in "Does not validate against any of the Union subtypes",
+        listing it beside the ``None`` alternative and the whole parsed namespace).
 
         Raises:
+            ValueError, TypeError: a constructor's error (e.g. ``lr_z=-1.0 … is invalid``), unwrapped.
+        """
+        try:
+            super().instantiate_classes()
+        except ValueError as exc:
+            cause = exc.__cause__
+            if not str(exc).startswith("Does not validate against any of the Union subtypes") or cause is None:
+                raise
+            raise cause from None
+
+    def _parse_ckpt_path(self) -> None:
+        """Keep the parsed settings as given: LightningCLI would replace the model's with a checkpoint file's
+        hyperparameters, silently overriding the command line; lit-dof compares them instead and refuses a
+        difference (:meth:`_check_checkpoint`)."""
+
+    def _check_checkpoint(self) -> None:
+        """Refuse a ``--ckpt_path`` that cannot be loaded safely or belongs to another experiment, before the
+        teacher loads (:func:`~lit_dof.pipeline.resume.checkpoint_metadata`,
+        :func:`~lit_dof.pipeline.resume.check_resume`).
+
+        Raises:
+            UnsafeCheckpointError: the checkpoint holds objects other than tensors and plain data (nothing of it ran).
+            UnreadableCheckpointError: it is truncated or not a torch checkpoint.
             ResumeMismatchError: ``--ckpt_path`` names (or ``last`` finds) a checkpoint whose model, data or
-                allocation settings differ from this run's.
+                allocation settings differ from this run's (each named, with both values).
         """
         from lit_dof.pipeline import resume
 
-        path = resume.resumed_checkpoint(self.config[self.subcommand].get("ckpt_path"), self.trainer, self._resume_dir)
+        config = self.config[self.subcommand]
+        path = resume.resumed_checkpoint(config.get("ckpt_path"), self.trainer, getattr(self, "_resume_dir", None))
         checkpoint = resume.checkpoint_metadata(path) if path else None
         if checkpoint is not None and "hyper_parameters" in checkpoint:
             saved = resume.saved_settings(checkpoint)
             current = resume.current_settings(self.model, self.datamodule)
             resume.check_resume(path, saved, current)
+
+    def before_fit(self) -> None:
+        """:meth:`_check_checkpoint` before a fit resumes."""
+        self._check_checkpoint()
+
+    def before_validate(self) -> None:
+        """:meth:`_check_checkpoint` before a checkpoint is validated."""
+        self._check_checkpoint()
+
+    def before_test(self) -> None:
+        """:meth:`_check_checkpoint` before a checkpoint is tested."""
+        self._check_checkpoint()
 
 
 def _legacy_groups(argv: list[str]) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from lit_dof.pipeline.layerwise import LayerwiseDistillation
+from lit_dof.pipeline.validation import check_number
 from lit_dof.students.losses import logit_distillation_loss
 from lit_dof.students.trainable import Trainable, check_trainable, trainable_parameters
 
@@ -28,12 +29,17 @@ class DirectDistillation(LayerwiseDistillation):
     Args:
         trainable: ``"feature_maps"`` (only φ), ``"attention"`` (the linearised attention blocks) or ``"all"``.
         logit_kd: weight of the teacher-logit KL term (0: plain next-token loss).
+
+    Raises:
+        ValueError: a ``finetune_fraction`` other than 0, a negative or non-finite ``logit_kd``, or what
+            LayerwiseDistillation refuses.
     """
 
     def __init__(self, *args, trainable: Trainable = "feature_maps", logit_kd: float = 0.0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if self.finetune_fraction:
             raise ValueError("finetune_fraction is a layer-wise option: every direct step is already end-to-end")
+        check_number("logit_kd", logit_kd, minimum=0.0, example=0.0, what="weight of the teacher-logit KL term")
         self.trainable, self.logit_kd = check_trainable(trainable), logit_kd
 
     def trainable_parameters(self):

@@ -21,18 +21,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import math
 from typing import Literal
 
 import torch
 
-from lit_dof.attention.feature_maps.base import PARAM_GROUPS, FeatureMap
 from lit_dof.pipeline.module import StudentModule
+from lit_dof.pipeline.optimization import parameter_groups, phase_schedule
+from lit_dof.pipeline.teacher_reuse import ReusedCapture, kept_batch
+from lit_dof.pipeline.validation import check_position_shift, check_schedule
 from lit_dof.students.layer_losses import LayerLoss, SoftmaxRowLoss, resolve_layer_loss
 from lit_dof.students.losses import logit_distillation_loss
 from lit_dof.students.trainable import OptimizerCallable
 from lit_dof.teacher.capture import CapturedAttention, capture_attention
-from lit_dof.teacher.families import has_rotary_positions
+from lit_dof.teacher.families import has_rotary_positions, text_config
 
 _DEFAULT_LOSS = SoftmaxRowLoss()  # stateless, so one shared default instance is safe
 
@@ -70,8 +71,8 @@ class LayerwiseDistillation(StudentModule):
         teacher_reuse: k ≥ 1 — each layer-wise teacher pass (the captured q/k/v) serves k consecutive training
             batches (micro-batches under gradient accumulation); the other k − 1 batches are skipped. More
             feature-map updates per CPU-minute at the price of fewer distinct tokens (1 / k of them); 1 (the
-            paper's recipe) captures every batch and keeps nothing between steps. A resumed run captures afresh
-            at its first batch.
+            paper's recipe) captures every batch and keeps nothing between steps. A run resumed inside a group
+            re-creates its capture from the same batch (lit_dof.pipeline.teacher_reuse).
         position_shift: S ≥ 0 — every training sequence's position ids start at an offset drawn uniformly from
             [0, S] (one per row, for teacher and student alike) instead of 0. Rotary position encodings make
             the teacher's attention depend on relative positions only, so its outputs do not change, while the
@@ -85,9 +86,11 @@ class LayerwiseDistillation(StudentModule):
             them; the same gradients as one backward of the summed loss. ``False``: that one backward.
 
     Raises:
-        ValueError: an unknown ``loss``, ``finetune_fraction`` outside [0, 1], a non-positive ``finetune_lr_ratio`` or
-            ``kd_temperature``, a negative ``position_shift``; at ``configure_model``, a ``position_shift`` on a
-            teacher without rotary positions or past its ``max_position_embeddings``.
+        ValueError: an unknown ``loss``, ``finetune_fraction`` outside [0, 1], a negative ``position_shift``, a
+            learning rate, ``finetune_lr_ratio`` or ``kd_temperature`` that is not a finite number > 0, a negative
+            ``warmup_steps``, ``min_lr_ratio`` outside [0, 1] (lit_dof.pipeline.validation.check_schedule); at
+            ``setup``, before the teacher loads, a fit without ``max_steps`` >= 1, a ``seq_len`` or ``position_shift``
+            past the teacher's ``max_position_embeddings`` or a shift on a teacher without rotary positions.
     """
 
     NOT_HYPERPARAMETERS = (*StudentModule.NOT_HYPERPARAMETERS, "optimizer")
@@ -122,10 +125,9 @@ class LayerwiseDistillation(StudentModule):
             isinstance(position_shift, bool) or not isinstance(position_shift, int) or position_shift < 0
         ):
             raise ValueError(f"position_shift must be an integer >= 0 or 'auto', got {position_shift!r}")
-        if finetune_lr_ratio <= 0 or kd_temperature <= 0:
-            raise ValueError(
-                f"finetune_lr_ratio and kd_temperature must be > 0, got {finetune_lr_ratio}, {kd_temperature}"
-            )
+        check_schedule(lr_z=lr_z, lr_alpha=lr_alpha, lr=lr, lr_lora=lr_lora, warmup_steps=warmup_steps,
+                       min_lr_ratio=min_lr_ratio, finetune_lr_ratio=finetune_lr_ratio, kd_temperature=kd_temperature,
+                       query_rows=query_rows)  # fmt: skip  # packed args
         self.save_hyperparameters(ignore=list(self.NOT_HYPERPARAMETERS))
         self.layer_loss = layer_loss
         self.lr_z, self.lr_alpha, self.lr, self.lr_lora = lr_z, lr_alpha, lr, lr_lora
@@ -136,50 +138,36 @@ class LayerwiseDistillation(StudentModule):
         self.teacher_reuse, self.layer_backward = teacher_reuse, layer_backward
         self.position_shift = position_shift
         self._shift_generator = torch.Generator()
-        self._reused: dict | None = None  # the capture being reused (teacher_reuse > 1)
-        self._batches = 0  # layer-wise training batches of this run (not restored on resume)
+        self._reuse = ReusedCapture(teacher_reuse)  # which batch captures, the kept capture (checkpointed)
         self._rows_generator = torch.Generator()
         self._finetune_reset_at: int | None = None
 
     def check_teacher(self, teacher: torch.nn.Module) -> None:
-        """Resolve ``position_shift="auto"`` from the teacher and check an explicit shift against it.
+        """Resolve ``position_shift="auto"`` from the teacher and check the shift against it (again: ``setup`` checked
+        an explicit one against the teacher's config; lit_dof.pipeline.validation.check_position_shift).
 
         Raises:
             ValueError: a shift for a teacher without RoPE, or ``position_shift + seq_len`` beyond its
                 ``max_position_embeddings``.
         """
         super().check_teacher(teacher)
-        if not self.position_shift:
-            return
-        config = teacher.config
-        rotary = has_rotary_positions(teacher)
-        limit = getattr(config, "max_position_embeddings", None)
         if self.position_shift == "auto":
+            limit = getattr(text_config(teacher), "max_position_embeddings", None)
+            rotary = has_rotary_positions(teacher)
             self.position_shift = max(0, limit - self.seq_len) if rotary and limit is not None else 0
-            return
-        if not rotary:
-            raise ValueError(
-                f"position_shift={self.position_shift} needs a teacher with rotary (relative) positions; "
-                f"{config.model_type!r} has absolute position embeddings, whose outputs a shift would change: "
-                "set position_shift: 0"
-            )
-        if limit is not None and self.position_shift + self.seq_len > limit:
-            raise ValueError(
-                f"position_shift + seq_len = {self.position_shift} + {self.seq_len} exceeds the teacher's "
-                f"max_position_embeddings ({limit}): set position_shift <= {max(0, limit - self.seq_len)}"
-            )
+        check_position_shift(teacher.config, self.seq_len, self.position_shift)
 
-    def _position_ids(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+    def _position_ids(self, batch: dict, batch_idx: int, step: int | None = None) -> torch.Tensor | None:
         """``(B, T)`` position ids of a training batch: ``None`` (the model's own, from 0) without
         ``position_shift``, else each row's positions (counted over its attended tokens when the batch has an
-        ``attention_mask``) plus a random offset in [0, position_shift], seeded by the step so that a resumed
-        run draws the same offsets."""
+        ``attention_mask``) plus a random offset in [0, position_shift], seeded by the step (``step``, default the
+        current global step) so that a resumed run draws the same offsets."""
         if not self.position_shift:
             return None
         if self.position_shift == "auto":
             raise RuntimeError("position_shift='auto' is resolved from the teacher at configure_model")
         ids, mask = batch["input_ids"], batch.get("attention_mask")
-        self._shift_generator.manual_seed(self.global_step * 104729 + batch_idx)
+        self._shift_generator.manual_seed((self.global_step if step is None else step) * 104729 + batch_idx)
         offsets = torch.randint(0, self.position_shift + 1, (ids.shape[0], 1), generator=self._shift_generator)
         base = (
             (mask.long().cumsum(-1) - 1).clamp(min=0) if mask is not None else torch.arange(ids.shape[1]).expand_as(ids)
@@ -242,16 +230,36 @@ class LayerwiseDistillation(StudentModule):
 
     def _layerwise_capture(self, batch: dict, batch_idx: int = 0) -> tuple[dict[int, CapturedAttention], bool]:
         """``(captured teacher attention, fresh)`` of this layer-wise batch: a new teacher pass every
-        ``teacher_reuse`` batches (and at a resumed run's first batch), else the kept one."""
-        fresh = self._batches % self.teacher_reuse == 0 or self._reused is None
-        self._batches += 1
-        positions = self._position_ids(batch, batch_idx) if fresh else None
-        if self.teacher_reuse == 1:
-            return self._teacher_forward(batch, capture=True, logits=False, positions=positions)[1], True
-        if fresh:
-            self._reused = None  # free the old capture before the new one is made
-            self._reused = self._teacher_forward(batch, capture=True, logits=False, positions=positions)[1]
-        return self._reused, fresh
+        ``teacher_reuse`` batches, else the kept one — re-created from its own batch after a resume inside a group
+        (lit_dof.pipeline.teacher_reuse)."""
+        reuse = self._reuse
+        if reuse.needs_recapture():
+            kept = kept_batch(self._trainer, reuse.group_start())
+            if kept is not None:
+                step, kept_idx = reuse.fresh_at
+                positions = self._position_ids(kept, kept_idx, step=step)
+                reuse.capture = self._teacher_forward(kept, capture=True, logits=False, positions=positions)[1]
+        fresh = reuse.due() or reuse.capture is None
+        reuse.batches += 1
+        if not fresh:
+            return reuse.capture, False
+        reuse.fresh_at, reuse.capture = (self.global_step, batch_idx), None  # free the old capture first
+        positions = self._position_ids(batch, batch_idx)
+        captured = self._teacher_forward(batch, capture=True, logits=False, positions=positions)[1]
+        if self.teacher_reuse > 1:
+            reuse.capture = captured
+        return captured, True
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Also record the ``teacher_reuse`` position (:meth:`ReusedCapture.state_dict`)."""
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["lit_dof_teacher_reuse"] = self._reuse.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Also restore the ``teacher_reuse`` position (a checkpoint without one: the next batch captures)."""
+        super().on_load_checkpoint(checkpoint)
+        if "lit_dof_teacher_reuse" in checkpoint:
+            self._reuse.load_state_dict(checkpoint["lit_dof_teacher_reuse"])
 
     def _layer_losses(self, captured: dict[int, CapturedAttention], batch_idx: int) -> dict[int, torch.Tensor]:
         """Each linear layer's attention loss on the teacher's q/k, logged as ``train/loss_layer_XX``."""
@@ -353,21 +361,11 @@ class LayerwiseDistillation(StudentModule):
             ``[{"params", "lr", "name"}]`` for the non-empty groups.
 
         Raises:
-            ValueError: a feature map names a group outside :data:`~lit_dof.attention.feature_maps.base.PARAM_GROUPS`.
+            ValueError: a feature map names a group outside :data:`~lit_dof.attention.feature_maps.base.PARAM_GROUPS`
+                (lit_dof.pipeline.optimization.parameter_groups).
         """
-        group_of = {}  # id(parameter) -> group, as each feature map declares it
-        for module in self.student.modules():
-            if isinstance(module, FeatureMap):
-                for group, members in module.param_groups().items():
-                    if group not in PARAM_GROUPS:
-                        name = type(module).__name__
-                        raise ValueError(f"{name}.param_groups() names group {group!r}; use one of {PARAM_GROUPS}")
-                    group_of.update((id(p), group) for p in members)
-        groups: dict[str, list] = {"z": [], "log_alpha": [], "other": [], "lora": []}
-        for name, parameter in self.trainable_parameters():
-            groups["lora" if ".lora_" in name else group_of.get(id(parameter), "other")].append(parameter)
         lrs = {"z": self.lr_z, "log_alpha": self.lr_alpha, "other": self.lr, "lora": self.lr_lora}
-        return [{"params": p, "lr": lrs[g], "name": g} for g, p in groups.items() if p]
+        return parameter_groups(self.student, self.trainable_parameters(), lrs)
 
     def configure_optimizers(self):
         """The ``optimizer`` (default Adam) over :meth:`optimizer_groups`; linear warm-up then cosine decay to
@@ -377,18 +375,7 @@ class LayerwiseDistillation(StudentModule):
             return None  # e.g. Performer: nothing to train (validation and export still run)
         factory = self.optimizer_factory or functools.partial(torch.optim.Adam, betas=(0.9, 0.99))
         optimizer = factory(params)
-        total, switch = self._total_steps(), self.finetune_start()
-        warmup, floor, ratio = self.warmup_steps, self.min_lr_ratio, self.finetune_lr_ratio
-
-        def cosine(progress: float) -> float:
-            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-        def schedule(step: int) -> float:
-            if step >= switch:  # end-to-end tail: its own cosine, from `ratio` down to ratio · floor
-                return ratio * cosine((step - switch) / max(1, total - switch))
-            if step < warmup:
-                return (step + 1) / warmup
-            return cosine((step - warmup) / max(1, switch - warmup))
-
+        schedule = phase_schedule(self._total_steps(), self.finetune_start(), self.warmup_steps, self.min_lr_ratio,
+                                  self.finetune_lr_ratio)  # fmt: skip  # packed args
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

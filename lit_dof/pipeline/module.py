@@ -22,6 +22,7 @@ from torchmetrics.text import Perplexity
 
 from lit_dof.attention import FeatureMapFactory, LearnedPRF, SlidingWindow
 from lit_dof.pipeline.planner import DoFPlanner, FeatureDimPlan, FeatureDimPlanner, StudentSpec
+from lit_dof.pipeline.validation import check_student_setup
 from lit_dof.precision import DtypeName, fp32_region, resolve_dtype
 from lit_dof.students.card import write_model_card
 from lit_dof.students.lora import LoRA, add_lora, check_targets, has_adapters, merged_state_dict
@@ -122,6 +123,11 @@ class StudentModule(L.LightningModule):
         self.log("train/tokens", total, reduce_fx="sum", sync_dist=True)
 
     # -- building ------------------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        """Before :meth:`configure_model` loads the teacher, refuse a fit without optimizer steps and a ``seq_len``
+        past the teacher's positions (lit_dof.pipeline.validation.check_student_setup: ``ValueError``)."""
+        check_student_setup(self, stage)
+
     def configure_model(self) -> None:
         """Load the teacher, let the planner choose the feature dims (:attr:`plan`), build the student with its
         linear twins and mark the trainable parameters.

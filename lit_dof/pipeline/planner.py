@@ -29,6 +29,7 @@ from lit_dof.attention.window_options import SlidingWindow
 from lit_dof.dof import STRATEGIES, DoFReport, allocate_feature_dims, allocate_head_feature_dims
 from lit_dof.dof.estimator import RelativeTo
 from lit_dof.dof.report import collect_samples, dof_report
+from lit_dof.pipeline.validation import PLANNER_ARGS, check_number
 from lit_dof.teacher.families import attention_layers
 
 ALLOCATOR_STRATEGIES = (*STRATEGIES, "dof_head")
@@ -115,8 +116,12 @@ class FixedPlanner(FeatureDimPlanner):
     """
 
     def __init__(self, feature_dim: int | None = None) -> None:
-        if feature_dim is not None and feature_dim < 1:
-            raise ValueError(f"feature_dim must be >= 1, got {feature_dim}")
+        if feature_dim is not None and (isinstance(feature_dim, bool) or not isinstance(feature_dim, int)
+                                        or feature_dim < 1):  # fmt: skip  # one condition
+            raise ValueError(
+                f"feature_dim must be >= 1, got {feature_dim!r}: set {PLANNER_ARGS}feature_dim to an integer >= 1, "
+                "or null for the teacher's head size"
+            )
         self.feature_dim = feature_dim
 
     def plan(self, teacher: nn.Module, trainer: L.Trainer | None, student: StudentSpec) -> FeatureDimPlan:
@@ -172,8 +177,9 @@ class DoFPlanner(FeatureDimPlanner):
     decoder layer at a time).
 
     Raises:
-        ValueError: an unknown strategy, ``budget < 1``, a λ that is not a number or ``"auto"``, or ``"auto"`` with
-            ``relative_to``.
+        ValueError: an unknown strategy, ``budget``, ``multiple_of`` or ``min_dim`` < 1, a λ that is not a finite
+            number > 0 or ``"auto"``, ``"auto"`` with ``relative_to``, ``num_samples`` < 2, ``num_batches`` < 1, or
+            ``target_fraction`` outside (0, 1).
     """
 
     def __init__(
@@ -194,12 +200,13 @@ class DoFPlanner(FeatureDimPlanner):
     ) -> None:
         if strategy not in ALLOCATOR_STRATEGIES:
             raise ValueError(f"strategy must be one of {ALLOCATOR_STRATEGIES}, got {strategy!r}")
-        if budget is not None and budget < 1:
-            raise ValueError(f"budget (mean feature dim per layer) must be >= 1, got {budget}")
         if lam == "auto" and relative_to is not None:
             raise ValueError("lam='auto' selects an absolute ridge; do not combine it with relative_to")
+        lam = lam if lam == "auto" else _number(lam)
+        _check_settings(budget=budget, multiple_of=multiple_of, min_dim=min_dim, lam=lam, num_samples=num_samples,
+                        num_batches=num_batches, target_fraction=target_fraction)  # fmt: skip  # packed args
         self.strategy, self.budget, self.multiple_of, self.min_dim = strategy, budget, multiple_of, min_dim
-        self.lam = lam if lam == "auto" else float(lam)
+        self.lam = lam
         self.relative_to, self.num_samples, self.num_batches = relative_to, num_samples, num_batches
         self.pooling, self.target_fraction, self.report_path = pooling, target_fraction, report_path
         self.seed, self.far_pairs = seed, far_pairs
@@ -325,6 +332,35 @@ class DoFPlanner(FeatureDimPlanner):
                                                multiple_of=self.multiple_of, min_dim=self.min_dim,
                                                num_samples=report.num_samples))  # fmt: skip  # packed args
         return [next(dims) if ok else report.head_size for ok in report.linearizable]
+
+
+def _number(value):
+    """``value`` as a float where it reads as one (a YAML string ``"1e-3"``), else unchanged (refused later)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value
+
+
+def _check_settings(*, budget, multiple_of, min_dim, lam, num_samples, num_batches, target_fraction) -> None:
+    """Refuse :class:`DoFPlanner` settings that would fail only after the teacher loads and its q/k are captured."""
+    if budget is not None:
+        check_number("budget", budget, minimum=1, integer=True, option=PLANNER_ARGS, example=64,
+                     what="mean feature dim per layer; null: the head size")  # fmt: skip  # packed args
+    check_number("multiple_of", multiple_of, minimum=1, integer=True, option=PLANNER_ARGS, example=1,
+                 what="every dim is rounded to a multiple of it")  # fmt: skip  # packed args
+    check_number("min_dim", min_dim, minimum=1, integer=True, option=PLANNER_ARGS, example=8,
+                 what="the smallest feature dim any layer gets")  # fmt: skip  # packed args
+    if lam != "auto":
+        check_number("lam", lam, minimum=0.0, open_min=True, option=PLANNER_ARGS, example="auto",
+                     what="the ridge λ of the DoF", requirement="a finite number > 0 or 'auto'")  # fmt: skip
+    check_number("num_samples", num_samples, minimum=2, integer=True, option=PLANNER_ARGS, example=1024,
+                 what="J, the q/k samples kept per head")  # fmt: skip  # packed args
+    check_number("num_batches", num_batches, minimum=1, integer=True, option=PLANNER_ARGS, example=8,
+                 what="training batches captured for the estimate")  # fmt: skip  # packed args
+    check_number("target_fraction", target_fraction, minimum=0.0, maximum=1.0, open_min=True, open_max=True,
+                 option=PLANNER_ARGS, example=0.25,
+                 what="with lam='auto', the mean layer DoF as a fraction of J")  # fmt: skip  # packed args
 
 
 def _uniform_dims(teacher: nn.Module, dim: int | None) -> list[int]:

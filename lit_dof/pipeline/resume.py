@@ -95,9 +95,33 @@ def resumed_checkpoint(ckpt_path: str | None, trainer, resume_dir: str | None) -
     return max(found, key=lambda path: path.stat().st_mtime, default=None)
 
 
+class UnsafeCheckpointError(ValueError):
+    """A checkpoint holds something other than tensors and plain data (a pickled object that loading would run)."""
+
+
+class UnreadableCheckpointError(ValueError):
+    """A checkpoint file is truncated or not a torch checkpoint at all."""
+
+
 def checkpoint_metadata(path: str | os.PathLike) -> dict | None:
     """A checkpoint's dictionary without reading its tensors: a file memory-mapped, a sharded (DCP) folder's
-    ``meta.pt``; ``None`` when there is none to read."""
+    ``meta.pt``; ``None`` when there is none to read.
+
+    Loaded with ``torch.load(weights_only=True)``: tensors, containers and primitive types only, so a planted
+    file cannot run code (Lightning's own loads are ``weights_only`` too; lit-dof checkpoints hold nothing else).
+
+    Args:
+        path: a checkpoint file, or a sharded checkpoint's folder.
+
+    Returns:
+        the checkpoint's dictionary (tensors memory-mapped where the file allows), or ``None``.
+
+    Raises:
+        UnsafeCheckpointError: the file holds other objects (names the file and the object; none of it has run).
+        UnreadableCheckpointError: the file is truncated or not a torch checkpoint.
+    """
+    import pickle
+
     import torch
 
     path = Path(path)
@@ -106,9 +130,40 @@ def checkpoint_metadata(path: str | os.PathLike) -> dict | None:
         if not path.is_file():
             return None
     try:
-        return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except RuntimeError:  # not a zip-format checkpoint: no mmap
-        return torch.load(path, map_location="cpu", weights_only=False)
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError:  # not a zip-format checkpoint: no mmap
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = _torch_reason(exc)
+        if "GLOBAL" not in found:  # no object named: damaged, or not a torch checkpoint
+            raise _unreadable(path, exc) from exc
+        raise UnsafeCheckpointError(
+            f"{path} is not a checkpoint lit-dof loads: it holds objects other than tensors and plain data "
+            f"(torch.load(weights_only=True): {found}). Nothing of it was run. A lit-dof checkpoint never holds "
+            "such objects: delete this file (or pass another --ckpt_path); load it yourself only if you trust "
+            "its source."
+        ) from exc
+    except (RuntimeError, EOFError, ValueError, OSError) as exc:
+        raise _unreadable(path, exc) from exc
+
+
+_TORCH_BOILERPLATE = ("Weights only load failed", "Please file an issue", "Check the documentation")
+"""The lines around the reason in ``torch.load(weights_only=True)``'s error (which also suggests the unsafe load)."""
+
+
+def _torch_reason(exc: BaseException) -> str:
+    """The line of a ``torch.load`` error that says what failed, without torch's advice to load unsafely."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return next((line for line in lines if not line.startswith(_TORCH_BOILERPLATE)), type(exc).__name__)
+
+
+def _unreadable(path: Path, exc: BaseException) -> UnreadableCheckpointError:
+    reason = _torch_reason(exc)
+    return UnreadableCheckpointError(
+        f"{path} is not a readable checkpoint (truncated or damaged, or not a torch checkpoint: {reason}): delete "
+        "it and resume from another checkpoint (--ckpt_path), or start afresh without --ckpt_path"
+    )
 
 
 def factory_name(factory: Any) -> str:
@@ -195,11 +250,37 @@ def current_settings(model, datamodule) -> dict[str, Any]:
     )
 
 
-def check_resume(path: str | os.PathLike, saved: dict[str, Any], current: dict[str, Any]) -> None:
-    """Refuse to resume the checkpoint at ``path`` when its experiment differs from the current one.
+def setting_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """The settings that differ between a checkpoint's :func:`run_settings` and the current run's, nested values
+    compared key by key (``model.sliding_window.window``, not the whole group).
 
     Only keys recorded on both sides are compared (a setting added since the checkpoint was written is new, not
-    different); :data:`FREE_ON_RESUME` may differ.
+    different); :data:`FREE_ON_RESUME` may differ. A value that is a group on one side and not on the other (``lora``
+    null in one, a LoRA config in the other) differs as a whole.
+
+    Args:
+        saved: the checkpoint's settings.
+        current: the current run's.
+
+    Returns:
+        ``[(dotted key, saved value, current value)]``, sorted by key.
+    """
+    differ = []
+    for key in sorted(saved.keys() & current.keys()):
+        if key in FREE_ON_RESUME:
+            continue
+        a, b = saved[key], current[key]
+        if isinstance(a, dict) and isinstance(b, dict):
+            differ += setting_differences(*({f"{key}.{k}": v for k, v in side.items()} for side in (a, b)))
+        elif a != b:
+            differ.append((key, a, b))
+    return differ
+
+
+def check_resume(path: str | os.PathLike, saved: dict[str, Any], current: dict[str, Any]) -> None:
+    """Refuse to resume (or evaluate) the checkpoint at ``path`` when its experiment differs from the current one
+    (:func:`setting_differences`): a value given on the command line or in a config is never silently replaced
+    by the checkpoint's, nor the checkpoint trained on under other settings.
 
     Args:
         path: the checkpoint (for the message).
@@ -209,15 +290,14 @@ def check_resume(path: str | os.PathLike, saved: dict[str, Any], current: dict[s
     Raises:
         ResumeMismatchError: some setting differs; the message names each (saved → now) and the fix.
     """
-    differ = sorted(
-        key for key in saved.keys() & current.keys() if key not in FREE_ON_RESUME and saved[key] != current[key]
-    )
+    differ = setting_differences(saved, current)
     if not differ:
         return
-    changes = "; ".join(f"{key}: {saved[key]!r} in the checkpoint, {current[key]!r} now" for key in differ)
+    changes = "; ".join(f"{key}: {a!r} in the checkpoint, {b!r} now" for key, a, b in differ)
     config = Path(path).resolve().parent.parent / "config.yaml"
     where = f" (its settings: {config})" if config.is_file() else ""
     raise ResumeMismatchError(
-        f"{path} is a checkpoint of another experiment: {changes}. Resume it with its own settings{where}, or "
-        "start this experiment afresh without --ckpt_path (it gets a new version directory, checkpoints included)."
+        f"{path} is a checkpoint of another experiment: {changes}. Resume it with its own settings{where}: drop "
+        "these options or set them to the checkpoint's values; or start this experiment afresh without "
+        "--ckpt_path (it gets a new version directory, checkpoints included)."
     )

@@ -4,7 +4,8 @@ measures that Lightning's :class:`~lightning.pytorch.callbacks.ThroughputMonitor
 
 * :class:`MetricsFile` — an always-present callback of ``lit-dof fit`` (the ``metrics_file:`` group) that adds a
   :class:`JsonlMetricsLogger` beside the configured logger(s): TensorBoard, CSV, W&B or any other, unchanged.
-  ``lit-dof compare`` reads ``metrics.jsonl`` (:func:`read_metrics`); a resumed run appends to the same file.
+  ``lit-dof compare`` reads ``metrics.jsonl`` (:func:`read_metrics`); a resumed run appends to the same file after
+  dropping the lines it is about to log again (:func:`drop_metrics_from`), so each step's metrics appear once.
 * :func:`log_figure` — a figure as ``<log_dir>/figures/<tag>.png``, to TensorBoard (``add_figure``) and to loggers
   with a ``log_image`` method (W&B) as an RGBA image.
 * :func:`batch_rows` / :func:`batch_tokens` — ``batch_size_fn`` / ``length_fn`` of the ``ThroughputMonitor`` in the
@@ -177,11 +178,55 @@ def read_metrics(path: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
     return {key: sorted(values.items()) for key, values in points.items()}
 
 
+def _line_step(line: bytes) -> tuple[bool, int | None]:
+    """(whether a metrics line is readable JSON, its integer ``step`` or None)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False, None
+    step = record.get("step") if isinstance(record, dict) else None
+    return True, step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def drop_metrics_from(path: str | os.PathLike, step: int) -> int:
+    """Rewrite a :class:`JsonlMetricsLogger` file (atomically) without its lines logged at ``step`` or later: what a
+    run resumed from a checkpoint of that step logs again. A partial last line (a run killed while writing) goes
+    too; every other line, unreadable ones and lines without a step included, stays as it was.
+
+    Args:
+        path: a ``metrics.jsonl`` file (a missing one is left missing).
+        step: the step of the resumed run's first logged metrics (a checkpoint's step).
+
+    Returns:
+        the number of lines removed (0: the file was not rewritten).
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return 0
+    *lines, tail = data.split(b"\n")  # tail: b"" after a complete last line, else what a killed write left
+    kept = []
+    for line in lines:
+        logged_at = _line_step(line)[1]
+        if logged_at is None or logged_at < step:
+            kept.append(line)
+    readable, logged_at = _line_step(tail) if tail else (False, None)
+    if readable and (logged_at is None or logged_at < step):  # a whole record without its newline
+        kept.append(tail)
+    removed = len(lines) + bool(tail) - len(kept)
+    if removed:
+        atomic_write_bytes(path, b"".join(line + b"\n" for line in kept))
+    return removed
+
+
 class MetricsFile(L.Callback):
     """Write every metric the run logs to ``<log_dir>/metrics.jsonl`` beside the configured logger(s).
 
     At setup it adds a :class:`JsonlMetricsLogger` to the trainer's loggers (after them: ``trainer.logger`` and the
-    log directory stay the configured logger's). Without any logger (``logger: false``) nothing is written.
+    log directory stay the configured logger's). Without any logger (``logger: false``) nothing is written. A fit
+    resumed from a checkpoint first drops the file's lines from the checkpoint's step on (:func:`drop_metrics_from`,
+    rank 0): the resumed run logs those steps again, so each ``(step, metric)`` keeps one value, the resumed run's.
 
     Args:
         enabled: False writes no metrics file.
@@ -200,6 +245,15 @@ class MetricsFile(L.Callback):
             return
         self.path = Path(run_log_dir(trainer)) / self.filename
         trainer.loggers = [*trainer.loggers, JsonlMetricsLogger(self.path)]
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        """On rank 0, drop the metrics the resumed run will log again (:func:`drop_metrics_from`): those logged at
+        the checkpoint's ``global_step`` or later. Metrics are logged at Lightning's count of batches that stepped an
+        optimizer, which a resumed fit continues from that ``global_step`` (with one optimizer; with several,
+        ``global_step`` is larger and some lines stay twice rather than any being lost)."""
+        path = next((logger.path for logger in trainer.loggers if isinstance(logger, JsonlMetricsLogger)), None)
+        if self.enabled and path is not None and trainer.is_global_zero:
+            drop_metrics_from(path, int(checkpoint["global_step"]))
 
 
 def figure_png(figure: Figure, dpi: int = 100) -> bytes:

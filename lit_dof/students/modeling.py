@@ -36,6 +36,7 @@ from lit_dof.attention.feature_maps.registry import warn_if_unregistered
 from lit_dof.attention.grouped import HeadGroupedAttention
 from lit_dof.interface import MODEL_CACHE_ARGUMENT, AttentionSlot
 from lit_dof.io import atomic_directory
+from lit_dof.students import integrity
 from lit_dof.students.cache import student_cache
 from lit_dof.students.card import HUB_KWARGS, push_folder, write_model_card
 from lit_dof.students.config import LitDofConfig
@@ -306,27 +307,39 @@ def linearize(
     return student
 
 
-def load_student(path: str | os.PathLike, **kwargs) -> LitDofForCausalLM:
+def load_student(path: str | os.PathLike, *, check_finite: bool = True, **kwargs) -> LitDofForCausalLM:
     """Load a student saved with ``save_pretrained`` (no teacher files, no network).
 
     The teacher's weights load in the recorded ``config.dtype`` (the dtype the student was trained and saved
     in, e.g. ``bfloat16`` after a ``bf16-true`` fit) unless ``dtype`` says otherwise; the feature maps load in
-    float32 whatever ``dtype`` is, exactly as saved (:class:`~lit_dof.attention.FeatureMap`).
+    float32 whatever ``dtype`` is, exactly as saved (:class:`~lit_dof.attention.FeatureMap`). The folder's files
+    are checked first and the loaded weights after (:mod:`lit_dof.students.integrity`).
 
     Args:
         path: the student directory.
+        check_finite: refuse a student with NaN / infinite parameters or buffers, or whose 8-token probe forward
+            gives non-finite logits (one ``aminmax`` reduction per tensor and one short forward); ``False``
+            loads it anyway, e.g. to inspect it.
         **kwargs: passed to ``from_pretrained`` (e.g. ``dtype``, ``device_map``).
 
     Raises:
         FileNotFoundError: no ``config.json`` in ``path``. ValueError: not a lit-dof student directory.
+        CorruptModelFileError: a damaged ``config.json`` (invalid JSON, not an object, no ``model_type``) or a
+            truncated / corrupt safetensors file; the message names the file and says to re-export the student.
+        NonFiniteStudentError: with ``check_finite``, non-finite weights (named) or probe logits.
     """
     config_file = os.path.join(path, "config.json")
     if not os.path.isfile(config_file):
         raise FileNotFoundError(f"{config_file} does not exist: pass a directory written by student.save_pretrained()")
-    config = LitDofConfig.from_pretrained(path)
-    if config.model_type != LitDofConfig.model_type or config.text_config is None:
-        raise ValueError(f"{path} is not a lit-dof student (model_type {config.model_type!r})")
-    return LitDofForCausalLM.from_pretrained(path, **kwargs)
+    model_type = integrity.check_student_config(path)["model_type"]
+    config = LitDofConfig.from_pretrained(path) if model_type == LitDofConfig.model_type else None
+    if config is None or config.text_config is None:
+        raise ValueError(f"{path} is not a lit-dof student (model_type {model_type!r})")
+    integrity.check_student_weights(path)
+    student = LitDofForCausalLM.from_pretrained(path, **kwargs)
+    if check_finite:
+        integrity.check_finite(student[0] if isinstance(student, tuple) else student, path)  # output_loading_info
+    return student
 
 
 AutoConfig.register(LitDofConfig.model_type, LitDofConfig, exist_ok=True)

@@ -77,11 +77,11 @@ def check_supported(model: nn.Module) -> str:
     return model_type
 
 
-def has_rotary_positions(model: nn.Module) -> bool:
+def has_rotary_positions(model) -> bool:
     """Whether the model encodes positions by rotating q and k (RoPE: ``rope_parameters`` or ``rope_theta`` in its
     text config), so that attention depends on relative positions only; ``False`` for learned absolute positions
-    (GPT-2)."""
-    config = text_config(model)
+    (GPT-2). ``model`` may also be its ``PretrainedConfig`` (read without weights)."""
+    config = text_config(model) if isinstance(model, nn.Module) else model.get_text_config(decoder=True)
     return getattr(config, "rope_parameters", None) is not None or getattr(config, "rope_theta", None) is not None
 
 

@@ -21,6 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from lit_dof.io import atomic_directory
+from lit_dof.model_files import check_config, check_weight_files
 from lit_dof.teacher import DEFAULT_TEACHER
 from lit_dof.teacher.families import check_supported
 
@@ -153,19 +154,49 @@ def resolve_source(name_or_path: str, cache_dir: str | os.PathLike | None = None
 
     Raises:
         TeacherNotFoundError: an unknown alias / missing package, or a directory without ``config.json``.
+        CorruptModelFileError: the directory's ``config.json`` is not valid JSON or not a transformers config (the
+            message names the file and says to restore the folder, or to delete a damaged GGUF conversion).
         ImportError: a GGUF teacher without ``gguf``/``accelerate`` installed.
     """
     path = Path(os.path.expanduser(str(name_or_path)))
     if name_or_path in EMBEDDED_TEACHERS:
         _require_gguf()
-        return gguf_to_safetensors(embedded_gguf_path(name_or_path), cache_dir)
+        return _checked(gguf_to_safetensors(embedded_gguf_path(name_or_path), cache_dir))
     if path.is_file() and path.suffix == ".gguf":
-        return gguf_to_safetensors(path, cache_dir)
+        return _checked(gguf_to_safetensors(path, cache_dir))
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise TeacherNotFoundError(f"{path} is a directory without config.json; it is not a transformers model")
-        return path
+        return _checked(path)
     return str(name_or_path)
+
+
+def repair_hint(directory: Path) -> str:
+    """What to do about a damaged file in a teacher folder (the end of a :class:`CorruptModelFileError` message).
+
+    Args:
+        directory: the teacher folder.
+
+    Returns:
+        for lit-dof's GGUF conversion cache (it holds ``lit_dof_source.json``): delete the folder so the next load
+        converts again; for any other folder: download or copy it again.
+    """
+    if (directory / "lit_dof_source.json").is_file():
+        return (
+            f"It is lit-dof's conversion of a GGUF teacher: delete the folder {directory} and load the teacher "
+            "again to convert it anew."
+        )
+    return (
+        "Restore the model folder: download it again (huggingface-cli download REPO_ID --local-dir DIR), or "
+        "convert or copy it again from its source."
+    )
+
+
+def _checked(directory: Path) -> Path:
+    """``directory`` once its ``config.json`` is a transformers config (:func:`~lit_dof.model_files.check_config`)."""
+    if (directory / "config.json").is_file():  # a missing one is reported where it is read
+        check_config(directory, fix=repair_hint(directory), name_fallback=True)
+    return directory
 
 
 def _load_tokenizer(source):
@@ -208,10 +239,14 @@ def load_teacher(
     Raises:
         TeacherNotFoundError: unknown alias / missing package, or a hub id that is not cached while offline
             (the message says how to point at a local directory instead).
+        CorruptModelFileError: a damaged ``config.json`` or a truncated / corrupt safetensors file in a local
+            teacher folder (the message names the file and the fix: :func:`repair_hint`).
         ImportError: a GGUF teacher without ``gguf``/``accelerate`` installed.
         UnsupportedModelError: the model has no attention layers lit-dof supports.
     """
     source = resolve_source(name_or_path, cache_dir)
+    if isinstance(source, Path):
+        check_weight_files(source, fix=repair_hint(source))
     try:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn_implementation)
         tokenizer = _load_tokenizer(source)
@@ -240,7 +275,7 @@ def load_tokenizer(name_or_path: str = DEFAULT_TEACHER, *, cache_dir: str | os.P
     """The tokenizer of a teacher (same resolution as :func:`load_teacher`, without loading weights).
 
     Raises:
-        TeacherNotFoundError, ImportError: as :func:`load_teacher`.
+        TeacherNotFoundError, CorruptModelFileError, ImportError: as :func:`resolve_source`.
     """
     source = resolve_source(name_or_path, cache_dir)
     try:

@@ -10,6 +10,7 @@ import torch
 from lit_dof.attention import SlidingWindow
 from lit_dof.pipeline.layerwise import LayerwiseDistillation
 from lit_dof.pipeline.planner import FixedPlanner
+from lit_dof.pipeline.teacher_reuse import ReusedCapture
 from tests.conftest import save_tokenizer, tiny_model
 
 
@@ -49,7 +50,7 @@ def test_shifted_positions_leave_the_teacher_and_rotate_what_the_feature_maps_se
     def gradients(shift):
         module.position_shift = shift
         module.student.zero_grad(set_to_none=True)
-        module._reused, module._batches = None, 0
+        module._reuse = ReusedCapture(module.teacher_reuse)
         loss = module.training_step(batch, 0)
         loss.backward()
         return torch.cat([p.grad.flatten() for _, p in module.trainable_parameters() if p.grad is not None])
