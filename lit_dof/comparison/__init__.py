@@ -10,10 +10,13 @@ finished:
   its wall time (summed over attempts), steps, tokens seen, dims, λ, J and the validation curve;
 * ``eval/<task>.json``: zero-shot lm-eval results per task (:func:`~lit_dof.evaluation.harness.evaluate_model`);
   ``eval/cache``: the answered requests of an unfinished task (a killed task resumes from them);
-* ``ppl.json``: sliding-window perplexity on the held-out documents, perplexity by token position in
+* ``ppl.json``: sliding-window perplexity on the test split (``--ppl_split validation``: the validation documents, as
+  the records measured before the test split; :mod:`lit_dof.data.splits`), perplexity by token position in
   disjoint ``ppl_window`` blocks (``by_position``, buckets 0–63 / 64–255 / 256–511 for 512), and ``state``:
   the bytes of the model's generation cache after a prefill of ``ppl_window`` tokens (one sequence);
-* ``long.json`` (stage ``long``): perplexity by position in blocks of 512 to 8192 tokens (long context).
+* ``long.json`` (stage ``long``): perplexity by position in blocks of 512 to 8192 tokens (long context);
+* ``long_documents.json`` (stage ``long_documents``): the long-document test set by in-document position
+  (:func:`~lit_dof.evaluation.long_documents.long_document_perplexity`; not in the report yet).
 
 :func:`~lit_dof.comparison.report.write_report` gathers every finished cell into ``comparison.json``, ``comparison.md``
 (methods × tasks, average, perplexity, budget, λ, J, tokens, wall time, and the fraction of the teacher–Performer gap

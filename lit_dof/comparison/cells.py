@@ -1,6 +1,6 @@
 """One cell of the comparison (method row, budget, seed): its directory and each stage that fills it — the fit
-(a ``lit-dof fit`` subprocess), zero-shot evaluation, held-out and long-context perplexity, and the per-task
-fine-tuning protocol. Each record is written once and atomically, so a re-run skips what is finished."""
+(a ``lit-dof fit`` subprocess), zero-shot evaluation, held-out, long-context and long-document perplexity, and the
+per-task fine-tuning protocol. Each record is written once and atomically, so a re-run skips what is finished."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 from lit_dof.comparison.artefacts import checkpoint_dof_report, exported_since, summarise_fit
 from lit_dof.comparison.rows import PLANNER_ARGS, REPO_CONFIGS, Row, planner_class
 from lit_dof.comparison.runner import CommandFailed, run_logged
+from lit_dof.data.splits import check_record_split
 from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.task_data import TASKS
 from lit_dof.io import atomic_write_json, portable
@@ -34,6 +35,11 @@ class Comparison:
         eval_limit: examples per task (``None``: full sets). mmlu_per_subject: MMLU subset (18 → 1026).
         ppl_tokens, ppl_window, ppl_stride: held-out perplexity stream length and sliding window (tokens).
         long_contexts: block lengths (tokens) of the ``long`` stage's perplexity by position.
+        ppl_split: the corpus split the ``ppl`` and ``long`` stages score: ``test`` (default) or ``validation`` (model
+            selection; the records measured before the test split existed). A cell's record of the other split is
+            refused, not re-measured (:func:`~lit_dof.data.splits.check_record_split`).
+        long_documents: documents of the ``long_documents`` stage (the first of the long-document test set;
+            ``None``: all of them).
         fit_args: extra ``lit-dof fit`` arguments for every student (e.g. ``--trainer.max_steps=200``).
         teacher: teacher source (default: the base config's ``model.init_args.teacher``).
         finetune_lrs: the protocol's learning-rate grid, searched on the teacher and reused for the students.
@@ -63,6 +69,8 @@ class Comparison:
     ppl_window: int = 512
     ppl_stride: int = 256
     long_contexts: tuple[int, ...] = (512, 2048, 4096, 8192)
+    ppl_split: str = "test"
+    long_documents: int | None = None
     batch_size: int = 16
     fit_args: Sequence[str] = field(default_factory=tuple)
     finetune_lrs: Sequence[float] = (1e-5, 3e-5, 1e-4)
@@ -252,7 +260,8 @@ class Comparison:
         cell's model on the comparison's device, timed, written atomically."""
         path = self.cell_dir(row, budget) / name
         if path.is_file():
-            return json.loads(path.read_text())
+            record = json.loads(path.read_text())
+            return record if name == "long_documents.json" else check_record_split(record, self.ppl_split, path)
         corpus = self.corpus or os.environ.get("LIT_DOF_CORPUS")
         if not corpus:
             raise FileNotFoundError(f"no corpus for {name}: pass --corpus or set LIT_DOF_CORPUS")
@@ -284,9 +293,8 @@ class Comparison:
         from lit_dof.evaluation.perplexity import heldout_perplexity
         from lit_dof.students.cache import prefill_cache_nbytes
 
-        result = heldout_perplexity(
-            model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window, stride=self.ppl_stride
-        )
+        result = heldout_perplexity(model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window,
+                                    stride=self.ppl_stride, split=self.ppl_split)  # fmt: skip  # packed args
         # what decoding keeps per sequence at the scored context (a teacher's KV cache; a student's state)
         result["state"] = {"context": self.ppl_window, "bytes": prefill_cache_nbytes(model, self.ppl_window)}
         return result
@@ -301,7 +309,18 @@ class Comparison:
     def _long_context(self, model, tokenizer, corpus: str) -> dict:
         from lit_dof.evaluation.perplexity import long_context_perplexity
 
-        return long_context_perplexity(model, tokenizer, corpus, self.long_contexts, self.ppl_tokens)
+        return long_context_perplexity(model, tokenizer, corpus, self.long_contexts, self.ppl_tokens, self.ppl_split)
+
+    def long_document_perplexity(self, row: Row, budget: int) -> dict:
+        """The long-document test set by in-document position, written as ``long_documents.json`` (arguments and
+        errors as :meth:`perplexity`; :func:`lit_dof.evaluation.long_documents.long_document_perplexity`, the first
+        :attr:`long_documents` documents, each truncated to the model's max positions)."""
+        return self._measured(row, budget, "long_documents.json", self._long_documents)
+
+    def _long_documents(self, model, tokenizer, corpus: str) -> dict:
+        from lit_dof.evaluation.long_documents import long_document_perplexity
+
+        return long_document_perplexity(model, tokenizer, corpus, max_documents=self.long_documents)
 
     # -- the paper's per-task fine-tuning protocol (METHOD.md §4) -----------------------------------------
     def _finetune_run(self, source: str, task: str, lr: float, folder: Path) -> dict:

@@ -33,6 +33,8 @@ def compare(
     eval_limit: int | None = None,
     mmlu_per_subject: int | None = 18,
     ppl_tokens: int = 16384,
+    ppl_split: str = "test",
+    long_documents: int | None = None,
     fit_args: list[str] = [],  # noqa: B006
     finetune_tasks: list[str] = list(TRAIN_SPLITS),  # noqa: B006
     finetune_lrs: list[float] = [1e-5, 3e-5, 1e-4],  # noqa: B006
@@ -50,9 +52,11 @@ def compare(
         budgets: per-layer mean feature dims C (the total budget is L · C).
         out: where the cell directories go.
         report_dir: where comparison.{json,md,png} go (default: ``out``).
-        stages: which of ``fit``, ``ppl``, ``long``, ``eval``, ``finetune`` to run now (the report is always
-            rewritten; ``long`` — perplexity by position up to 8192 tokens of context — and ``finetune`` — the
-            paper's protocol — are opt-in: they are the costliest stages on a CPU).
+        stages: which of ``fit``, ``ppl``, ``long``, ``long_documents``, ``eval``, ``finetune`` to run now (the report
+            is always rewritten; ``long`` — perplexity by position up to 8192 tokens of context —,
+            ``long_documents`` — the long-document test set by in-document position, ``long_documents.json`` in the
+            cell, not in the report yet — and ``finetune`` — the paper's protocol — are opt-in: they are the
+            costliest stages on a CPU).
         tasks: which tasks the ``eval`` stage runs now (the report always shows all seven; missing cells are –).
         base_config: shared recipe (default configs/quickstart.yaml).
         teacher: replaces the base config's teacher (alias, directory, ``.gguf`` file or hub id).
@@ -61,6 +65,9 @@ def compare(
         eval_limit: examples per task.
         mmlu_per_subject: MMLU subset: the first this-many questions per subject (18 → 1026 questions).
         ppl_tokens: held-out tokens for the perplexity column.
+        ppl_split: the documents the ``ppl`` and ``long`` stages score: ``test`` (default; lit_dof.data.splits) or
+            ``validation`` (model selection; the records measured before the test split, kept reproducible).
+        long_documents: documents of the ``long_documents`` stage (the first ones; default: all of them).
         fit_args: extra ``lit-dof fit`` arguments for every student (planner settings,
             ``--model.init_args.planner.init_args.<key>``, only where every row's planner takes them: the
             window-only controls' FixedPlanner takes no DoF settings).
@@ -85,9 +92,11 @@ def compare(
     unknown_tasks = sorted(set(tasks) - set(TASKS))
     if unknown_tasks:
         raise ValueError(f"unknown task(s) {unknown_tasks}; known: {', '.join(TASKS)}")
-    bad = sorted(set(stages) - {"fit", "ppl", "long", "eval", "finetune"})
+    bad = sorted(set(stages) - {"fit", "ppl", "long", "long_documents", "eval", "finetune"})
     if bad:
-        raise ValueError(f"unknown stage(s) {bad}; use fit, ppl, long, eval, finetune")
+        raise ValueError(f"unknown stage(s) {bad}; use fit, ppl, long, long_documents, eval, finetune")
+    if ppl_split not in ("test", "validation"):
+        raise ValueError(f"ppl_split {ppl_split!r}: use test (the default) or validation")
     if not seeds or len(set(seeds)) != len(seeds) or any(not isinstance(s, int) or s < 0 for s in seeds):
         raise ValueError(f"seeds {seeds}: give distinct integers ≥ 0 (e.g. [0, 1, 2])")
     comparison = Comparison(out=Path(out),
@@ -95,6 +104,7 @@ def compare(
                             teacher=teacher, corpus=corpus or os.environ.get("LIT_DOF_CORPUS"),
                             data_dir=data_dir or os.environ.get("LIT_DOF_DATA"),
                             eval_limit=eval_limit, mmlu_per_subject=mmlu_per_subject, ppl_tokens=ppl_tokens,
+                            ppl_split=ppl_split, long_documents=long_documents,
                             fit_args=tuple(fit_args), finetune_lrs=tuple(finetune_lrs),
                             finetune_args=tuple(finetune_args), device=device,
                             batch_size=eval_batch_size)  # fmt: skip  # packed args
@@ -112,6 +122,8 @@ def compare(
             seeded.perplexity(row, budget)
         if ready and "long" in stages:
             seeded.long_context(row, budget)
+        if ready and "long_documents" in stages:
+            seeded.long_document_perplexity(row, budget)
         if ready and "eval" in stages:
             seeded.evaluate(row, budget, tasks)
         if ready and "finetune" in stages:

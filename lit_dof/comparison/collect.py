@@ -152,4 +152,5 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
 def _ppl_setting(ppl: dict | None) -> str | None:
     if not ppl:
         return None
-    return f"{ppl['tokens']} tokens, window {ppl['window']}, stride {ppl['stride']}"
+    split = f", {ppl['split']} split" if ppl.get("split") else ""  # records before the test split: validation, unsaid
+    return f"{ppl['tokens']} tokens, window {ppl['window']}, stride {ppl['stride']}{split}"

@@ -18,6 +18,8 @@ import zlib
 from pathlib import Path
 from typing import Iterator
 
+from lit_dof.data.splits import document_split
+
 
 def is_heldout(index: int, val_every: int) -> bool:
     """The held-out rule: document ``index`` (0-based, in corpus order) is validation iff ``index % val_every == 0``.
@@ -162,7 +164,8 @@ def check_corpus(
 ) -> dict:
     """Check, before any model loads, that a local corpus can feed a run: readable in the format its name
     says, and holding at least ``train_blocks`` training and ``val_blocks`` held-out blocks of ``seq_len``
-    tokens (documents joined by EOS, the held-out ones every ``val_every``-th). Reads only as far as needed.
+    tokens (documents joined by EOS, the held-out ones every ``val_every``-th; the test and long-document splits,
+    :mod:`lit_dof.data.splits`, count as neither). Reads only as far as needed.
 
     Args:
         path: the corpus file.
@@ -189,8 +192,8 @@ def check_corpus(
         check_text(path)
         for i, doc in enumerate(iter_documents(path)):
             documents += 1
-            split = "val" if is_heldout(i, val_every) else "train"
-            if found[split] < need[split]:
+            split = {"validation": "val", "train": "train"}.get(document_split(doc, is_heldout(i, val_every)))
+            if split is not None and found[split] < need[split]:
                 found[split] += len(tokenizer(doc, add_special_tokens=False)["input_ids"]) + eos
             if all(found[s] >= need[s] for s in need):
                 break

@@ -8,8 +8,11 @@
   stream, which is split by node and has no global index, a document is validation iff the blake2b hash of its
   ``id`` (else its text) is ``0 mod val_every`` (:func:`~lit_dof.data.sources.is_heldout_by_content`), the same
   documents whatever the rank, worker or shard layout. Validation uses the first ``val_blocks`` packed blocks.
-* Training: the other documents, tokenised on the fly with an EOS after each, concatenated and cut into
-  blocks of ``seq_len`` tokens; each (rank, dataloader worker) reads its own documents. A local file is dealt
+* Test and long-document test splits (:mod:`lit_dof.data.splits`): documents chosen by a hash of their text, the
+  same rule for a local file and a hub stream; evaluation scores them (``lit_dof.evaluation``), training skips
+  them, this module never yields them.
+* Training: the documents of none of those splits, tokenised on the fly with an EOS after each, concatenated and cut
+  into blocks of ``seq_len`` tokens; each (rank, dataloader worker) reads its own documents. A local file is dealt
   round robin (rank r, worker w of W takes every (world × W)-th document from r × W + w); a hub stream is split by
   node with ``datasets.distributed.split_dataset_by_node`` (by files when the world size divides the number of
   files, else by example) and by worker (by files where possible, else round robin) — split once, so each node
@@ -79,10 +82,10 @@ class PackedBlocks(IterableDataset):
 
     def _my_documents(self) -> Iterator[str]:
         if self.split == "val":  # every rank (and worker) validates on the same blocks
-            return self.documents.select(True, self.val_every, rank=0, world=1, role=0, workers=1)
+            return self.documents.select("validation", self.val_every, rank=0, world=1, role=0, workers=1)
         workers, role = self._worker()
         return self.documents.select(
-            False, self.val_every, rank=self.rank, world=self.world_size, role=role, workers=workers
+            "train", self.val_every, rank=self.rank, world=self.world_size, role=role, workers=workers
         )
 
     def __iter__(self) -> Iterator[dict]:

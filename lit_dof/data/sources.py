@@ -1,10 +1,12 @@
-"""Document sources: which documents one (rank, dataloader worker) reads, and which are held out.
+"""Document sources: which documents one (rank, dataloader worker) reads, and which split each is in.
 
-Two sources, each with its own held-out rule:
+Two sources, each with its own validation rule (the test and long-document splits read only the text, the same
+rule for both: :mod:`lit_dof.data.splits`):
 
-* :class:`LocalDocuments` (a local corpus file, :mod:`lit_dof.data.corpus`): document *i* in file order is held
-  out iff ``i % val_every == 0`` (:func:`~lit_dof.data.corpus.is_heldout`); the training documents are dealt
-  round robin over rank × worker. Unchanged since the committed results, which depend on this held-out set.
+* :class:`LocalDocuments` (a local corpus file, :mod:`lit_dof.data.corpus`): document *i* in file order is
+  validation iff ``i % val_every == 0`` (:func:`~lit_dof.data.corpus.is_heldout`); the training documents are
+  dealt round robin over rank × worker. Unchanged since the committed results, which depend on this held-out set
+  (their training streams still held the test and long documents, which training now skips).
 * :class:`HubDocuments` (a ``datasets`` streaming dataset, e.g. ``wikimedia/wikipedia``): a stream split by
   node has no global document index, so a document is held out by its content —
   :func:`is_heldout_by_content` of its ``id`` field when the dataset has one, else of its text — and the same
@@ -17,9 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 from typing import Callable, Iterator
 
 from lit_dof.data.corpus import is_heldout
+from lit_dof.data.splits import check_split, document_split
 
 CORPUS_ENV = "LIT_DOF_CORPUS"
 
@@ -43,7 +47,8 @@ def is_heldout_by_content(key: str, val_every: int) -> bool:
 
 
 class LocalDocuments:
-    """The documents of a local corpus: held out by position, training ones dealt round robin over rank × worker.
+    """The documents of a local corpus: validation by position, each split's documents dealt round robin over
+    rank × worker.
 
     Args:
         documents: a zero-argument callable returning a fresh iterator over the corpus documents, in order.
@@ -52,12 +57,13 @@ class LocalDocuments:
     def __init__(self, documents: Callable[[], Iterator[str]]) -> None:
         self.documents = documents
 
-    def select(self, heldout: bool, val_every: int, *, rank: int, world: int, role: int, workers: int) -> Iterator[str]:
+    def select(self, split: str, val_every: int, *, rank: int, world: int, role: int, workers: int) -> Iterator[str]:
         """This (rank, worker)'s documents of one split.
 
         Args:
-            heldout: the held-out documents (``True``) or the training ones.
-            val_every: document *i* is held out iff ``i % val_every == 0``.
+            split: ``"train"``, ``"validation"``, ``"test"`` or ``"long"``
+                (:func:`~lit_dof.data.splits.document_split`).
+            val_every: document *i* is validation iff ``i % val_every == 0``.
             rank: the node's rank.
             world: the world size (ranks).
             role: the worker's share, in ``[0, workers)``.
@@ -65,9 +71,13 @@ class LocalDocuments:
 
         Returns:
             An iterator over the split's ``k``-th documents with ``k % (world × workers) == rank × workers + role``.
+
+        Raises:
+            ValueError: an unknown split.
         """
+        check_split(split)
         shards, shard = world * workers, rank * workers + role
-        kept = (doc for i, doc in enumerate(self.documents()) if is_heldout(i, val_every) == heldout)
+        kept = (doc for i, doc in enumerate(self.documents()) if document_split(doc, is_heldout(i, val_every)) == split)
         return itertools.islice(kept, shard, None, shards)
 
 
@@ -107,7 +117,7 @@ def split_hub_stream(stream, rank: int, world: int, role: int, workers: int):
 
 
 class HubDocuments:
-    """The documents of a streamed hub dataset (``datasets``, ``streaming=True``): held out by content, each
+    """The documents of a streamed hub dataset (``datasets``, ``streaming=True``): split by content, each
     node and worker reading only its share (see the module docstring).
 
     Args:
@@ -135,13 +145,14 @@ class HubDocuments:
                 f"a local corpus with --data.path FILE or the {CORPUS_ENV} environment variable"
             ) from exc
 
-    def select(self, heldout: bool, val_every: int, *, rank: int, world: int, role: int, workers: int) -> Iterator[str]:
-        """This (rank, worker)'s documents of one split: its share of the stream, held out by
-        :func:`is_heldout_by_content`; empty texts are skipped.
+    def select(self, split: str, val_every: int, *, rank: int, world: int, role: int, workers: int) -> Iterator[str]:
+        """This (rank, worker)'s documents of one split: its share of the stream, validation by
+        :func:`is_heldout_by_content`, the other splits by :func:`~lit_dof.data.splits.document_split`; empty texts
+        are skipped.
 
         Args:
-            heldout: the held-out documents (``True``) or the training ones.
-            val_every: the held-out rule's modulus.
+            split: ``"train"``, ``"validation"``, ``"test"`` or ``"long"``.
+            val_every: the validation rule's modulus.
             rank: the node's rank.
             world: the world size (ranks).
             role: the worker's share, in ``[0, workers)``.
@@ -149,16 +160,48 @@ class HubDocuments:
 
         Returns:
             An iterator over the stripped texts, in stream order.
+
+        Raises:
+            ValueError: an unknown split. RuntimeError: the stream cannot load (:meth:`load`).
         """
+        check_split(split)
         stream, by_files = split_hub_stream(self.load(), rank, world, role, workers)
-        docs = self._documents(stream, heldout, val_every)
+        docs = self._documents(stream, split, val_every)
         return docs if by_files or workers == 1 else itertools.islice(docs, role, None, workers)
 
     @staticmethod
-    def _documents(stream, heldout: bool, val_every: int) -> Iterator[str]:
+    def _documents(stream, split: str, val_every: int) -> Iterator[str]:
         for batch in stream.iter(batch_size=64):
             ids = batch.get("id") or [None] * len(batch.get("text", []))
             for key, text in zip(ids, batch.get("text", [])):
                 text = text.strip() if text else ""
-                if text and is_heldout_by_content(text if key is None else str(key), val_every) == heldout:
+                validation = bool(text) and is_heldout_by_content(text if key is None else str(key), val_every)
+                if text and document_split(text, validation) == split:
                     yield text
+
+    def __str__(self) -> str:
+        return f"hub:{self.dataset}" + (f"/{self.config}" if self.config else "")
+
+
+def split_documents(source, split: str, val_every: int = 100) -> Iterator[str]:
+    """Every document of one split of a corpus, in corpus order (one reader: rank 0 of 1, no workers).
+
+    Args:
+        source: a local corpus file (``.txt``/``.gz``/``.jsonl``/WikiExtractor), or a
+            :class:`LocalDocuments` / :class:`HubDocuments`.
+        split: ``"train"``, ``"validation"``, ``"test"`` or ``"long"`` (:mod:`lit_dof.data.splits`).
+        val_every: the validation modulus (the data module's ``val_every``).
+
+    Returns:
+        An iterator over the split's stripped texts.
+
+    Raises:
+        ValueError: an unknown split. FileNotFoundError: no file at ``source`` (when iterated).
+    """
+    if isinstance(source, (str, os.PathLike)):
+        import functools
+
+        from lit_dof.data.corpus import iter_documents
+
+        source = LocalDocuments(functools.partial(iter_documents, source))
+    return source.select(split, val_every, rank=0, world=1, role=0, workers=1)

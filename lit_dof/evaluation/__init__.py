@@ -6,7 +6,9 @@ fine-tuning protocol (the comparison runner that uses them is :mod:`lit_dof.comp
 * :mod:`~lit_dof.evaluation.cli` — ``lit-dof eval``;
 * :mod:`~lit_dof.evaluation.lm_eval_model` — the lm-eval model ``lit_dof`` and ``lit-dof lm-eval`` (lm-eval's CLI);
 * :mod:`~lit_dof.evaluation.extra` — ``require_lm_eval``: lm-eval is the optional ``eval`` extra;
-* :mod:`~lit_dof.evaluation.perplexity` — sliding-window perplexity (torchmetrics);
+* :mod:`~lit_dof.evaluation.perplexity` — sliding-window perplexity (torchmetrics) on a split of the corpus (test
+  by default, :mod:`lit_dof.data.splits`);
+* :mod:`~lit_dof.evaluation.long_documents` — whole long documents by in-document position, SE over documents;
 * :mod:`~lit_dof.evaluation.multiple_choice` — option scores as lm-eval's ``multiple_choice`` (acc, acc_norm);
 * :mod:`~lit_dof.evaluation.finetune_data` — ``MultipleChoiceDataModule`` (one task's splits, batched);
 * :mod:`~lit_dof.evaluation.finetune` — ``TaskFinetuning``, the per-task fine-tuning phase (METHOD.md §4);

@@ -4,9 +4,14 @@
     lit-dof eval --model runs/quickstart/version_0/student --limit 200 --output eval.json
     lit-dof eval --model smollm2-135m-instruct --device cuda:1 --dtype bfloat16
     lit-dof eval --model runs/quickstart/version_0/student --cache_dir eval_cache   # resumable
+    lit-dof eval --model smollm2-135m-instruct --tasks '[passkey, niah_multikey]' --figures figures \
+        --retrieval.contexts '[1024, 2048, 4096]' --retrieval.trials 4      # retrieval: context x depth
 
 Prints a table (acc and acc_norm with standard errors, examples per task) and, with ``--output``, writes
-the numbers and their provenance (versions, settings, wall time) as JSON, atomically.
+the numbers and their provenance (versions, settings, wall time) as JSON, atomically. Retrieval tasks
+(:data:`~lit_dof.evaluation.retrieval_data.RETRIEVAL_TASKS`: passkey, RULER-style needles, associative recall;
+``<task>_ll`` scores the answer's log-likelihood) print a context × depth table each and, with ``--figures``,
+draw it as ``<figures>/<task>.png``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from collections.abc import Sequence
 
 from lit_dof.devices import device_errors_exit, resolve_device, resolve_model_dtype
 from lit_dof.evaluation.loading import load_model
+from lit_dof.evaluation.retrieval import format_cells, heatmap
+from lit_dof.evaluation.retrieval_data import RetrievalGrid
 from lit_dof.evaluation.task_data import TASKS
 from lit_dof.precision import DtypeName
 from lit_dof.teacher import DEFAULT_TEACHER
@@ -30,9 +37,13 @@ def format_table(results: dict) -> str:
         stderr = entry.get(f"{metric}_stderr")
         return f"{entry[metric]:.4f} ± {stderr:.4f}" if stderr is not None else f"{entry[metric]:.4f}"
 
-    lines = ["| task | acc | acc_norm | n |", "|---|---|---|---|"]
+    lines = ["| task | acc | acc_norm | exact_match | n |", "|---|---|---|---|---|"]
     for task, entry in results["tasks"].items():
-        lines.append(f"| {task} | {cell(entry, 'acc')} | {cell(entry, 'acc_norm')} | {entry['n']} |")
+        scores = " | ".join(cell(entry, metric) for metric in ("acc", "acc_norm", "exact_match"))
+        lines.append(f"| {task} | {scores} | {entry['n']} |")
+    for task, entry in results["tasks"].items():
+        if "cells" in entry:
+            lines += ["", format_cells(entry["cells"], task)]
     return "\n".join(lines)
 
 
@@ -48,12 +59,18 @@ def evaluate(
     device: str = "auto",
     dtype: DtypeName = "auto",
     cache_dir: str | None = None,
+    retrieval: RetrievalGrid = RetrievalGrid(),
+    figures: str | None = None,
+    controls: bool = False,
 ) -> dict:
     """Evaluate ``model`` zero-shot on ``tasks`` and print the table.
 
     Args:
         model: teacher alias/directory/.gguf/hub id, or an exported student directory.
-        tasks: task names (default: all seven: piqa, logiqa, arc_easy, arc_challenge, winogrande, wsc273, mmlu).
+        tasks: task names (default: all seven: piqa, logiqa, arc_easy, arc_challenge, winogrande, wsc273, mmlu);
+            retrieval tasks: passkey, niah_single, niah_uuid, niah_multikey, niah_multivalue, niah_multiquery,
+            assoc_recall (greedy generation, exact match) and passkey_ll, niah_single_ll, niah_uuid_ll,
+            niah_multikey_ll, assoc_recall_ll (the answer's log-likelihood).
         data_dir: folder in the task data layout (docs/usage.md; default: ``$LIT_DOF_DATA``).
         limit: examples per task (int) or fraction of each task (float); default: full sets.
         batch_size: loglikelihood requests per forward.
@@ -65,32 +82,72 @@ def evaluate(
             ``bfloat16`` or ``float16``.
         cache_dir: folder that keeps every answered request (lm-eval's request cache, bound to this model's
             weights and batch size): the same command started again after a kill resumes where it stopped.
+        retrieval: where the retrieval examples sit: ``contexts`` (tokens, prompt + answer budget; those past the
+            model's positions are dropped), ``depths`` (0–1), ``trials`` per cell, ``seed``. ``--limit`` k × cells
+            keeps k trials of every cell.
+        figures: folder for each retrieval task's context × depth heatmap (``<task>.png``; a control's in
+            ``<figures>/<control>/``); ``None``: none.
+        controls: a student is also evaluated beside its controls (:func:`~lit_dof.evaluation.controls.control_models`:
+            the teacher behind the student's window + sinks, the teacher behind the window of equal decode state,
+            the student's LoRA-merged weights with full attention where it has a tail), on the same tasks and
+            examples; each one's cache in ``<cache_dir>/<control>``.
 
     Returns:
-        the results (``tasks`` and ``provenance``, as written to ``output``).
+        the results (``tasks`` and ``provenance``, as written to ``output``; with ``controls``, also
+        ``controls: {name: {"control": what it is, "tasks", "provenance"}}``).
 
     Raises:
         DeviceError: an unknown ``device``/``dtype``, or CUDA where there is none (before the model loads).
         ImportError: lm-eval is not installed (``pip install 'lit-dof[eval]'``; before the model loads).
-        ValueError: ``cache_dir`` holds another model's answers (before any request runs).
+        ValueError: ``cache_dir`` holds another model's answers (before any request runs); ``controls`` for a
+            model that is not a student.
     """
     from lit_dof.evaluation.extra import require_lm_eval
-    from lit_dof.evaluation.harness import evaluate_model
     from lit_dof.io import atomic_write_json
 
     require_lm_eval("lit-dof eval")
     where, parameters = resolve_device(device), resolve_model_dtype(dtype)
     loaded, tokenizer = load_model(model, device=where, dtype=parameters)
-    results = evaluate_model(loaded, tokenizer, tasks, data_dir=data_dir, limit=limit, batch_size=batch_size,
-                             mmlu_per_subject=mmlu_per_subject, builtin=builtin,
-                             cache_dir=cache_dir)  # fmt: skip  # packed args
-    results["provenance"]["model"] = model
-    results["provenance"]["dtype"] = str(next(loaded.parameters()).dtype).removeprefix("torch.")
+    settings = {"tasks": tasks, "data_dir": data_dir, "limit": limit, "batch_size": batch_size,
+                "mmlu_per_subject": mmlu_per_subject, "builtin": builtin, "retrieval": retrieval}  # fmt: skip
+    others = {}
+    if controls:
+        from lit_dof.evaluation.controls import control_info, control_models
+        from lit_dof.students.modeling import LitDofForCausalLM
+
+        if not isinstance(loaded, LitDofForCausalLM):
+            raise ValueError(f"--controls needs a lit-dof student; {model} is not one (evaluate it without --controls)")
+        others = control_models(loaded)
+    results = _evaluate_one(loaded, tokenizer, model, settings, cache_dir, figures)
     results["provenance"]["data_dir"] = str(data_dir or os.environ.get("LIT_DOF_DATA"))
-    print(format_table(results))
-    print(f"wall time {results['provenance']['seconds']:.1f} s")
+    if others:
+        results["controls"] = {}
+    for name, control in others.items():
+        print(f"\ncontrol {name}: {control_info(control).description}")
+        where_cache, where_figures = (os.path.join(d, name) if d else None for d in (cache_dir, figures))
+        entry = _evaluate_one(control, tokenizer, f"{model} [{name}]", settings, where_cache,
+                              where_figures)  # fmt: skip  # packed args
+        results["controls"][name] = {"control": control_info(control).to_dict(), **entry}
     if output:
         atomic_write_json(output, results)
+    return results
+
+
+def _evaluate_one(loaded, tokenizer, label: str, settings: dict, cache_dir: str | None, figures: str | None) -> dict:
+    """Evaluate one loaded model, print its table (and wall time), draw its retrieval heatmaps."""
+    from lit_dof.evaluation.harness import evaluate_model
+
+    results = evaluate_model(loaded, tokenizer, settings["tasks"], data_dir=settings["data_dir"],
+                             limit=settings["limit"], batch_size=settings["batch_size"],
+                             mmlu_per_subject=settings["mmlu_per_subject"], builtin=settings["builtin"],
+                             cache_dir=cache_dir, retrieval=settings["retrieval"])  # fmt: skip  # packed args
+    results["provenance"]["model"] = label
+    results["provenance"]["dtype"] = str(next(loaded.parameters()).dtype).removeprefix("torch.")
+    print(format_table(results))
+    for task, entry in results["tasks"].items():
+        if figures and "cells" in entry:
+            heatmap(entry["cells"], os.path.join(figures, f"{task}.png"), title=f"{task}: {label}")
+    print(f"wall time {results['provenance']['seconds']:.1f} s")
     return results
 
 

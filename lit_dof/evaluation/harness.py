@@ -19,6 +19,7 @@ batch size, refuses any other, and refuses a cache file holding anything but pla
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import time
@@ -30,18 +31,28 @@ import torch
 from lit_dof.devices import device_label  # also importable from here, as before
 from lit_dof.evaluation.extra import require_lm_eval
 from lit_dof.evaluation.request_cache import request_cache, weights_digest  # noqa: F401  (also importable here)
+from lit_dof.evaluation.retrieval import retrieval_cells
+from lit_dof.evaluation.retrieval_data import RETRIEVAL_TASKS, RetrievalGrid
 from lit_dof.evaluation.task_data import TASKS
 from lit_dof.io import library_versions
 
 TASK_DIR = Path(__file__).with_name("lm_eval_tasks")
 """Folder of the shipped lm-eval task YAMLs (``lit_dof_<task>.yaml``)."""
 
-METRICS = ("acc", "acc_norm")
+METRICS = ("acc", "acc_norm", "exact_match", "recall", "perplexity")
+"""The metrics a result records, where its task has them (retrieval: ``exact_match``/``recall`` of a generation,
+``acc``/``perplexity`` of the answer's log-likelihood)."""
+
+KNOWN_TASKS = (*TASKS, *RETRIEVAL_TASKS)
+"""Every task name :func:`evaluate_model` accepts without ``builtin``."""
 
 
-def task_manager(data_dir: str | os.PathLike | None = None, mmlu_per_subject: int | None = None):
-    """An lm-eval ``TaskManager`` that knows only the shipped tasks; ``data_dir`` (default ``$LIT_DOF_DATA``)
-    and ``mmlu_per_subject`` reach the loaders as task metadata.
+def task_manager(data_dir: str | os.PathLike | None = None, mmlu_per_subject: int | None = None, *,
+                 tokenizer: str | None = None, max_length: int | None = None,
+                 retrieval: RetrievalGrid | None = None):  # fmt: skip  # packed signature
+    """An lm-eval ``TaskManager`` that knows only the shipped tasks; ``data_dir`` (default ``$LIT_DOF_DATA``),
+    ``mmlu_per_subject`` and, for the retrieval tasks, the tokenizer's name or folder, the model's ``max_length``
+    and the retrieval grid reach the loaders as task metadata.
 
     Raises:
         ImportError: lm-eval is not installed (the ``eval`` extra).
@@ -52,6 +63,11 @@ def task_manager(data_dir: str | os.PathLike | None = None, mmlu_per_subject: in
     metadata = {"data_dir": str(data_dir) if data_dir else os.environ.get("LIT_DOF_DATA")}
     if mmlu_per_subject:
         metadata["mmlu_per_subject"] = int(mmlu_per_subject)
+    if tokenizer:
+        metadata["tokenizer"] = str(tokenizer)
+    if max_length:
+        metadata["max_length"] = int(max_length)
+    metadata.update((retrieval or RetrievalGrid()).metadata())
     return TaskManager(include_path=str(TASK_DIR), include_defaults=False, metadata=metadata)
 
 
@@ -67,13 +83,15 @@ def evaluate_model(
     builtin: bool = False,
     max_length: int | None = None,
     cache_dir: str | os.PathLike | None = None,
+    retrieval: RetrievalGrid | None = None,
 ) -> dict:
     """Zero-shot accuracy of ``model`` on ``tasks``.
 
     Args:
         model: a loaded causal LM (teacher or :class:`~lit_dof.students.LitDofForCausalLM`), on its device.
-        tokenizer: its tokenizer.
-        tasks: names from :data:`~lit_dof.evaluation.task_data.TASKS` (or lm-eval names with ``builtin``).
+        tokenizer: its tokenizer (its ``name_or_path`` also sizes the retrieval prompts).
+        tasks: names from :data:`KNOWN_TASKS` — the seven zero-shot tasks and the retrieval tasks
+            (:data:`~lit_dof.evaluation.retrieval_data.RETRIEVAL_TASKS`) — or lm-eval names with ``builtin``.
         data_dir: folder in the task data layout (docs/usage.md; default ``$LIT_DOF_DATA``).
         limit: examples per task (int) or fraction (float); ``None``: full sets.
         batch_size: loglikelihood requests per forward.
@@ -82,11 +100,15 @@ def evaluate_model(
         max_length: longest context in tokens (default: the model config's ``max_position_embeddings``).
         cache_dir: folder of the request cache (:func:`request_cache`): answered requests are read back from it
             instead of recomputed, so a killed evaluation resumes; ``None``: no cache.
+        retrieval: where the retrieval examples sit (contexts, depths, trials, seed); default
+            :class:`~lit_dof.evaluation.retrieval_data.RetrievalGrid` ``()``.
 
     Returns:
         ``{"tasks": {task: {"acc", "acc_stderr", "acc_norm"?, "acc_norm_stderr"?, "n", "items"}}, "provenance":
         {...}}``; ``items[metric]`` is the per-example score (0/1) in document order, for paired comparisons
-        of two models on the same examples.
+        of two models on the same examples. A retrieval task adds ``examples`` (each item's context, depth,
+        prompt and needle positions, answers and, scored by generation, the generated text) and ``cells``
+        (:func:`~lit_dof.evaluation.retrieval.retrieval_cells` of its main score).
 
     Raises:
         ValueError: an unknown task name, or a ``cache_dir`` written for another model or batch size (before
@@ -97,16 +119,17 @@ def evaluate_model(
     from lm_eval.models.huggingface import HFLM
 
     if not builtin:
-        unknown = sorted(set(tasks) - set(TASKS))
+        unknown = sorted(set(tasks) - set(KNOWN_TASKS))
         if unknown:
             raise ValueError(
-                f"unknown task(s) {unknown}; known: {', '.join(TASKS)} (or pass builtin=True for lm-eval's)"
+                f"unknown task(s) {unknown}; known: {', '.join(KNOWN_TASKS)} (or pass builtin=True for lm-eval's)"
             )
     names = list(tasks) if builtin else [f"lit_dof_{t}" for t in tasks]
     config = getattr(model.config, "text_config", None) or model.config
     max_length = max_length or getattr(config, "max_position_embeddings", None) or 2048
     lm = HFLM(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size, max_length=max_length)
-    manager = None if builtin else task_manager(data_dir, mmlu_per_subject)
+    manager = None if builtin else task_manager(data_dir, mmlu_per_subject, tokenizer=tokenizer.name_or_path,
+                                                max_length=max_length, retrieval=retrieval)  # fmt: skip
     use_cache = request_cache(cache_dir, model, batch_size=batch_size, max_length=max_length) if cache_dir else None
     start = time.perf_counter()
     model.eval()
@@ -126,12 +149,38 @@ def evaluate_model(
                 stderr = row.get(f"{metric}_stderr,none")
                 entry[f"{metric}_stderr"] = float(stderr) if isinstance(stderr, (int, float)) else None
         samples = sorted(raw.get("samples", {}).get(name, []), key=lambda sample: sample["doc_id"])
-        entry["items"] = {m: [float(sample[m]) for sample in samples] for m in METRICS if samples and m in samples[0]}
+        entry["items"] = {  # a loglikelihood task's per-item "perplexity" is the answer's log-likelihood
+            ("loglikelihood" if m == "perplexity" else m): [float(sample[m]) for sample in samples]
+            for m in METRICS
+            if samples and m in samples[0]
+        }
+        if task in RETRIEVAL_TASKS:
+            entry.update(_retrieval_entry(samples, entry["items"]))
         results[task] = entry
     device = device_label(next(model.parameters()).device)
     info = provenance(tasks=list(tasks), limit=limit, batch_size=batch_size, mmlu_per_subject=mmlu_per_subject,
                       seconds=seconds, device=device)  # fmt: skip  # packed args
+    if any(task in RETRIEVAL_TASKS for task in tasks):
+        grid = retrieval or RetrievalGrid()
+        info["retrieval"] = {**dataclasses.asdict(grid), "contexts": list(grid.contexts), "depths": list(grid.depths)}
     return {"tasks": results, "provenance": info}
+
+
+EXAMPLE_FIELDS = ("context", "depth", "trial", "prompt_tokens", "needle_token", "answers")
+"""What a retrieval result keeps of each example (not its prompt: the grid and seed re-create it)."""
+
+
+def _retrieval_entry(samples: list[dict], items: dict[str, list[float]]) -> dict:
+    """A retrieval task's ``examples`` and ``cells`` from lm-eval's logged samples (in document order)."""
+    examples = []
+    for sample in samples:
+        example = {k: sample["doc"][k] for k in EXAMPLE_FIELDS}
+        response = sample.get("filtered_resps", [None])[0]
+        if isinstance(response, str):  # a generation (loglikelihood tasks log (logprob, is_greedy))
+            example["generation"] = response
+        examples.append(example)
+    main = items.get("exact_match") or items.get("acc") or []
+    return {"examples": examples, "cells": retrieval_cells(examples, main)}
 
 
 def provenance(**extra) -> dict:

@@ -7,6 +7,11 @@ scored token needs one token before it, so ``stride == window`` advances by wind
 blocks, the cheapest). The first window scores all its tokens but token 0; the last is pulled back to full
 length. Smaller strides give more context at ≈ window / stride × the cost. NLLs accumulate in
 :class:`torchmetrics.text.Perplexity` (context positions are ``ignore_index``).
+
+The corpus measurements score one split of the corpus (:mod:`lit_dof.data.splits`): the **test** split by default
+(untouched by model selection), ``split="validation"`` for model selection and to reproduce the records measured
+before the test split existed (they scored validation); every record names its ``split`` and ``split_rule``.
+Whole long documents by in-document position: :mod:`lit_dof.evaluation.long_documents`.
 """
 
 from __future__ import annotations
@@ -96,8 +101,9 @@ def text_tokens(texts: Iterable[str], tokenizer, max_tokens: int | None = None) 
 
 
 def heldout_documents(path: str | os.PathLike, val_every: int = 100) -> Iterator[str]:
-    """The held-out documents of a corpus file: every ``val_every``-th, as
-    :class:`~lit_dof.data.datamodule.WikipediaDataModule`'s validation split (never trained on)."""
+    """The validation documents of a corpus file: every ``val_every``-th, as
+    :class:`~lit_dof.data.datamodule.WikipediaDataModule`'s validation split (never trained on; model selection).
+    Any split: :func:`lit_dof.data.sources.split_documents`."""
     from lit_dof.data.corpus import is_heldout, iter_documents
 
     return (doc for i, doc in enumerate(iter_documents(path)) if is_heldout(i, val_every))
@@ -105,53 +111,68 @@ def heldout_documents(path: str | os.PathLike, val_every: int = 100) -> Iterator
 
 def corpus_perplexity(model, tokenizer, path: str | os.PathLike, *, heldout: bool = True, val_every: int = 100,
                       max_tokens: int = 16384, window: int = 512, stride: int | None = None,
-                      batch_size: int = 4) -> dict:  # fmt: skip  # packed signature
+                      batch_size: int = 4, split: str = "test") -> dict:  # fmt: skip  # packed signature
     """Sliding-window perplexity on a text file (``.txt``/``.gz``/``.jsonl``/WikiExtractor).
 
-    ``heldout``: score only the validation documents (every ``val_every``-th, as the training data module
-    holds them out); otherwise the file from its start. ``max_tokens`` bounds the stream.
+    ``heldout``: score only the documents of ``split`` (``"test"``, ``"validation"`` — every ``val_every``-th
+    document, as the training data module holds them out — or ``"long"``, :mod:`lit_dof.data.splits`); otherwise the
+    file from its start. ``max_tokens`` bounds the stream.
 
     Returns:
-        ``{"ppl", "tokens", "window", "stride", "source", "heldout"}``.
+        ``{"ppl", "tokens", "window", "stride", "source", "heldout", "split", "split_rule"}`` (``split`` ``None``
+        for the whole file).
+
+    Raises:
+        ValueError: an unknown split.
     """
     from lit_dof.data.corpus import iter_documents
+    from lit_dof.data.sources import split_documents
 
-    docs = heldout_documents(path, val_every) if heldout else iter_documents(path)
+    docs = split_documents(path, split, val_every) if heldout else iter_documents(path)
     tokens = text_tokens(docs, tokenizer, max_tokens)
-    return _stream_perplexity(model, tokens, path, heldout, window=window, stride=stride, batch_size=batch_size)
+    return _stream_perplexity(model, tokens, path, split if heldout else None, window=window, stride=stride,
+                              batch_size=batch_size, val_every=val_every)  # fmt: skip  # packed args
 
 
-def _stream_perplexity(model, tokens: torch.Tensor, path, heldout: bool, *, window: int, stride: int | None,
-                       batch_size: int) -> dict:  # fmt: skip  # packed signature
-    """:func:`corpus_perplexity`'s record for a stream already read from ``path`` (``tokens`` ``(N,)``)."""
+def _stream_perplexity(model, tokens: torch.Tensor, path, split: str | None, *, window: int, stride: int | None,
+                       batch_size: int, val_every: int = 100) -> dict:  # fmt: skip  # packed signature
+    """:func:`corpus_perplexity`'s record for a stream already read from ``path`` (``tokens`` ``(N,)``; ``split``
+    ``None``: the whole file)."""
+    from lit_dof.data.splits import split_rule
+
     ppl, count = sliding_window_perplexity(model, tokens, window=window, stride=stride, batch_size=batch_size)
     return {"ppl": ppl, "tokens": count, "window": window, "stride": stride or window, "source": str(path),
-            "heldout": heldout}  # fmt: skip  # compact dict
+            "heldout": split is not None, "split": split,
+            "split_rule": split_rule(split, val_every) if split else None}  # fmt: skip  # compact dict
 
 
 def heldout_perplexity(model, tokenizer, path: str | os.PathLike, *, max_tokens: int = 16384, window: int = 512,
-                       stride: int | None = 256) -> dict:  # fmt: skip  # packed signature
-    """The comparison's held-out measurement: :func:`corpus_perplexity` on the corpus's validation documents plus
+                       stride: int | None = 256, split: str = "test") -> dict:  # fmt: skip  # packed signature
+    """The comparison's held-out measurement: :func:`corpus_perplexity` on one split of the corpus plus
     :func:`position_perplexity` of the same token stream in blocks of ``window`` tokens (buckets 0–63 / 64–255 /
-    256–``window``−1), so that two models measured on the same corpus pair block by block
+    256–``window``−1), so that two models measured on the same corpus and split pair block by block
     (:func:`paired_perplexity_ratio`).
 
     Args:
         model: a causal LM returning ``.logits`` ``(B, T, V)``.
         tokenizer: its tokenizer.
-        path: the corpus (``.txt``/``.gz``/``.jsonl``/WikiExtractor); its held-out documents are scored.
-        max_tokens: tokens of the held-out stream (the first this many).
+        path: the corpus (``.txt``/``.gz``/``.jsonl``/WikiExtractor); the documents of ``split`` are scored.
+        max_tokens: tokens of the split's stream (the first this many).
         window: sliding window and block length (tokens).
         stride: window stride (tokens; ``None``: ``window``).
+        split: ``"test"`` (default), or ``"validation"``: model selection, and the split of every record measured
+            before the test split existed (docs/results) — pass it to reproduce one.
 
     Returns:
         :func:`corpus_perplexity`'s record plus ``"by_position"``, a :func:`position_perplexity` record.
 
     Raises:
-        FileNotFoundError: no file at ``path``.
+        FileNotFoundError: no file at ``path``. ValueError: an unknown split.
     """
-    tokens = text_tokens(heldout_documents(path), tokenizer, max_tokens)  # read and tokenised once for both
-    result = _stream_perplexity(model, tokens, path, True, window=window, stride=stride, batch_size=4)
+    from lit_dof.data.sources import split_documents
+
+    tokens = text_tokens(split_documents(path, split), tokenizer, max_tokens)  # read and tokenised once for both
+    result = _stream_perplexity(model, tokens, path, split, window=window, stride=stride, batch_size=4)
     block = min(window, tokens.numel())  # a stream shorter than the window is one block
     edges = [e for e in (0, 64, 256) if e < block] + [block]
     result["by_position"] = position_perplexity(model, tokens, block=block, edges=edges)
@@ -228,6 +249,10 @@ def paired_perplexity_ratio(result: dict, reference: dict, bucket: str | None = 
     Every block holds the same number of scored tokens, so exp(mean over blocks of the NLL difference) is
     exactly the ratio of the two perplexities; the standard error of its log is the blocks' sample standard
     deviation of that difference / √blocks (blocks are disjoint stretches of text, treated as independent).
+    Results whose blocks hold different token counts (``block_tokens``: whole documents,
+    :func:`~lit_dof.evaluation.long_documents.long_document_perplexity`) are paired as a ratio of totals, the
+    NLL differences weighted by tokens, with the standard error over blocks of
+    :func:`~lit_dof.evaluation.stats.weighted_mean`: again exactly the ratio of the two perplexities.
 
     Args:
         result: an output of :func:`position_perplexity`.
@@ -235,10 +260,12 @@ def paired_perplexity_ratio(result: dict, reference: dict, bucket: str | None = 
         bucket: a key of ``"buckets"`` (e.g. ``"256-511"``), or ``None`` for every scored position.
 
     Returns:
-        ``{"ratio", "log_ratio", "stderr_log", "blocks"}``; ``ratio`` ≈ exp(log_ratio ± stderr_log).
+        ``{"ratio", "log_ratio", "stderr_log", "blocks"}``; ``ratio`` ≈ exp(log_ratio ± stderr_log); ``blocks``:
+        those with scored tokens.
 
     Raises:
-        ValueError: different blocks, fewer than 2 blocks, or results without ``block_nll`` (older records).
+        ValueError: different blocks or token counts, fewer than 2 blocks, or results without ``block_nll``
+            (older records).
     """
     a, b = (r if bucket is None else r["buckets"][bucket] for r in (result, reference))
     if "block_nll" not in a or "block_nll" not in b:
@@ -248,10 +275,41 @@ def paired_perplexity_ratio(result: dict, reference: dict, bucket: str | None = 
             f"the results must score the same ≥ 2 blocks, got {len(a['block_nll'])} blocks of "
             f"{result['block']} and {len(b['block_nll'])} of {reference['block']}"
         )
-    from lit_dof.evaluation.stats import paired_difference
+    from lit_dof.evaluation.stats import paired_difference, weighted_mean
 
-    log_ratio, stderr, blocks = paired_difference(a["block_nll"], b["block_nll"])
+    if "block_tokens" in a or "block_tokens" in b:
+        if a.get("block_tokens") != b.get("block_tokens"):
+            raise ValueError("the results score different tokens per document: measure both on the same documents, "
+                             "split and max_tokens with the same tokenizer")  # fmt: skip  # one message
+        diffs = [x - y if w else None for x, y, w in zip(a["block_nll"], b["block_nll"], a["block_tokens"])]
+        log_ratio, stderr, blocks = weighted_mean(diffs, a["block_tokens"])
+    else:
+        log_ratio, stderr, blocks = paired_difference(a["block_nll"], b["block_nll"])
     return {"ratio": math.exp(log_ratio), "log_ratio": log_ratio, "stderr_log": stderr, "blocks": blocks}
+
+
+def bucket_ratios(result: dict, reference: dict) -> dict[str, dict]:
+    """:func:`paired_perplexity_ratio` of every scored position (``"all"``) and of each bucket, with ``stderr`` of
+    the ratio (delta method: ratio × stderr_log).
+
+    Args:
+        result: a :func:`position_perplexity` (or long-document) result.
+        reference: another on the same blocks (the denominator).
+
+    Returns:
+        ``{"all" | bucket: {"ratio", "log_ratio", "stderr_log", "blocks", "stderr"}}``; a long-document bucket that
+        fewer than 2 documents reach is left out.
+
+    Raises:
+        ValueError: as :func:`paired_perplexity_ratio`.
+    """
+    out = {}
+    for bucket in [None, *result["buckets"]]:
+        if bucket is not None and result["buckets"][bucket].get("documents", 2) < 2:
+            continue  # no standard error over documents
+        paired = paired_perplexity_ratio(result, reference, bucket)
+        out[bucket or "all"] = {**paired, "stderr": paired["ratio"] * paired["stderr_log"]}
+    return out
 
 
 def long_context_perplexity(
@@ -260,25 +318,35 @@ def long_context_perplexity(
     path: str | os.PathLike,
     contexts: Sequence[int] = (512, 2048, 4096, 8192),
     max_tokens: int = 16384,
+    split: str = "test",
 ) -> dict:
-    """Perplexity by position in blocks of each context length on the held-out documents of a corpus (the
-    ``long`` stage of ``lit-dof compare``).
+    """Perplexity by position in blocks of each context length on one split of a corpus (the ``long`` stage of
+    ``lit-dof compare``).
 
-    The held-out documents are concatenated (EOS between them) and cut into disjoint blocks of ``context`` tokens,
-    ``max_tokens`` tokens per context (at least one block); buckets by :func:`position_edges`.
+    The split's documents are concatenated (EOS between them) and cut into disjoint blocks of ``context`` tokens,
+    ``max_tokens`` tokens per context (at least one block); buckets by :func:`position_edges`. A block spans many
+    short documents: this measures a long prefix of unrelated text; whole long documents are
+    :func:`~lit_dof.evaluation.long_documents.long_document_perplexity`.
 
     Args:
         model: a causal LM (teacher or student).
         tokenizer: its tokenizer.
-        path: the corpus (:func:`heldout_documents`).
+        path: the corpus (:func:`~lit_dof.data.sources.split_documents`).
         contexts: block lengths in tokens.
         max_tokens: tokens scored per context.
+        split: ``"test"`` (default) or ``"validation"`` (the split of the records measured before the test split).
 
     Returns:
-        ``{"contexts": {str(context): position_perplexity record}, "source": str(path)}``.
+        ``{"contexts": {str(context): position_perplexity record}, "source": str(path), "split", "split_rule"}``.
+
+    Raises:
+        ValueError: an unknown split.
     """
-    tokens = text_tokens(heldout_documents(path), tokenizer, max(max_tokens, max(contexts)))
-    result: dict = {"contexts": {}, "source": str(path)}
+    from lit_dof.data.sources import split_documents
+    from lit_dof.data.splits import split_rule
+
+    tokens = text_tokens(split_documents(path, split), tokenizer, max(max_tokens, max(contexts)))
+    result: dict = {"contexts": {}, "source": str(path), "split": split, "split_rule": split_rule(split)}
     for context in contexts:
         usable = tokens[: max(context, max_tokens // context * context)]
         result["contexts"][str(context)] = position_perplexity(

@@ -1,4 +1,5 @@
-"""Paired statistics shared by the comparison (per-example task scores) and perplexity (per-block NLL)."""
+"""Paired statistics shared by the comparison (per-example task scores) and perplexity (per-block NLL; per-document
+NLL weighted by tokens)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,37 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, fl
     mean = sum(diffs) / len(diffs)
     variance = sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)
     return mean, math.sqrt(variance / len(diffs)), len(diffs)
+
+
+def weighted_mean(values: Sequence[float | None], weights: Sequence[float]) -> tuple[float, float, int]:
+    """A ratio of totals over examples, ``m = Σ wᵢ vᵢ / Σ wᵢ``, with its standard error over examples.
+
+    E.g. total NLL / total tokens over documents (``vᵢ`` the mean NLL of document i, ``wᵢ`` its tokens): the
+    examples, not the tokens, are the independent units, so the standard error is the ratio estimator's (delta
+    method; the cluster-robust form), ``√(n / (n − 1) · Σ wᵢ² (vᵢ − m)²) / Σ wᵢ`` over the n examples with
+    ``wᵢ > 0`` (those with ``wᵢ = 0`` carry no tokens; their ``vᵢ`` may be ``None``). With equal weights it is the
+    plain mean with its sd / √n, as :func:`paired_difference`. Source: the variance of a ratio estimate, Cochran,
+    *Sampling Techniques* (3rd ed., 1977), ch. 6.
+
+    Args:
+        values: per-example means (``None`` allowed where the weight is 0).
+        weights: per-example weights ≥ 0 (token counts), in the same order.
+
+    Returns:
+        ``(m, standard error of m, n)``.
+
+    Raises:
+        ValueError: different lengths, a negative weight, or fewer than two examples with a weight > 0.
+    """
+    if len(values) != len(weights) or any(w < 0 for w in weights):
+        raise ValueError(f"need one weight ≥ 0 per value: got {len(values)} values and weights {list(weights)[:8]}…")
+    kept = [(v, w) for v, w in zip(values, weights) if w > 0]
+    if len(kept) < 2:
+        raise ValueError(f"a standard error over examples needs ≥ 2 examples with weight > 0, got {len(kept)}")
+    total = sum(w for _, w in kept)
+    mean = sum(v * w for v, w in kept) / total
+    n = len(kept)
+    return mean, math.sqrt(n / (n - 1) * sum(w * w * (v - mean) ** 2 for v, w in kept)) / total, n
 
 
 def paired_task_differences(

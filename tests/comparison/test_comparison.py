@@ -8,6 +8,7 @@ import signal
 import statistics
 import subprocess
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -542,9 +543,11 @@ def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
 
 def test_long_stage_measures_perplexity_by_position_at_every_context(tmp_path):
     """``long.json``: one position-perplexity result per context, each equal to a direct
-    :func:`position_perplexity` over the same held-out stream; a second call reads the file back."""
+    :func:`position_perplexity` over the same stream of test documents (the default split); a second call reads the
+    file back, and one asking for the validation split refuses it by name."""
+    from lit_dof.data.sources import split_documents
     from lit_dof.evaluation.cli import load_model
-    from lit_dof.evaluation.perplexity import heldout_documents, position_perplexity, text_tokens
+    from lit_dof.evaluation.perplexity import position_perplexity, text_tokens
 
     runner = Comparison(out=tmp_path, teacher=str(TINYSTORIES), corpus=str(WIKIPEDIA), ppl_tokens=192,
                                    long_contexts=(32, 64), device="cpu")  # fmt: skip  # packed args
@@ -553,10 +556,12 @@ def test_long_stage_measures_perplexity_by_position_at_every_context(tmp_path):
     assert list(result["contexts"]["64"]["buckets"]) == ["0-63"] and result["contexts"]["64"]["blocks"] == 3
     assert list(result["contexts"]["32"]["buckets"]) == ["0-31"] and result["contexts"]["32"]["blocks"] == 6
     model, tokenizer = load_model(str(TINYSTORIES))
-    tokens = text_tokens(heldout_documents(WIKIPEDIA), tokenizer, 192)
+    tokens = text_tokens(split_documents(WIKIPEDIA, "test"), tokenizer, 192)
     direct = position_perplexity(model, tokens, block=64, edges=(0, 64))
-    assert result["contexts"]["64"]["ppl"] == pytest.approx(direct["ppl"], rel=1e-6)
+    assert result["contexts"]["64"]["ppl"] == pytest.approx(direct["ppl"], rel=1e-6) and result["split"] == "test"
     assert runner.long_context(ROWS["teacher"], 16) == result  # resumable: read back, not recomputed
+    with pytest.raises(ValueError, match="long.json measured the test split, not the validation split"):
+        replace(runner, ppl_split="validation").long_context(ROWS["teacher"], 16)
 
 
 def test_compare_prints_each_cell_with_elapsed_time_and_eta_on_stderr(tmp_path, capsys):

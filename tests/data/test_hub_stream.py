@@ -89,7 +89,7 @@ def test_ranks_and_workers_cover_the_training_documents_once_and_hold_out_the_sa
         union = []  # the held-out side of the same split: the same documents whatever the layout
         for rank, role in itertools.product(range(world), range(max(workers, 1))):
             kwargs = dict(rank=rank, world=world, role=role, workers=max(workers, 1))
-            union += [int(d.split()[0]) // 1000 for d in source.select(True, VAL_EVERY, **kwargs)]
+            union += [int(d.split()[0]) // 1000 for d in source.select("validation", VAL_EVERY, **kwargs)]
         assert sorted(union) == sorted(heldout), (world, workers)
     validation = PackedBlocks(source, _Tokenizer(), 8, "val", VAL_EVERY, rank=1, world_size=2)  # all ranks: all of it
     assert _docs(validation, 0) == sorted(heldout)
@@ -181,4 +181,4 @@ def test_a_hub_stream_that_cannot_load_names_the_dataset_and_the_local_fix(monke
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(RuntimeError, match=r"cannot stream wikimedia/wikipedia \(20231101.en\).*--data.path FILE"):
-        next(HubDocuments("wikimedia/wikipedia", "20231101.en").select(False, 4, rank=0, world=1, role=0, workers=1))
+        next(HubDocuments("wikimedia/wikipedia", "20231101.en").select("train", 4, rank=0, world=1, role=0, workers=1))

@@ -17,7 +17,8 @@ from tests.conftest import TINYSTORIES, load_script
 
 @pytest.fixture
 def corpus(tmp_path):
-    """Document 0 (the held-out one at ``val_every`` 100) long enough for 3 blocks of 512 tokens."""
+    """Document 0 (the validation one at ``val_every`` 100) long enough for 3 blocks of 512 tokens (the tests
+    measure ``--split validation``, as the records measured before the test split)."""
     story = "Once upon a time there was a little dog who liked to run in the park with his friends. "
     path = tmp_path / "corpus.txt"
     path.write_text(story * 120 + "\n\nA second document, for training.\n")
@@ -26,7 +27,7 @@ def corpus(tmp_path):
 
 def test_records_and_paired_ratios_match_the_block_nll_by_hand(tmp_path, corpus):
     script = load_script("heldout_ppl")
-    teacher = script.main([str(TINYSTORIES), "--corpus", str(corpus), "--tokens", "1600",
+    teacher = script.main([str(TINYSTORIES), "--corpus", str(corpus), "--tokens", "1600", "--split", "validation",
                            "--output", str(tmp_path / "teacher.json")])["record"]  # fmt: skip  # packed args
     assert teacher["by_position"]["blocks"] == 3 and (tmp_path / "teacher.json").is_file()
 
@@ -34,7 +35,8 @@ def test_records_and_paired_ratios_match_the_block_nll_by_hand(tmp_path, corpus)
     student = linearize(model, LearnedPRF, 8, sliding_window=SlidingWindow(window=16, sink_tokens=1), seed=0)
     student.save_pretrained(tmp_path / "student")
     AutoTokenizer.from_pretrained(TINYSTORIES).save_pretrained(tmp_path / "student")
-    args = ["--corpus", str(corpus), "--tokens", "1600", "--against", str(tmp_path / "teacher.json")]
+    args = ["--corpus", str(corpus), "--tokens", "1600", "--split", "validation",
+            "--against", str(tmp_path / "teacher.json")]  # fmt: skip  # compact list
     found = script.main([str(tmp_path / "student"), *args, "--output", str(tmp_path / "student.json")])
     ours = found["ratios"][str(tmp_path / "teacher.json")]
 
@@ -56,7 +58,7 @@ def test_records_and_paired_ratios_match_the_block_nll_by_hand(tmp_path, corpus)
 def test_records_of_different_blocks_are_refused_by_name(tmp_path, corpus):
     script = load_script("heldout_ppl")
     for tokens in ("1600", "1100"):
-        script.main([str(TINYSTORIES), "--corpus", str(corpus), "--tokens", tokens,
+        script.main([str(TINYSTORIES), "--corpus", str(corpus), "--tokens", tokens, "--split", "validation",
                      "--output", str(tmp_path / f"{tokens}.json")])  # fmt: skip  # packed args
     with pytest.raises(SystemExit, match="1100.json: the results must score the same"):
         script.main([str(tmp_path / "1600.json"), "--against", str(tmp_path / "1100.json")])
