@@ -48,10 +48,10 @@ class Comparison:
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda[:i]"``: where the cells are
             fitted (``--trainer.accelerator=gpu`` is added to a CUDA fit), evaluated and scored. Every record
             names its device.
-        seed: training seed of the students. 0 is the base config's own seeds (``seed_everything``, the DoF
-            planner's ``seed``) in ``C<budget>/<row>``; s > 0 adds ``--seed_everything=s`` (and the planner's
-            ``seed=s`` for a ``DoFPlanner``) to every fit, in ``C<budget>/seed<s>/<row>``. The teacher has no seed:
-            one cell serves all.
+        seed: training seed of the students. 0 is the base config's own seeds and corpus order in
+            ``C<budget>/<row>``; s > 0 adds ``--seed_everything=s``, ``--data.init_args.shuffle_seed=s`` (another data
+            order) and the planner's ``seed=s`` for a ``DoFPlanner`` to every fit, in ``C<budget>/seed<s>/<row>``.
+            The teacher has no seed: one cell serves all.
 
     Raises:
         DeviceError: an unknown device, or ``cuda`` asked for where none is available
@@ -108,11 +108,12 @@ class Comparison:
         return (folder / f"seed{seed}" if seed and row.kind != "teacher" else folder) / row.name
 
     def seed_args(self, dof: bool = True) -> list[str]:
-        """The fit arguments of :attr:`seed` (none for seed 0: the base config's seeds); ``dof``: the row's planner
-        estimates the DoF (a ``DoFPlanner``, which takes the seed of its sample)."""
+        """The fit arguments of :attr:`seed` (none for seed 0: the base config's seeds and corpus order): the run's
+        seed, the data order's and, where ``dof`` (the row's planner estimates the DoF), the DoF sample's."""
         if not self.seed:
             return []
-        return [f"--seed_everything={self.seed}", *([f"{PLANNER_ARGS}.seed={self.seed}"] if dof else [])]
+        planner = [f"{PLANNER_ARGS}.seed={self.seed}"] if dof else []
+        return [f"--seed_everything={self.seed}", f"--data.init_args.shuffle_seed={self.seed}", *planner]
 
     # -- fit ------------------------------------------------------------------------------------------------
     def fit_command(self, row: Row, budget: int, resume: bool, dof_report: Path | None = None) -> list[str]:

@@ -39,6 +39,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from lit_dof.data.corpus import check_corpus, check_corpus_path, iter_documents
+from lit_dof.data.order import buffer_shuffle
 from lit_dof.data.sources import CORPUS_ENV, HubDocuments, LocalDocuments
 from lit_dof.teacher import DEFAULT_TEACHER
 
@@ -55,17 +56,22 @@ class PackedBlocks(IterableDataset):
         rank, world_size: the DDP shard. skip_batches, batch_size: batches of this rank already consumed
             (resume) and blocks per batch; each dataloader worker skips the batches it produced itself.
         max_blocks: stop after this many blocks (``None``: the whole stream).
+        shuffle_seed, shuffle_buffer: training documents read through a seeded shuffle of ``shuffle_buffer``
+            documents (lit_dof.data.order.buffer_shuffle; each rank and worker its own generator); ``None``: in
+            corpus order.
     """
 
     def __init__(self, documents, tokenizer, seq_len: int, split: str, val_every: int, *, rank: int = 0,
                  world_size: int = 1, skip_batches: int = 0, batch_size: int = 1,
-                 max_blocks: int | None = None) -> None:  # fmt: skip  # packed signature
+                 max_blocks: int | None = None, shuffle_seed: int | None = None,
+                 shuffle_buffer: int = 1024) -> None:  # fmt: skip  # packed signature
         super().__init__()
         self.documents = documents if hasattr(documents, "select") else LocalDocuments(documents)
         self.tokenizer, self.seq_len = tokenizer, seq_len
         self.split, self.val_every = split, val_every
         self.rank, self.world_size, self.max_blocks = rank, world_size, max_blocks
         self.skip_batches, self.batch_size = skip_batches, batch_size
+        self.shuffle_seed, self.shuffle_buffer = shuffle_seed, shuffle_buffer
 
     def _worker(self) -> tuple[int, int]:
         """``(workers, role)``: a DataLoader takes batch b from worker b % workers, so after ``skip_batches``
@@ -84,9 +90,12 @@ class PackedBlocks(IterableDataset):
         if self.split == "val":  # every rank (and worker) validates on the same blocks
             return self.documents.select("validation", self.val_every, rank=0, world=1, role=0, workers=1)
         workers, role = self._worker()
-        return self.documents.select(
+        documents = self.documents.select(
             "train", self.val_every, rank=self.rank, world=self.world_size, role=role, workers=workers
         )
+        if self.shuffle_seed is None:
+            return documents
+        return buffer_shuffle(documents, self.shuffle_buffer, f"{self.shuffle_seed}/rank{self.rank}/role{role}")
 
     def __iter__(self) -> Iterator[dict]:
         eos = self.tokenizer.eos_token_id
@@ -135,10 +144,15 @@ class WikipediaDataModule(L.LightningDataModule):
         val_blocks: validation blocks (from the held-out documents).
         predict_blocks: training blocks (per rank) that ``predict`` (teacher capture) reads.
         num_workers: dataloader workers (tokenisation runs there).
+        shuffle_seed: read the training documents in an order shuffled by this seed (through a buffer of
+            ``shuffle_buffer`` documents, lit_dof.data.order), so that independent fits differ in their data order
+            as well as their initialisation (``lit-dof compare --seeds`` sets it); ``None`` (default): corpus order.
+        shuffle_buffer: documents held by that shuffle.
 
     Raises:
         ValueError: a size or count below its minimum (``seq_len`` < 2, ``batch_size`` or ``val_every`` < 1, a
-            negative ``val_blocks``, ``predict_blocks`` or ``num_workers``), at construction.
+            negative ``val_blocks``, ``predict_blocks``, ``num_workers`` or ``shuffle_seed``, ``shuffle_buffer`` < 1),
+            at construction.
         FileNotFoundError: ``path`` does not exist (at ``setup``). IsADirectoryError: ``path`` is a directory.
             ValueError: a local corpus that cannot feed the run — not UTF-8 text (binary content), unreadable in
             its format, empty, or shorter than one batch per rank plus the validation blocks (at ``setup``, before
@@ -158,11 +172,14 @@ class WikipediaDataModule(L.LightningDataModule):
         val_blocks: int = 16,
         predict_blocks: int = 8,
         num_workers: int = 0,
+        shuffle_seed: int | None = None,
+        shuffle_buffer: int = 1024,
     ) -> None:
         super().__init__()
         for name, value, least in (("seq_len", seq_len, 2), ("batch_size", batch_size, 1), ("val_every", val_every, 1),
                                    ("val_blocks", val_blocks, 0), ("predict_blocks", predict_blocks, 0),
-                                   ("num_workers", num_workers, 0)):  # fmt: skip  # one table
+                                   ("num_workers", num_workers, 0), ("shuffle_buffer", shuffle_buffer, 1),
+                                   ("shuffle_seed", 0 if shuffle_seed is None else shuffle_seed, 0)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= {least}; set "
                                  f"--data.init_args.{name} to such a value")  # fmt: skip  # packed args
@@ -171,6 +188,7 @@ class WikipediaDataModule(L.LightningDataModule):
         self.path = path or os.environ.get(CORPUS_ENV) or None
         self.seq_len, self.batch_size, self.val_every, self.val_blocks = seq_len, batch_size, val_every, val_blocks
         self.num_workers, self.predict_blocks = num_workers, predict_blocks
+        self.shuffle = {"shuffle_seed": shuffle_seed, "shuffle_buffer": shuffle_buffer}
         self.hub_dataset, self.hub_config = hub_dataset, hub_config
         self.tokenizer = None
         self._checked = False
@@ -231,8 +249,8 @@ class WikipediaDataModule(L.LightningDataModule):
     def _train_loader(self, skip_batches: int) -> DataLoader:
         rank, world = self._rank()
         data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "train", self.val_every, rank=rank,
-                            world_size=world, skip_batches=skip_batches,
-                            batch_size=self.batch_size)  # fmt: skip  # packed args
+                            world_size=world, skip_batches=skip_batches, batch_size=self.batch_size,
+                            **self.shuffle)  # fmt: skip  # packed args
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
@@ -260,7 +278,8 @@ class WikipediaDataModule(L.LightningDataModule):
         """Up to ``predict_blocks`` training blocks, this rank's share: the samples of the DoF capture."""
         rank, world = self._rank()
         data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "train", self.val_every, rank=rank,
-                            world_size=world, max_blocks=self.predict_blocks)  # fmt: skip  # packed args
+                            world_size=world, max_blocks=self.predict_blocks,
+                            **self.shuffle)  # fmt: skip  # packed args
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def test_dataloader(self) -> DataLoader:

@@ -87,10 +87,10 @@ def evaluate(
             keeps k trials of every cell.
         figures: folder for each retrieval task's context × depth heatmap (``<task>.png``; a control's in
             ``<figures>/<control>/``); ``None``: none.
-        controls: a student is also evaluated beside its controls (:func:`~lit_dof.evaluation.controls.control_models`:
-            the teacher behind the student's window + sinks, the teacher behind the window of equal decode state,
-            the student's LoRA-merged weights with full attention where it has a tail), on the same tasks and
-            examples; each one's cache in ``<cache_dir>/<control>``.
+        controls: a student is also evaluated beside its controls (lit_dof.evaluation.controls.control_models: the
+            teacher behind the student's window + sinks, the teacher behind the window of equal decode state, the
+            student's LoRA-merged weights with full attention where it has a tail), on the same tasks and examples;
+            each one's cache in ``<cache_dir>/<control>``.
 
     Returns:
         the results (``tasks`` and ``provenance``, as written to ``output``; with ``controls``, also

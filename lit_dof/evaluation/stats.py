@@ -92,3 +92,43 @@ def paired_task_differences(
         "stderr": math.sqrt(sum(d["stderr"] ** 2 for d in paired)) / len(paired),
     }
     return per_task, average
+
+
+T_975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+    2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip  # a table
+"""Student's t quantile t₀.₉₇₅ for 1–30 degrees of freedom (any statistics table; 1.96 beyond): the half-width of a
+95% interval is ``T_975[n − 2] · SE`` over n runs."""
+
+
+def paired_seed_difference(a: Mapping[int, float], b: Mapping[int, float], *, log: bool = False) -> dict:
+    """Two recipes compared over independent fits paired by seed (the runs are the unit, not blocks or examples).
+
+    Args:
+        a: per seed, one recipe's measure (e.g. held-out perplexity, an average task score).
+        b: per seed, the other recipe's, fitted with the same seed (initialisation and data order).
+        log: compare ``log a − log b`` (for ratios such as perplexities: ``exp`` of the mean is the geometric-mean
+            ratio) instead of ``a − b``.
+
+    Returns:
+        ``{"difference", "stderr", "n", "seeds", "ci95": (low, high), "ratio"?}`` over the seeds both have:
+        mean paired difference, its standard error (sample sd / √n), the 95% t interval; with ``log``, ``ratio``
+        is ``exp(difference)`` and the interval is on the log scale.
+
+    Raises:
+        ValueError: fewer than two seeds in common (a single fit has no spread over runs).
+    """
+    seeds = sorted(a.keys() & b.keys())
+    if len(seeds) < 2:
+        raise ValueError(f"a comparison over runs needs >= 2 seeds in common, got {seeds}; fit more seeds")
+    if log:
+        values = [(math.log(a[s]), math.log(b[s])) for s in seeds]
+    else:
+        values = [(a[s], b[s]) for s in seeds]
+    mean, stderr, n = paired_difference([x for x, _ in values], [y for _, y in values])
+    half = (T_975[n - 2] if n - 2 < len(T_975) else 1.96) * stderr
+    result = {"difference": mean, "stderr": stderr, "n": n, "seeds": seeds, "ci95": (mean - half, mean + half)}
+    if log:
+        result["ratio"] = math.exp(mean)
+    return result

@@ -100,7 +100,9 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     first, second = (tmp_path / "cells" / "C16" / "fix", tmp_path / "cells" / "C16" / "seed1" / "fix")
     record = json.loads((second / "fit.json").read_text())
     assert (
-        f"--seed_everything=1 {PLANNER_ARGS}.seed=1" in record["command"] and "--seed_everything" not in fix["command"]
+        f"--seed_everything=1 --data.init_args.shuffle_seed=1 {PLANNER_ARGS}.seed=1" in record["command"]
+        and "--seed_everything" not in fix["command"]
+        and "shuffle_seed" not in fix["command"]
     )
     assert f"{PLANNER_ARGS}.budget=16" in record["command"]
     weights = [first_z(cell / json.loads((cell / "fit.json").read_text())["student"]) for cell in (first, second)]
@@ -581,9 +583,10 @@ def test_fit_commands_give_the_budget_and_seed_to_the_rows_planner(tmp_path):
     runner = Comparison(out=tmp_path, seed=2, corpus=str(tmp_path / "corpus.txt"))
     dof = runner.fit_command(ROWS["dof"], 16, resume=True, dof_report=tmp_path / "dof.json")
     report_path = f"{PLANNER_ARGS}.report_path={tmp_path / 'dof.json'}"
-    assert {f"{PLANNER_ARGS}.budget=16", f"{PLANNER_ARGS}.seed=2", report_path, "--seed_everything=2"} <= set(dof)
+    seeded = {"--seed_everything=2", "--data.init_args.shuffle_seed=2"}
+    assert {f"{PLANNER_ARGS}.budget=16", f"{PLANNER_ARGS}.seed=2", report_path, *seeded} <= set(dof)
     control = runner.fit_command(ROWS["swa_sink"], 16, resume=True, dof_report=tmp_path / "dof.json")
-    assert f"{PLANNER_ARGS}.feature_dim=16" in control and "--seed_everything=2" in control
+    assert f"{PLANNER_ARGS}.feature_dim=16" in control and seeded <= set(control)
     assert not [arg for arg in control if arg.startswith(PLANNER_ARGS) and "feature_dim" not in arg]
     configs = [REPO / "configs" / name for name in ("quickstart.yaml", "methods/swa_sink.yaml", "methods/fix.yaml")]
     assert planner_class(configs[:1]) == "lit_dof.pipeline.planner.DoFPlanner"

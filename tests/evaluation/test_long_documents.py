@@ -162,3 +162,21 @@ def test_the_script_and_the_compare_stage_measure_the_long_documents_of_the_real
         assert found["record"]["split"] == split and found["record"]["tokens"] == 599
     with pytest.raises(SystemExit, match="measured different splits \\(test and validation\\)"):
         script.main([str(tmp_path / "test.json"), "--against", str(tmp_path / "validation.json")])
+
+
+def test_paired_seed_difference_is_the_paired_t_over_runs():
+    """Recipes compared over seeds: the mean paired difference, sd/√n, the t interval (df = n − 1); with ``log``
+    the geometric-mean ratio; seeds only one recipe has are left out; one seed in common is refused."""
+    from lit_dof.evaluation.stats import paired_seed_difference
+
+    a, b = {0: 30.0, 1: 32.0, 2: 31.0, 7: 99.0}, {0: 31.0, 1: 34.0, 2: 31.0}
+    result = paired_seed_difference(a, b)
+    diffs = [-1.0, -2.0, 0.0]
+    sd = math.sqrt(sum((d + 1) ** 2 for d in diffs) / 2)
+    assert result["seeds"] == [0, 1, 2] and result["n"] == 3
+    assert result["difference"] == pytest.approx(-1.0) and result["stderr"] == pytest.approx(sd / math.sqrt(3))
+    assert result["ci95"] == pytest.approx((-1.0 - 4.303 * sd / math.sqrt(3), -1.0 + 4.303 * sd / math.sqrt(3)))
+    ratio = paired_seed_difference(a, b, log=True)
+    assert ratio["ratio"] == pytest.approx((30 / 31 * 32 / 34 * 31 / 31) ** (1 / 3))
+    with pytest.raises(ValueError, match="needs >= 2 seeds in common"):
+        paired_seed_difference({0: 1.0}, {0: 2.0, 1: 3.0})
