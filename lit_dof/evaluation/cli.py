@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from lit_dof.devices import device_errors_exit, resolve_device, resolve_model_dtype
 from lit_dof.evaluation.loading import load_model
-from lit_dof.evaluation.retrieval import format_cells, heatmap
+from lit_dof.evaluation.retrieval import beyond_exact_share, exact_positions, format_cells, heatmap
 from lit_dof.evaluation.retrieval_data import RetrievalGrid
 from lit_dof.evaluation.task_data import TASKS
 from lit_dof.precision import DtypeName
@@ -37,10 +37,14 @@ def format_table(results: dict) -> str:
         stderr = entry.get(f"{metric}_stderr")
         return f"{entry[metric]:.4f} ± {stderr:.4f}" if stderr is not None else f"{entry[metric]:.4f}"
 
-    lines = ["| task | acc | acc_norm | exact_match | n |", "|---|---|---|---|---|"]
+    exact = results["provenance"].get("exact_positions")
+    beyond = f" beyond {exact} tokens |" if exact is not None else ""
+    lines = [f"| task | acc | acc_norm | exact_match | n |{beyond}", "|---|---|---|---|---|" + "---|" * bool(beyond)]
     for task, entry in results["tasks"].items():
         scores = " | ".join(cell(entry, metric) for metric in ("acc", "acc_norm", "exact_match"))
-        lines.append(f"| {task} | {scores} | {entry['n']} |")
+        share = entry.get("beyond_exact")
+        extra = (f" {share:.0%} |" if share is not None else " – |") if beyond else ""
+        lines.append(f"| {task} | {scores} | {entry['n']} |{extra}")
     for task, entry in results["tasks"].items():
         if "cells" in entry:
             lines += ["", format_cells(entry["cells"], task)]
@@ -93,7 +97,9 @@ def evaluate(
             each one's cache in ``<cache_dir>/<control>``.
 
     Returns:
-        the results (``tasks`` and ``provenance``, as written to ``output``; with ``controls``, also
+        the results (``tasks`` and ``provenance``, as written to ``output``; a student's ``exact_positions`` and
+        each task's ``beyond_exact``: the share of its examples longer than them, the only ones on which the
+        student can differ from its teacher; with ``controls``, also
         ``controls: {name: {"control": what it is, "tasks", "provenance"}}``).
 
     Raises:
@@ -143,6 +149,10 @@ def _evaluate_one(loaded, tokenizer, label: str, settings: dict, cache_dir: str 
                              cache_dir=cache_dir, retrieval=settings["retrieval"])  # fmt: skip  # packed args
     results["provenance"]["model"] = label
     results["provenance"]["dtype"] = str(next(loaded.parameters()).dtype).removeprefix("torch.")
+    exact = results["provenance"]["exact_positions"] = exact_positions(loaded)
+    for entry in results["tasks"].values():
+        if "tokens" in entry:
+            entry["beyond_exact"] = beyond_exact_share(entry["tokens"], exact)
     print(format_table(results))
     for task, entry in results["tasks"].items():
         if figures and "cells" in entry:

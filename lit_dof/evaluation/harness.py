@@ -33,7 +33,7 @@ from lit_dof.evaluation.extra import require_lm_eval
 from lit_dof.evaluation.request_cache import request_cache, weights_digest  # noqa: F401  (also importable here)
 from lit_dof.evaluation.retrieval import retrieval_cells
 from lit_dof.evaluation.retrieval_data import RETRIEVAL_TASKS, RetrievalGrid
-from lit_dof.evaluation.task_data import TASKS
+from lit_dof.evaluation.task_data import EXTRA_TASKS, TASKS
 from lit_dof.io import library_versions
 
 TASK_DIR = Path(__file__).with_name("lm_eval_tasks")
@@ -43,7 +43,7 @@ METRICS = ("acc", "acc_norm", "exact_match", "recall", "perplexity")
 """The metrics a result records, where its task has them (retrieval: ``exact_match``/``recall`` of a generation,
 ``acc``/``perplexity`` of the answer's log-likelihood)."""
 
-KNOWN_TASKS = (*TASKS, *RETRIEVAL_TASKS)
+KNOWN_TASKS = (*TASKS, *EXTRA_TASKS, *RETRIEVAL_TASKS)
 """Every task name :func:`evaluate_model` accepts without ``builtin``."""
 
 
@@ -106,9 +106,11 @@ def evaluate_model(
     Returns:
         ``{"tasks": {task: {"acc", "acc_stderr", "acc_norm"?, "acc_norm_stderr"?, "n", "items"}}, "provenance":
         {...}}``; ``items[metric]`` is the per-example score (0/1) in document order, for paired comparisons
-        of two models on the same examples. A retrieval task adds ``examples`` (each item's context, depth,
-        prompt and needle positions, answers and, scored by generation, the generated text) and ``cells``
-        (:func:`~lit_dof.evaluation.retrieval.retrieval_cells` of its main score).
+        of two models on the same examples; ``tokens`` each example's longest request in tokens (context +
+        continuation: :func:`~lit_dof.evaluation.retrieval.beyond_exact_share`). A retrieval task adds
+        ``examples`` (each item's context, depth, prompt and needle positions, answers and, scored by generation,
+        the generated text) and ``cells`` (:func:`~lit_dof.evaluation.retrieval.retrieval_cells` of its main
+        score).
 
     Raises:
         ValueError: an unknown task name, or a ``cache_dir`` written for another model or batch size (before
@@ -156,6 +158,8 @@ def evaluate_model(
         }
         if task in RETRIEVAL_TASKS:
             entry.update(_retrieval_entry(samples, entry["items"]))
+        else:  # how long each example is: whether a student's exact window holds it (beyond_exact_share)
+            entry["tokens"] = [_example_tokens(tokenizer, sample["arguments"]) for sample in samples]
         results[task] = entry
     device = device_label(next(model.parameters()).device)
     info = provenance(tasks=list(tasks), limit=limit, batch_size=batch_size, mmlu_per_subject=mmlu_per_subject,
@@ -164,6 +168,12 @@ def evaluate_model(
         grid = retrieval or RetrievalGrid()
         info["retrieval"] = {**dataclasses.asdict(grid), "contexts": list(grid.contexts), "depths": list(grid.depths)}
     return {"tasks": results, "provenance": info}
+
+
+def _example_tokens(tokenizer, arguments) -> int:
+    """An example's longest request in tokens: context + continuation, as lm-eval's ``HFLM`` encodes them."""
+    return max(len(tokenizer(context + continuation, add_special_tokens=False)["input_ids"])
+               for context, continuation in arguments)  # fmt: skip  # packed args
 
 
 EXAMPLE_FIELDS = ("context", "depth", "trial", "prompt_tokens", "needle_token", "answers")

@@ -67,6 +67,39 @@ def beyond_exact(doc: dict, window: int, sink_tokens: int = 0) -> bool:
     return doc["prompt_tokens"] - doc["needle_token"] >= window and doc["needle_token"] >= sink_tokens
 
 
+def exact_positions(model) -> int | None:
+    """How many positions a model attends exactly whatever the query: ``w + s`` for a sliding-window student (a
+    sequence of at most w + s tokens is attended exactly everywhere), 0 for a pure linear one, ``None`` for a model
+    with full softmax attention (a teacher, a ``tail_only`` control).
+
+    Args:
+        model: a loaded model.
+
+    Returns:
+        the count, or ``None``.
+    """
+    options = getattr(getattr(model, "config", None), "window_options", None)
+    if options is None:
+        return None
+    return int(options.get("window", 0)) + int(options.get("sink_tokens", 0)) if options.get("window") else 0
+
+
+def beyond_exact_share(tokens: Sequence[int], exact: int | None) -> float | None:
+    """The share of examples (their longest request, in tokens) longer than ``exact`` positions: the examples on
+    which a student can differ from its teacher at all (``None`` exact: none can).
+
+    Args:
+        tokens: per example, its longest request in tokens.
+        exact: :func:`exact_positions` of the student.
+
+    Returns:
+        the share in [0, 1], or ``None`` without examples or without a limit.
+    """
+    if exact is None or not tokens:
+        return None
+    return sum(t > exact for t in tokens) / len(tokens)
+
+
 def retrieval_cells(docs: Iterable[dict], scores: Iterable[float]) -> dict[str, dict[str, dict]]:
     """Per-item scores grouped by cell.
 

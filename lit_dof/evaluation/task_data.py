@@ -143,12 +143,14 @@ def _subject_title(subject: str) -> str:
     return subject.replace("_", " ")
 
 
-def mmlu(data_dir: str | Path, split: str = "test", per_subject: int | None = None) -> list[dict]:
+def mmlu(data_dir: str | Path, split: str = "test", per_subject: int | None = None, shots: int = 0) -> list[dict]:
     """MMLU (57 subjects, 14042 test questions): headerless CSV ``question,A,B,C,D,answer``.
 
     ``per_subject``: keep the first this-many questions of each subject (a fixed, subject-stratified
-    subset, e.g. 18 → 1026 questions); ``None``: all. Prompt as lm-eval's ``mmlu`` (zero-shot): a subject
-    description, the question, lettered options, ``Answer:``; the choices are the letters.
+    subset, e.g. 18 → 1026 questions); ``None``: all. Prompt as lm-eval's ``mmlu``: a subject description, then
+    ``shots`` solved examples — the subject's first ``shots`` dev questions, as lm-eval's ``first_n`` sampler takes
+    them (the field's 5-shot MMLU, Hendrycks et al. 2021, §3), each ``question, options, Answer: <letter>`` and a
+    blank line — then the question, lettered options, ``Answer:``; the choices are the letters.
     """
     folder = Path(data_dir).expanduser() / "mmlu" / split
     files = sorted(folder.glob(f"*_{split}.csv"))
@@ -162,16 +164,45 @@ def mmlu(data_dir: str | Path, split: str = "test", per_subject: int | None = No
         subject = path.name[: -len(f"_{split}.csv")]
         with path.open(newline="", encoding="utf-8") as handle:
             rows = list(csv.reader(handle))
+        solved = "".join(f"{_mmlu_question(row)} {row[5].strip()}\n\n" for row in _mmlu_shots(folder, subject, shots))
         for row in rows[:per_subject] if per_subject else rows:
-            question, options, answer = row[0], row[1:5], row[5].strip()
+            answer = row[5].strip()
             prompt = (
                 f"The following are multiple choice questions (with answers) about {_subject_title(subject)}.\n\n"
-                f"{question.strip()}\n" + "".join(f"{letter}. {o}\n" for letter, o in zip("ABCD", options)) + "Answer:"
+                + solved
+                + _mmlu_question(row)
             )
             docs.append(
                 {"query": prompt, "choices": ["A", "B", "C", "D"], "gold": "ABCD".index(answer), "subject": subject}
             )
     return docs
+
+
+def _mmlu_question(row: list[str]) -> str:
+    """One MMLU question as lm-eval prompts it: the question, the lettered options, ``Answer:``."""
+    return f"{row[0].strip()}\n" + "".join(f"{letter}. {o}\n" for letter, o in zip("ABCD", row[1:5])) + "Answer:"
+
+
+def _mmlu_shots(folder: Path, subject: str, shots: int) -> list[list[str]]:
+    """The first ``shots`` dev questions of ``subject`` (``<folder>/../dev/<subject>_dev.csv``)."""
+    if shots <= 0:
+        return []
+    path = _file(folder.parent.parent, f"mmlu/dev/{subject}_dev.csv")
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    if len(rows) < shots:
+        raise ValueError(f"MMLU {subject}: {shots} shots asked for, {path} holds {len(rows)} questions")
+    return rows[:shots]
+
+
+def mmlu_5shot(data_dir: str | Path, per_subject: int | None = None) -> list[dict]:
+    """MMLU test with 5 solved dev questions of the same subject before each (:func:`mmlu` with ``shots=5``): the
+    field's standard, and prompts of several hundred tokens — past a student's exact window."""
+    return mmlu(data_dir, "test", per_subject, shots=5)
+
+
+EXTRA_TASKS = ("mmlu_5shot",)
+"""Tasks beyond the paper's seven (not in its average): 5-shot MMLU."""
 
 
 TRAIN_SPLITS = {
@@ -201,13 +232,14 @@ def load_train_split(name: str, data_dir: str | Path) -> list[dict]:
 
 
 def load_task(name: str, data_dir: str | Path, **options) -> list[dict]:
-    """Records of one of :data:`TASKS` (``options`` go to the reader, e.g. ``per_subject`` for MMLU).
+    """Records of one of :data:`TASKS` or :data:`EXTRA_TASKS` (``options`` go to the reader, e.g. ``per_subject`` for
+    MMLU).
 
     Raises:
         ValueError: an unknown task name (lists the known ones); FileNotFoundError: a missing file.
     """
     readers = {"piqa": piqa, "logiqa": logiqa, "arc_easy": arc_easy, "arc_challenge": arc_challenge,
-               "winogrande": winogrande, "wsc273": wsc273, "mmlu": mmlu}  # fmt: skip  # compact dict
+               "winogrande": winogrande, "wsc273": wsc273, "mmlu": mmlu, "mmlu_5shot": mmlu_5shot}  # fmt: skip
     if name not in readers:
-        raise ValueError(f"unknown task {name!r}; known: {', '.join(TASKS)}")
+        raise ValueError(f"unknown task {name!r}; known: {', '.join((*TASKS, *EXTRA_TASKS))}")
     return readers[name](data_dir, **options)

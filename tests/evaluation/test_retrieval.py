@@ -157,15 +157,10 @@ def test_eval_runs_a_student_beside_its_controls(tmp_path, capsys):
     pytest.importorskip("lm_eval")
     import json
 
-    from lit_dof.attention import LearnedPRF, SlidingWindow
     from lit_dof.cli import main
-    from lit_dof.students.modeling import linearize
-    from lit_dof.teacher.loading import load_teacher
+    from tests.evaluation.students import save_window_student
 
-    teacher, tok = load_teacher(str(TINYSTORIES))
-    student = linearize(teacher, LearnedPRF, 8, sliding_window=SlidingWindow(window=16, sink_tokens=2), seed=0)
-    student.save_pretrained(tmp_path / "student")
-    tok.save_pretrained(tmp_path / "student")
+    save_window_student(tmp_path / "student")
     output = tmp_path / "eval.json"
     main(["eval", "--model", str(tmp_path / "student"), "--tasks", "[passkey]", "--retrieval.contexts", "[384]",
           "--retrieval.depths", "[0.5]", "--retrieval.trials", "2", "--device", "cpu", "--controls", "true",

@@ -24,7 +24,7 @@ def _dataset(name: str, metadata: dict, **options) -> dict:
 
 def _hook(name: str):
     def load(**metadata):
-        options = {"per_subject": metadata.get("mmlu_per_subject")} if name == "mmlu" else {}
+        options = {"per_subject": metadata.get("mmlu_per_subject")} if name.startswith("mmlu") else {}
         return _dataset(name, metadata, **options)
 
     load.__name__ = name
@@ -33,3 +33,4 @@ def _hook(name: str):
 
 # One hook per task, named as the YAMLs reference them (``!function loaders.<task>``).
 piqa, logiqa, arc_easy, arc_challenge, winogrande, wsc273, mmlu = map(_hook, task_data.TASKS)
+(mmlu_5shot,) = map(_hook, task_data.EXTRA_TASKS)
