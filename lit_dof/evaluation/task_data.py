@@ -201,6 +201,21 @@ def mmlu_5shot(data_dir: str | Path, per_subject: int | None = None) -> list[dic
     return mmlu(data_dir, "test", per_subject, shots=5)
 
 
+def request_texts(doc: dict) -> list[str]:
+    """The texts lm-eval scores for one record, one per choice: ``query + " " + choice`` (choice tasks) or
+    ``context + " " + continuation`` (partial tasks; lm-eval's target delimiter is one space).
+
+    Args:
+        doc: a record of any task reader.
+
+    Returns:
+        the texts.
+    """
+    if "choices" in doc:
+        return [f"{doc['query']} {choice}" for choice in doc["choices"]]
+    return [f"{context} {doc['continuation']}" for context in doc["contexts"]]
+
+
 EXTRA_TASKS = ("mmlu_5shot",)
 """Tasks beyond the paper's seven (not in its average): 5-shot MMLU."""
 

@@ -58,9 +58,29 @@ def test_eval_reports_each_tasks_share_beyond_the_students_window(tmp_path, caps
           "--data_dir", str(DATA), "--device", "cpu", "--output", str(output)])  # fmt: skip  # packed args
     record = json.loads(output.read_text())
     assert record["provenance"]["exact_positions"] == 18
-    docs = task_data.arc_easy(DATA)[:6]
-    by_hand = [max(len(tok(d["query"] + " " + c, add_special_tokens=False)["input_ids"]) for c in d["choices"])
-               for d in docs]  # fmt: skip  # packed args
-    arc = record["tasks"]["arc_easy"]
-    assert arc["tokens"] == by_hand and arc["beyond_exact"] == sum(t > 18 for t in by_hand) / 6
+    for task in ("arc_easy", "wsc273"):  # a choice task and a partial one: request_texts is what lm-eval scores
+        docs = task_data.load_task(task, DATA)[:6]
+        by_hand = [max(len(tok(t, add_special_tokens=False)["input_ids"]) for t in task_data.request_texts(d))
+                   for d in docs]  # fmt: skip  # packed args
+        entry = record["tasks"][task]
+        assert entry["tokens"] == by_hand and entry["beyond_exact"] == sum(t > 18 for t in by_hand) / 6
     assert "beyond 18 tokens" in capsys.readouterr().out
+
+
+def test_the_lengths_script_needs_no_model(tmp_path):
+    """``scripts/task_lengths.py``: per task, the lengths of its requests and the share beyond the exact positions."""
+    from lit_dof.teacher.loading import load_tokenizer
+    from tests.conftest import load_script
+
+    args = ["--tokenizer", str(TINYSTORIES), "--exact", "20", "--tasks", "wsc273", "--data_dir", str(DATA)]
+    result = load_script("task_lengths").main([*args, "--output", str(tmp_path / "l.json")])
+    tok = load_tokenizer(str(TINYSTORIES))
+    lengths = [max(len(tok(t, add_special_tokens=False)["input_ids"]) for t in task_data.request_texts(d))
+               for d in task_data.wsc273(DATA)]  # fmt: skip  # packed args
+    entry = result["tasks"]["wsc273"]
+    assert (
+        entry["n"] == 273
+        and entry["max"] == max(lengths)
+        and entry["beyond_exact"] == sum(n > 20 for n in lengths) / 273
+    )
+    assert json.loads((tmp_path / "l.json").read_text())["tasks"] == result["tasks"]
