@@ -1,12 +1,16 @@
 """Benchmark: chunked linear attention (LearnedPRF map applied) vs softmax SDPA, in one process.
 
-Times, on the current device, for B=1, H=9, d=64, M=64 (SmolLM2's head layout without GQA):
+Times, on the current device, for B=1 and a head layout (default H=9, d=64, M=64: SmolLM2's without GQA;
+``--shape smollm2`` / ``llama-3-8b`` give those teachers' layouts, GQA included, SDPA with ``enable_gqa``):
   * forward and forward+backward at T ∈ {1024, 4096, 8192, 32768};
   * one decode step with a context of 1k, 8k and 32k tokens (linear: recurrent state update;
     softmax: one query against a KV cache of that length).
+``--layer sliding`` times the shipped student's attention instead (exact window ``--window`` + ``--sinks`` sinks
+and a decaying linear far term, :class:`~lit_dof.attention.SlidingWindowLinearAttention`).
 Each line prints both times and the ratio sdpa/linear. The last line is ``speedup_fwd_T8192=<ratio>``.
 
 Usage: python scripts/bench_attention.py [--lengths 1024 4096 8192 32768] [--device cpu] [--no-tune-allocator]
+       [--shape smollm2|llama-3-8b] [--layer linear|sliding] [--min-time SECONDS]
 """
 
 from __future__ import annotations
@@ -17,7 +21,13 @@ import time
 import torch
 import torch.nn.functional as F
 
-from lit_dof.attention import CausalLinearAttention, LearnedPRF, LinearAttentionState
+from lit_dof.attention import (
+    CausalLinearAttention,
+    LearnedPRF,
+    LinearAttentionState,
+    SlidingWindow,
+    SlidingWindowLinearAttention,
+)
 from lit_dof.runtime import tune_cpu_allocator
 
 
@@ -41,36 +51,62 @@ def timeit(fn, device: torch.device, min_time: float = 1.0, max_reps: int = 50) 
     return sorted(times)[len(times) // 2]
 
 
+SHAPES = {"smollm2": (9, 3, 64), "llama-3-8b": (32, 8, 128)}  # (Hq, Hk, d) of the teachers' attention
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 8192, 32768])
     parser.add_argument("--decode-contexts", type=int, nargs="+", default=[1024, 8192, 32768])
     parser.add_argument("--chunk-size", type=int, default=64)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--dtype", nargs="+", default=["float32"], choices=["float32", "bfloat16"])
     parser.add_argument("--no-tune-allocator", action="store_true", help="keep glibc's malloc defaults")
+    parser.add_argument("--shape", nargs="+", choices=sorted(SHAPES), help="teachers' (Hq, Hk, d); default 9, 9, 64")
+    parser.add_argument("--features", type=int, default=64, help="M, features per head")
+    parser.add_argument("--layer", choices=["linear", "sliding"], default="linear")
+    parser.add_argument("--window", type=int, default=64, help="--layer sliding: exact window w (tokens)")
+    parser.add_argument("--sinks", type=int, default=4, help="--layer sliding: sink tokens s")
+    parser.add_argument("--min-time", type=float, default=1.0, help="seconds spent timing each case (at least)")
     args = parser.parse_args()
-
-    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     tuned = False if args.no_tune_allocator else tune_cpu_allocator()
-    B, H, d, M = 1, 9, 64, 64
+    for shape in args.shape or [None]:  # every (shape, dtype) in this one process, each printed as one block
+        for dtype in args.dtype:
+            bench(args, shape, dtype, tuned)
+
+
+def bench(args: argparse.Namespace, shape: str | None, dtype_name: str, tuned: bool) -> None:
+    """Time one head layout in one dtype; prints its block of lines."""
+    device, dtype = torch.device(args.device), getattr(torch, dtype_name)
+    (H, Hk, d), B, M = SHAPES.get(shape, (9, 9, 64)), 1, args.features
     torch.manual_seed(0)
-    layer = CausalLinearAttention(LearnedPRF(d, H, M), H, chunk_size=args.chunk_size).to(device)
+    if args.layer == "sliding":
+        window = SlidingWindow(window=args.window, sink_tokens=args.sinks, far_decay=128.0)
+        layer = SlidingWindowLinearAttention(LearnedPRF(d, Hk, M), H, Hk, sliding_window=window)
+    else:
+        layer = CausalLinearAttention(LearnedPRF(d, Hk, M), H, Hk, chunk_size=args.chunk_size)
+    layer = layer.to(device)
+    gqa = {"enable_gqa": True} if Hk != H else {}
     print(
-        f"device={device} dtype={args.dtype} threads={torch.get_num_threads()} torch={torch.__version__} "
-        f"allocator_tuned={tuned} B={B} H={H} d={d} M={M} chunk={args.chunk_size}"
+        f"device={device} dtype={dtype_name} threads={torch.get_num_threads()} torch={torch.__version__} "
+        f"allocator_tuned={tuned} B={B} H={H} Hk={Hk} d={d} M={M} chunk={args.chunk_size} layer={args.layer}"
+        + (f" window={args.window} sinks={args.sinks}" if args.layer == "sliding" else "")
     )
+    if device.type == "cuda":
+        print(f"gpu={torch.cuda.get_device_name(device)}")
 
     # All forward cases first, then all forward+backward ones: a case's timing should not depend on the heap
     # that an earlier backward left fragmented (glibc; measured: T = 8192 forward 41–44 ms alone, 49 ms after
     # the T = 4096 backward).
     fwd_ratio = {}
-    inputs = {T: tuple(torch.randn(B, H, T, d, device=device, dtype=dtype) for _ in range(3)) for T in args.lengths}
+    inputs = {T: _qkv(B, H, Hk, T, d, device, dtype) for T in args.lengths}
     for T in args.lengths:
         q, k, v = inputs[T]
         with torch.no_grad():
-            t_sdpa = timeit(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), device)
-            t_lin = timeit(lambda: layer(q, k, v), device)
+            t_sdpa = timeit(
+                lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa), device, args.min_time
+            )
+            t_lin = timeit(lambda: layer(q, k, v), device, args.min_time)
         fwd_ratio[T] = t_sdpa / t_lin
         print(
             f"fwd      T={T:6d}  sdpa={t_sdpa * 1e3:9.2f} ms  linear={t_lin * 1e3:8.2f} ms  "
@@ -80,12 +116,12 @@ def main() -> None:
         qg, kg, vg = (x.clone().requires_grad_() for x in inputs[T])
 
         def sdpa_fb():
-            F.scaled_dot_product_attention(qg, kg, vg, is_causal=True).sum().backward()
+            F.scaled_dot_product_attention(qg, kg, vg, is_causal=True, **gqa).sum().backward()
 
         def lin_fb():
             layer(qg, kg, vg)[0].sum().backward()
 
-        t_sdpa, t_lin = timeit(sdpa_fb, device), timeit(lin_fb, device)
+        t_sdpa, t_lin = timeit(sdpa_fb, device, args.min_time), timeit(lin_fb, device, args.min_time)
         print(
             f"fwd+bwd  T={T:6d}  sdpa={t_sdpa * 1e3:9.2f} ms  linear={t_lin * 1e3:8.2f} ms  "
             f"sdpa/linear={t_sdpa / t_lin:6.2f}"
@@ -93,13 +129,14 @@ def main() -> None:
 
     step_times = {}
     for ctx in args.decode_contexts:
-        q1, k1, v1 = (torch.randn(B, H, 1, d, device=device, dtype=dtype) for _ in range(3))
-        k_cache, v_cache = (torch.randn(B, H, ctx, d, device=device, dtype=dtype) for _ in range(2))
+        q1, k1, v1 = _qkv(B, H, Hk, 1, d, device, dtype)
+        _, k_cache, v_cache = _qkv(B, H, Hk, ctx, d, device, dtype)
         with torch.no_grad():
-            _, state = layer(*(torch.randn(B, H, min(ctx, 256), d, device=device, dtype=dtype) for _ in range(3)))
-            state = LinearAttentionState(state.kv, state.k_sum, state.log_scale)  # same size for any context
+            _, state = layer(*_qkv(B, H, Hk, min(ctx, 256), d, device, dtype))
+            if isinstance(state, LinearAttentionState):
+                state = LinearAttentionState(state.kv, state.k_sum, state.log_scale)  # same size for any context
             t_sdpa = timeit(
-                lambda: F.scaled_dot_product_attention(q1, k_cache, v_cache), device, min_time=0.3, max_reps=200
+                lambda: F.scaled_dot_product_attention(q1, k_cache, v_cache, **gqa), device, min_time=0.3, max_reps=200
             )
             t_lin = timeit(lambda: layer(q1, k1, v1, state), device, min_time=0.3, max_reps=200)
         step_times[ctx] = t_lin
@@ -112,6 +149,11 @@ def main() -> None:
         print(f"decode_step_ratio_ctx{hi}_vs_ctx{lo}={step_times[hi] / step_times[lo]:.2f}")
     if 8192 in fwd_ratio:
         print(f"speedup_fwd_T8192={fwd_ratio[8192]:.2f}")
+
+
+def _qkv(B: int, H: int, Hk: int, T: int, d: int, device: torch.device, dtype: torch.dtype):
+    """Random ``q (B, H, T, d)``, ``k``, ``v (B, Hk, T, d)``."""
+    return tuple(torch.randn(B, h, T, d, device=device, dtype=dtype) for h in (H, Hk, Hk))
 
 
 if __name__ == "__main__":
