@@ -1,7 +1,9 @@
 """Benchmark: chunked linear attention (LearnedPRF map applied) vs softmax SDPA, in one process.
 
 Times, on the current device, for B=1 and a head layout (default H=9, d=64, M=64: SmolLM2's without GQA;
-``--shape smollm2`` / ``llama-3-8b`` give those teachers' layouts, GQA included, SDPA with ``enable_gqa``):
+``--shape smollm2`` / ``llama-3-8b`` give those teachers' layouts, GQA included; SDPA gets the KV heads
+repeated, so that its flash / memory-efficient kernels run; a case out of device memory or unsupported
+prints ``failed`` and why):
   * forward and forward+backward at T ∈ {1024, 4096, 8192, 32768};
   * one decode step with a context of 1k, 8k and 32k tokens (linear: recurrent state update;
     softmax: one query against a KV cache of that length).
@@ -10,7 +12,7 @@ and a decaying linear far term, :class:`~lit_dof.attention.SlidingWindowLinearAt
 Each line prints both times and the ratio sdpa/linear. The last line is ``speedup_fwd_T8192=<ratio>``.
 
 Usage: python scripts/bench_attention.py [--lengths 1024 4096 8192 32768] [--device cpu] [--no-tune-allocator]
-       [--shape smollm2|llama-3-8b] [--layer linear|sliding] [--min-time SECONDS]
+       [--shape smollm2|llama-3-8b] [--layer linear|sliding] [--window-kernel torch|flex] [--min-time SECONDS]
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ def main() -> None:
     parser.add_argument("--layer", choices=["linear", "sliding"], default="linear")
     parser.add_argument("--window", type=int, default=64, help="--layer sliding: exact window w (tokens)")
     parser.add_argument("--sinks", type=int, default=4, help="--layer sliding: sink tokens s")
+    parser.add_argument("--window-kernel", choices=["torch", "flex"], default="torch", help="--layer sliding")
     parser.add_argument("--min-time", type=float, default=1.0, help="seconds spent timing each case (at least)")
     args = parser.parse_args()
     tuned = False if args.no_tune_allocator else tune_cpu_allocator()
@@ -82,15 +85,16 @@ def bench(args: argparse.Namespace, shape: str | None, dtype_name: str, tuned: b
     torch.manual_seed(0)
     if args.layer == "sliding":
         window = SlidingWindow(window=args.window, sink_tokens=args.sinks, far_decay=128.0)
-        layer = SlidingWindowLinearAttention(LearnedPRF(d, Hk, M), H, Hk, sliding_window=window)
+        layer = SlidingWindowLinearAttention(
+            LearnedPRF(d, Hk, M), H, Hk, sliding_window=window, window_kernel=args.window_kernel
+        )
     else:
         layer = CausalLinearAttention(LearnedPRF(d, Hk, M), H, Hk, chunk_size=args.chunk_size)
     layer = layer.to(device)
-    gqa = {"enable_gqa": True} if Hk != H else {}
     print(
         f"device={device} dtype={dtype_name} threads={torch.get_num_threads()} torch={torch.__version__} "
         f"allocator_tuned={tuned} B={B} H={H} Hk={Hk} d={d} M={M} chunk={args.chunk_size} layer={args.layer}"
-        + (f" window={args.window} sinks={args.sinks}" if args.layer == "sliding" else "")
+        + (f" window={args.window} sinks={args.sinks} kernel={args.window_kernel}" if args.layer == "sliding" else "")
     )
     if device.type == "cuda":
         print(f"gpu={torch.cuda.get_device_name(device)}")
@@ -102,53 +106,79 @@ def bench(args: argparse.Namespace, shape: str | None, dtype_name: str, tuned: b
     inputs = {T: _qkv(B, H, Hk, T, d, device, dtype) for T in args.lengths}
     for T in args.lengths:
         q, k, v = inputs[T]
+        kr, vr = _repeat(k, H), _repeat(v, H)
         with torch.no_grad():
-            t_sdpa = timeit(
-                lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa), device, args.min_time
-            )
-            t_lin = timeit(lambda: layer(q, k, v), device, args.min_time)
-        fwd_ratio[T] = t_sdpa / t_lin
-        print(
-            f"fwd      T={T:6d}  sdpa={t_sdpa * 1e3:9.2f} ms  linear={t_lin * 1e3:8.2f} ms  "
-            f"sdpa/linear={fwd_ratio[T]:6.2f}"
-        )
+            t_sdpa = _timed(lambda: F.scaled_dot_product_attention(q, kr, vr, is_causal=True), device, args.min_time)
+            t_lin = _timed(lambda: layer(q, k, v), device, args.min_time)
+        if t_sdpa and t_lin:
+            fwd_ratio[T] = t_sdpa / t_lin
+        print(f"fwd      T={T:6d}  sdpa={_ms(t_sdpa)}  linear={_ms(t_lin)}  sdpa/linear={_ratio(t_sdpa, t_lin)}")
     for T in args.lengths:
-        qg, kg, vg = (x.clone().requires_grad_() for x in inputs[T])
+        q, k, v = inputs[T]
+        qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+        kr, vr = (_repeat(x, H).requires_grad_() for x in (k, v))
 
         def sdpa_fb():
-            F.scaled_dot_product_attention(qg, kg, vg, is_causal=True, **gqa).sum().backward()
+            F.scaled_dot_product_attention(qg, kr, vr, is_causal=True).sum().backward()
 
         def lin_fb():
             layer(qg, kg, vg)[0].sum().backward()
 
-        t_sdpa, t_lin = timeit(sdpa_fb, device, args.min_time), timeit(lin_fb, device, args.min_time)
-        print(
-            f"fwd+bwd  T={T:6d}  sdpa={t_sdpa * 1e3:9.2f} ms  linear={t_lin * 1e3:8.2f} ms  "
-            f"sdpa/linear={t_sdpa / t_lin:6.2f}"
-        )
+        t_sdpa, t_lin = _timed(sdpa_fb, device, args.min_time), _timed(lin_fb, device, args.min_time)
+        print(f"fwd+bwd  T={T:6d}  sdpa={_ms(t_sdpa)}  linear={_ms(t_lin)}  sdpa/linear={_ratio(t_sdpa, t_lin)}")
 
     step_times = {}
     for ctx in args.decode_contexts:
         q1, k1, v1 = _qkv(B, H, Hk, 1, d, device, dtype)
         _, k_cache, v_cache = _qkv(B, H, Hk, ctx, d, device, dtype)
+        k_cache, v_cache = _repeat(k_cache, H), _repeat(v_cache, H)
         with torch.no_grad():
             _, state = layer(*_qkv(B, H, Hk, min(ctx, 256), d, device, dtype))
             if isinstance(state, LinearAttentionState):
                 state = LinearAttentionState(state.kv, state.k_sum, state.log_scale)  # same size for any context
-            t_sdpa = timeit(
-                lambda: F.scaled_dot_product_attention(q1, k_cache, v_cache, **gqa), device, min_time=0.3, max_reps=200
-            )
-            t_lin = timeit(lambda: layer(q1, k1, v1, state), device, min_time=0.3, max_reps=200)
-        step_times[ctx] = t_lin
+            t_sdpa = _timed(lambda: F.scaled_dot_product_attention(q1, k_cache, v_cache), device, 0.3, 200)
+            t_lin = _timed(lambda: layer(q1, k1, v1, state), device, 0.3, 200)
+        if t_lin:
+            step_times[ctx] = t_lin
         print(
-            f"decode   ctx={ctx:6d}  sdpa={t_sdpa * 1e6:9.1f} us  linear={t_lin * 1e6:8.1f} us  "
-            f"sdpa/linear={t_sdpa / t_lin:6.2f}  state_bytes={state.nbytes}"
+            f"decode   ctx={ctx:6d}  sdpa={_us(t_sdpa)}  linear={_us(t_lin)}  sdpa/linear={_ratio(t_sdpa, t_lin)}  "
+            f"state_bytes={state.nbytes}"
         )
     if len(step_times) > 1:
         lo, hi = min(step_times), max(step_times)
         print(f"decode_step_ratio_ctx{hi}_vs_ctx{lo}={step_times[hi] / step_times[lo]:.2f}")
     if 8192 in fwd_ratio:
         print(f"speedup_fwd_T8192={fwd_ratio[8192]:.2f}")
+
+
+def _timed(fn, device: torch.device, min_time: float, max_reps: int = 50) -> float | None:
+    """:func:`timeit`, or ``None`` where the case runs out of device memory or is unsupported there (flex
+    attention's backward on the CPU); the next case still runs."""
+    try:
+        return timeit(fn, device, min_time, max_reps)
+    except (torch.OutOfMemoryError, NotImplementedError) as exc:
+        print(f"  ({type(exc).__name__}: {str(exc).splitlines()[0][:100]})")
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return None
+
+
+def _ms(t: float | None) -> str:
+    return f"{t * 1e3:9.2f} ms" if t else "   failed   "
+
+
+def _us(t: float | None) -> str:
+    return f"{t * 1e6:9.1f} us" if t else "   failed   "
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:6.2f}" if a and b else "   n/a"
+
+
+def _repeat(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """``x`` ``(B, Hk, T, d)`` with each KV head repeated for its query heads: SDPA's flash and memory-efficient
+    kernels take no GQA (``enable_gqa`` falls back to the math kernel, which holds T × T scores)."""
+    return x.repeat_interleave(heads // x.shape[1], dim=1)
 
 
 def _qkv(B: int, H: int, Hk: int, T: int, d: int, device: torch.device, dtype: torch.dtype):

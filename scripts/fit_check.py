@@ -12,7 +12,8 @@ Runs ``lit-dof plan`` and then ``lit-dof fit`` with the same arguments in this p
   ``plan_gib`` is ``lit-dof plan``'s ``peak_gpu_gib`` (CUDA) or ``host_gib`` (CPU) for the same command line,
   and ``peak/plan`` their ratio.
 
-Prints one line ``fit_check name=… key=value …`` and writes the same as ``OUT/NAME.json``. GiB = 2³⁰ bytes.
+Prints one line ``fit_check name=… key=value …`` and writes the same as ``OUT/NAME.json``; a fit that raises
+still reports what it measured up to then, with ``error`` set, and the script exits 1. GiB = 2³⁰ bytes.
 
 Usage: python scripts/fit_check.py --name NAME [--out DIR] -- FIT_ARGS...
 """
@@ -31,10 +32,22 @@ from pathlib import Path
 
 import torch
 
-from lit_dof.pipeline.cli import build_cli, plan_main
+from lit_dof.pipeline.cli import LitDofCLI, build_cli, plan_main
 from lit_dof.pipeline.run_files import read_metrics
 
 GIB = 2**30
+
+
+class _ObservedCLI(LitDofCLI):
+    """``lit-dof fit`` that keeps an exception of the run as ``error`` (a one-line message) instead of raising."""
+
+    error: str | None = None
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)
+        except Exception as exc:  # noqa: BLE001 - a failed fit still reports what it measured, and the error
+            self.error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
 
 
 def plan_peak(fit_args: list[str]) -> dict[str, float]:
@@ -81,10 +94,14 @@ def main(argv: list[str] | None = None) -> dict:
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
-    cli = build_cli(["fit", *fit_args])
-    wall = time.perf_counter() - start
-    record = {"name": args.name, "fit_args": fit_args, "wall_seconds": round(wall, 1)}
-    record.update(training_rate(Path(cli.trainer.log_dir) / "metrics.jsonl"))
+    cli = build_cli(["fit", *fit_args], cli_class=_ObservedCLI)
+    wall, error = time.perf_counter() - start, cli.error
+    record = {"name": args.name, "fit_args": fit_args, "wall_seconds": round(wall, 1), "error": error}
+    try:
+        record.update(training_rate(Path(cli.trainer.log_dir) / "metrics.jsonl"))
+    except (OSError, RuntimeError) as exc:
+        record["tokens_per_sec"] = None
+        record["error"] = error or str(exc)
     record["steps"] = int(cli.trainer.global_step)
     if cuda:
         record["device"] = torch.cuda.get_device_name()
@@ -100,6 +117,8 @@ def main(argv: list[str] | None = None) -> dict:
     (Path(args.out) / f"{args.name}.json").write_text(json.dumps(record, indent=1) + "\n")
     shown = {k: v for k, v in record.items() if k not in ("fit_args", "name")}
     print(f"fit_check name={args.name} " + " ".join(f"{k}={_fmt(v)}" for k, v in shown.items()), flush=True)
+    if record["error"]:
+        raise SystemExit(f"fit_check: the fit failed: {record['error']}")
     return record
 
 

@@ -4,8 +4,9 @@
 #
 #   1. env.txt        device, driver, versions
 #   2. tests.log      the CUDA tests (kernel parity against the float64 CPU reference, fp32 and bf16; 16-mixed fits)
-#   3. bench.log      scripts/bench_attention.py: the shipped sliding-window + linear layer and the pure linear
-#                     layer against SDPA at SmolLM2's and Llama-3-8B's head shapes, T 8k and 32k, fp32 and bf16
+#   3. bench.log      scripts/bench_attention.py: the shipped sliding-window + linear layer (its window by the
+#                     banded softmax, then by compiled flex_attention) and the pure linear layer against SDPA at
+#                     SmolLM2's and Llama-3-8B's head shapes, T 8k and 32k, fp32 and bf16
 #   4. quickstart.*   the quickstart recipe (LoRA tail included) for FIT_STEPS steps at a GPU batch (16 x 1024
 #                     tokens) on SmolLM2-135M's architecture with random weights: tokens/s and peak memory beside
 #                     `lit-dof plan` (scripts/fit_check.py)
@@ -25,15 +26,17 @@
 #                 converted folder; dry run: $LIT_DOF_DATA/../models/TinyStories-656K)
 #   --corpus FILE the training text (default: $LIT_DOF_CORPUS, else $LIT_DOF_DATA/wikipedia/*.txt.gz)
 #   --fit-steps N steps of the quickstart fit (default 200; dry run 8)
+#   --steps LIST  run only these steps, e.g. bench,llama-3-8b (a rerun inside the same lease); default all
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 ARGS=("$@")
-DRY=0 OUTDIR=${OUT:-gpu_check_out} ARCH="" CORPUS=${LIT_DOF_CORPUS:-} FIT_STEPS="" ONLY=""
+DRY=0 OUTDIR=${OUT:-gpu_check_out} ARCH="" CORPUS=${LIT_DOF_CORPUS:-} FIT_STEPS="" ONLY="" STEPS=all
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) DRY=1 ;;
     --only) ONLY=$2; shift ;;  # internal: run one step (each step is this script again, under `timeout`)
+    --steps) STEPS=$2; shift ;;
     --out) OUTDIR=$2; shift ;;
     --arch) ARCH=$2; shift ;;
     --corpus) CORPUS=$2; shift ;;
@@ -66,6 +69,7 @@ FAILED=0
 
 step() {  # step NAME SECONDS: run this script's function NAME with a time limit, log to OUT/NAME.log
   local name=$1 limit=$2 start rc
+  case ",$STEPS," in *",$name,"*|",all,") ;; *) return ;; esac
   start=$(date +%s)
   timeout --signal=INT --kill-after=20 "$limit" "$0" "${ARGS[@]}" --only "$name" >"$OUTDIR/$name.log" 2>&1
   rc=$?
@@ -102,6 +106,8 @@ tests() { $PY -m pytest "${PYTEST[@]}" -p no:cacheprovider tests/attention/test_
 bench() {
   $PY scripts/bench_attention.py --device $DEVICE --dtype float32 bfloat16 --shape smollm2 llama-3-8b \
     --layer sliding --lengths $LENGTHS --decode-contexts $CONTEXTS --min-time $MIN_TIME || return
+  [ $DRY = 1 ] || $PY scripts/bench_attention.py --device $DEVICE --dtype float32 bfloat16 --shape smollm2 \
+    llama-3-8b --layer sliding --window-kernel flex --lengths $LENGTHS --decode-contexts $CONTEXTS --min-time $MIN_TIME
   $PY scripts/bench_attention.py --device $DEVICE --dtype bfloat16 --shape smollm2 --layer linear \
     --lengths $LENGTHS --decode-contexts $CONTEXTS --min-time $MIN_TIME
 }
@@ -120,6 +126,7 @@ llama() {
   $PY scripts/fit_check.py --name llama-3-8b --out "$OUTDIR" -- --config configs/models/llama-3-8b.yaml \
     --config configs/trainer/gpu.yaml "${TRAINER[@]}" "${RUNS[@]}" --model.init_args.teacher "$WORK/llama" \
     --trainer.max_steps $LLAMA_STEPS --trainer.log_every_n_steps 1 --model.init_args.finetune_fraction 0.5 \
+    --model.init_args.export_dir "" \
     --model.init_args.planner.init_args.num_samples $PLANNER --model.init_args.planner.init_args.num_batches 1 \
     "${LLAMA_DATA[@]}"
   local rc=$?
@@ -137,7 +144,7 @@ if [ -n "$ONLY" ]; then
 fi
 : >"$SUMMARY"
 step env 30
-mv "$OUTDIR/env.log" "$OUTDIR/env.txt"
+[ ! -f "$OUTDIR/env.log" ] || mv "$OUTDIR/env.log" "$OUTDIR/env.txt"
 step tests 100
 step bench 100
 step quickstart 150

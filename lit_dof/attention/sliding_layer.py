@@ -35,6 +35,9 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         sliding_window: the window (w ≥ 1), sink tokens, far term, mixing weight and decay
             (:class:`~lit_dof.attention.window_options.SlidingWindow`).
         chunk_size: chunk size of both parts' parallel forms.
+        window_kernel: ``"torch"`` or ``"flex"``, the exact part's kernel on a fresh sequence
+            (:func:`~lit_dof.attention.sliding_window.sliding_window_linear_attention`); an attribute, so it can
+            be switched on a built student.
 
     Raises:
         ValueError: ``sliding_window.window < 1``, or a feature map / head layout the parent rejects.
@@ -49,10 +52,12 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         sliding_window: SlidingWindow,
         chunk_size: int = 64,
         decode_max_tokens: int = 1,
+        window_kernel: str = "torch",
     ) -> None:
         super().__init__(
             feature_map, num_heads, num_kv_heads, chunk_size=chunk_size, decode_max_tokens=decode_max_tokens
         )
+        self.window_kernel = window_kernel
         if not isinstance(sliding_window, SlidingWindow) or not sliding_window.enabled:
             raise ValueError(f"sliding_window must be a SlidingWindow with window >= 1, got {sliding_window!r}")
         self.sliding_window = sliding_window
@@ -174,4 +179,5 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         return sliding_window_linear_attention(
             q, k, v, log_q, log_k, window=self.window, sink_tokens=self.sink_tokens, log_mix=self.log_mix,
             far_decay=self.decay_rates(), state=state, key_padding_mask=key_padding_mask, chunk_size=self.chunk_size,
+            window_kernel=self.window_kernel,
         )  # fmt: skip  # packed args

@@ -45,6 +45,7 @@ from torch import Tensor
 
 from lit_dof.attention._validation import check_positive_int, check_rank
 from lit_dof.attention.chunked import chunked_linear_attention
+from lit_dof.attention.flex_window import flex_window_softmax
 from lit_dof.attention.recurrent import recurrent_linear_attention
 from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
 from lit_dof.attention.window_softmax import band_and_sinks_softmax, decode_window_softmax, merge_normalized
@@ -128,6 +129,7 @@ def sliding_window_linear_attention(
     state: SlidingWindowState | None = None,
     key_padding_mask: Tensor | None = None,
     chunk_size: int = 64,
+    window_kernel: str = "torch",
 ) -> tuple[Tensor, SlidingWindowState]:
     """Causal sliding-window softmax + linear attention over T new tokens (training, prefill and decoding).
 
@@ -148,6 +150,9 @@ def sliding_window_linear_attention(
             finite but meaningless).
         chunk_size: query chunk of the window part (its temporaries are ``O(T·(chunk + w))``) and chunk
             size of the linear kernel.
+        window_kernel: the window + sinks softmax of a fresh sequence (no ``state``, T > 1): ``"torch"``, the
+            banded chunked softmax, or ``"flex"``, PyTorch's ``flex_attention`` with a block mask
+            (:mod:`lit_dof.attention.flex_window`; compiled on CUDA). Continuations and decoding use the former.
 
     Returns:
         ``(y, state)``: ``y`` ``(B, Hq, T, D)`` in v's dtype, computed in float32 (float64 for float64
@@ -155,8 +160,8 @@ def sliding_window_linear_attention(
         the :class:`SlidingWindowState` after the last token.
 
     Raises:
-        ValueError: inconsistent shapes, ``window < 1``, ``sink_tokens < 0``, only one of the log-features, or
-            ``far_decay`` not of shape ``(Hk,)``.
+        ValueError: inconsistent shapes, ``window < 1``, ``sink_tokens < 0``, only one of the log-features,
+            ``far_decay`` not of shape ``(Hk,)``, or an unknown ``window_kernel``.
     """
     check_rank("q", q, 4, "(B, Hq, T, d)")
     check_rank("k", k, 4, "(B, Hk, T, d)")
@@ -176,6 +181,8 @@ def sliding_window_linear_attention(
         raise ValueError("pass both log_phi_q and log_phi_k (linear far term) or neither (window and sinks only)")
     if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, T):
         raise ValueError(f"key_padding_mask must have shape (B, T) = {(B, T)}, got {tuple(key_padding_mask.shape)}")
+    if window_kernel not in ("torch", "flex"):
+        raise ValueError(f"window_kernel must be 'torch' or 'flex', got {window_kernel!r}")
     if far_decay is not None and tuple(far_decay.shape) != (Hk,):
         raise ValueError(f"far_decay must have shape (Hk,) = ({Hk},), got {tuple(far_decay.shape)}")
     G = Hq // Hk
@@ -200,6 +207,10 @@ def sliding_window_linear_attention(
         sink_ok = torch.cat([sink_ok, valid_new[:, :new_sinks]], 1)
     if T == 1:  # decoding: one softmax over the window and the sinks that have left it
         o, log_z = decode_window_softmax(qg, keys, values, valid, sink_k, sink_v, sink_ok, P, window)
+    elif window_kernel == "flex" and P == 0:  # a fresh sequence: one block-masked kernel
+        o, log_z = flex_window_softmax(
+            q, k, v, window=window, sink_tokens=sink_tokens, key_padding_mask=key_padding_mask
+        )
     else:
         o, log_z = band_and_sinks_softmax(qg, keys, values, valid, sink_k, sink_v, sink_ok, P, b, window, chunk_size)
     o, log_z = o.reshape(B, Hq, T, -1), log_z.reshape(B, Hq, T)

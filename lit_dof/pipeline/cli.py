@@ -188,9 +188,10 @@ def _legacy_groups(argv: list[str]) -> list[str]:
     return found
 
 
-def build_cli(args=None, run: bool = True) -> LitDofCLI:
-    """Parse ``args`` (default: ``sys.argv``) and, with ``run``, execute the subcommand."""
-    return LitDofCLI(
+def build_cli(args=None, run: bool = True, cli_class: type[LitDofCLI] = LitDofCLI) -> LitDofCLI:
+    """Parse ``args`` (default: ``sys.argv``) and, with ``run``, execute the subcommand (``cli_class``: a
+    subclass of :class:`LitDofCLI` to build instead, e.g. one that observes the run)."""
+    return cli_class(
         L.LightningModule,
         L.LightningDataModule,  # WikipediaDataModule, or MultipleChoiceDataModule for task fine-tuning
         subclass_mode_model=True,

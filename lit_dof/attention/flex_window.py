@@ -1,0 +1,123 @@
+"""The exact part of sliding-window attention through PyTorch's ``flex_attention``: window + sinks as a block mask.
+
+The same terms as :func:`~lit_dof.attention.window_softmax.band_and_sinks_softmax` for a fresh sequence (no
+state, the first query at position 0): query p attends key t when ``t ≤ p`` and ``p − t < w`` or ``t < s``, and
+not a padding key. ``flex_attention`` (Dong et al. 2024, "Flex Attention: A Programming Model for Generating
+Optimized Attention Kernels") skips the blocks the mask empties and, compiled, runs one fused kernel on a GPU;
+``return_aux`` gives the log-normaliser that merges the window with the linear far term in one normaliser
+(:func:`~lit_dof.attention.window_softmax.merge_normalized`). Grouped-query attention is native (``enable_gqa``:
+query head h reads KV head h // G, the grouping of the rest of this package). Uncompiled it runs PyTorch's
+reference implementation (every score materialised: tests and the CPU only).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import torch
+from torch import Tensor
+
+from lit_dof.attention._validation import check_positive_int, check_rank
+
+
+@cache
+def _compiled_flex_attention():
+    """``torch.compile(flex_attention)``, built once per process on first use (compilation takes seconds)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def window_block_mask(
+    T: int, window: int, sink_tokens: int, device: torch.device | str, key_padding_mask: Tensor | None = None
+):
+    """The ``BlockMask`` of causal window + sinks attention over T tokens (``create_block_mask``).
+
+    Args:
+        T: tokens (queries = keys).
+        window: w ≥ 1, keys ``p − w < t ≤ p`` are attended, the query's own included.
+        sink_tokens: s ≥ 0, keys ``t < s`` are attended by every later query.
+        device: where the mask is built and used.
+        key_padding_mask: ``(B, T)`` bool, False for padding keys; ``None``: no padding (one mask for every row).
+
+    Returns:
+        a :class:`torch.nn.attention.flex_attention.BlockMask` for ``flex_attention``.
+
+    Raises:
+        ValueError: ``window < 1``, ``sink_tokens < 0`` or a ``key_padding_mask`` not of shape ``(B, T)``.
+    """
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    check_positive_int("window", window)
+    if isinstance(sink_tokens, bool) or not isinstance(sink_tokens, int) or sink_tokens < 0:
+        raise ValueError(f"sink_tokens must be an integer >= 0, got {sink_tokens!r}")
+
+    def window_and_sinks(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & ((q_idx - kv_idx < window) | (kv_idx < sink_tokens))
+
+    if key_padding_mask is None:
+        return create_block_mask(window_and_sinks, None, None, T, T, device=device)
+    if key_padding_mask.dim() != 2 or key_padding_mask.shape[1] != T:
+        raise ValueError(f"key_padding_mask must have shape (B, T={T}), got {tuple(key_padding_mask.shape)}")
+    valid = key_padding_mask.to(device=device, dtype=torch.bool)
+
+    def padded(b, h, q_idx, kv_idx):
+        return window_and_sinks(b, h, q_idx, kv_idx) & valid[b, kv_idx]
+
+    return create_block_mask(padded, valid.shape[0], None, T, T, device=device)
+
+
+def flex_window_softmax(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    window: int,
+    sink_tokens: int = 0,
+    key_padding_mask: Tensor | None = None,
+    block_mask=None,
+    compiled: bool | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Normalised softmax over each query's window and the sinks, with its log-normaliser.
+
+    Args:
+        q: ``(B, Hq, T, d)`` queries (logits are qᵀk/√d), positions 0 … T − 1.
+        k: ``(B, Hk, T, d)`` keys, ``Hq % Hk == 0``.
+        v: ``(B, Hk, T, D)`` values.
+        window: w ≥ 1.
+        sink_tokens: s ≥ 0.
+        key_padding_mask: ``(B, T)`` bool, False for padding keys (a row that sees none gives ``o = 0``,
+            ``log_z = -inf``).
+        block_mask: a mask from :func:`window_block_mask` for these settings, to reuse across calls and layers;
+            ``None`` builds one.
+        compiled: run the compiled kernel (``None``: on CUDA only; the uncompiled one holds T × T scores).
+
+    Returns:
+        ``(o (B, Hq, T, D), log_z (B, Hq, T))`` in float32 (float64 for float64 inputs) — what
+        :func:`~lit_dof.attention.window_softmax.band_and_sinks_softmax` returns for a fresh sequence, with the
+        query heads unflattened.
+
+    Raises:
+        ValueError: inconsistent shapes or settings.
+    """
+    from torch.nn.attention.flex_attention import AuxRequest, flex_attention
+
+    check_rank("q", q, 4, "(B, Hq, T, d)")
+    check_rank("k", k, 4, "(B, Hk, T, d)")
+    check_rank("v", v, 4, "(B, Hk, T, D)")
+    B, Hq, T, d = q.shape
+    Hk = k.shape[1]
+    if k.shape != (B, Hk, T, d) or v.shape[:3] != (B, Hk, T) or Hk == 0 or Hq % Hk:
+        raise ValueError(
+            f"expected q (B, Hq, T, d), k (B, Hk, T, d), v (B, Hk, T, D) with Hq a multiple of Hk, "
+            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if block_mask is None:
+        block_mask = window_block_mask(T, window, sink_tokens, q.device, key_padding_mask)
+    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    run = _compiled_flex_attention() if (q.is_cuda if compiled is None else compiled) else flex_attention
+    o, aux = run(
+        q.to(dtype), k.to(dtype), v.to(dtype), block_mask=block_mask, enable_gqa=Hq != Hk,
+        return_aux=AuxRequest(lse=True),
+    )  # fmt: skip
+    return o, aux.lse
