@@ -12,7 +12,8 @@ and a decaying linear far term, :class:`~lit_dof.attention.SlidingWindowLinearAt
 Each line prints both times and the ratio sdpa/linear. The last line is ``speedup_fwd_T8192=<ratio>``.
 
 Usage: python scripts/bench_attention.py [--lengths 1024 4096 8192 32768] [--device cpu] [--no-tune-allocator]
-       [--shape smollm2|llama-3-8b] [--layer linear|sliding] [--window-kernel torch|flex] [--min-time SECONDS]
+       [--shape smollm2|llama-3-8b] [--layer linear|sliding] [--window-kernel torch|flex]
+       [--linear-kernel torch|fla] [--min-time SECONDS]
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=64, help="--layer sliding: exact window w (tokens)")
     parser.add_argument("--sinks", type=int, default=4, help="--layer sliding: sink tokens s")
     parser.add_argument("--window-kernel", choices=["torch", "flex"], default="torch", help="--layer sliding")
+    parser.add_argument("--linear-kernel", choices=["torch", "fla"], default="torch", help="--layer sliding")
     parser.add_argument("--min-time", type=float, default=1.0, help="seconds spent timing each case (at least)")
     args = parser.parse_args()
     tuned = False if args.no_tune_allocator else tune_cpu_allocator()
@@ -86,15 +88,20 @@ def bench(args: argparse.Namespace, shape: str | None, dtype_name: str, tuned: b
     if args.layer == "sliding":
         window = SlidingWindow(window=args.window, sink_tokens=args.sinks, far_decay=128.0)
         layer = SlidingWindowLinearAttention(
-            LearnedPRF(d, Hk, M), H, Hk, sliding_window=window, window_kernel=args.window_kernel
-        )
+            LearnedPRF(d, Hk, M), H, Hk, sliding_window=window, window_kernel=args.window_kernel,
+            linear_kernel=args.linear_kernel,
+        )  # fmt: skip
     else:
         layer = CausalLinearAttention(LearnedPRF(d, Hk, M), H, Hk, chunk_size=args.chunk_size)
     layer = layer.to(device)
     print(
         f"device={device} dtype={dtype_name} threads={torch.get_num_threads()} torch={torch.__version__} "
         f"allocator_tuned={tuned} B={B} H={H} Hk={Hk} d={d} M={M} chunk={args.chunk_size} layer={args.layer}"
-        + (f" window={args.window} sinks={args.sinks} kernel={args.window_kernel}" if args.layer == "sliding" else "")
+        + (
+            f" window={args.window} sinks={args.sinks} kernel={args.window_kernel}+{args.linear_kernel}"
+            if args.layer == "sliding"
+            else ""
+        )
     )
     if device.type == "cuda":
         print(f"gpu={torch.cuda.get_device_name(device)}")

@@ -4,8 +4,9 @@
 #
 #   1. env.txt        device, driver, versions
 #   2. tests.log      the CUDA tests (kernel parity against the float64 CPU reference, fp32 and bf16; 16-mixed fits)
-#   3. bench.log      scripts/bench_attention.py: the shipped sliding-window + linear layer (its window by the
-#                     banded softmax, then by compiled flex_attention) and the pure linear layer against SDPA at
+#   3. bench.log      scripts/bench_attention.py: the shipped sliding-window + linear layer (PyTorch kernels, then
+#                     the window by compiled flex_attention and the far term by fla: the `gpu` extra must be
+#                     installed) and the pure linear layer against SDPA at
 #                     SmolLM2's and Llama-3-8B's head shapes, T 8k and 32k, fp32 and bf16
 #   4. quickstart.*   the quickstart recipe (LoRA tail included) for FIT_STEPS steps at a GPU batch (16 x 1024
 #                     tokens) on SmolLM2-135M's architecture with random weights: tokens/s and peak memory beside
@@ -107,7 +108,8 @@ bench() {
   $PY scripts/bench_attention.py --device $DEVICE --dtype float32 bfloat16 --shape smollm2 llama-3-8b \
     --layer sliding --lengths $LENGTHS --decode-contexts $CONTEXTS --min-time $MIN_TIME || return
   [ $DRY = 1 ] || $PY scripts/bench_attention.py --device $DEVICE --dtype float32 bfloat16 --shape smollm2 \
-    llama-3-8b --layer sliding --window-kernel flex --lengths $LENGTHS --decode-contexts $CONTEXTS --min-time $MIN_TIME
+    llama-3-8b --layer sliding --window-kernel flex --linear-kernel fla --lengths $LENGTHS \
+    --decode-contexts $CONTEXTS --min-time $MIN_TIME
   $PY scripts/bench_attention.py --device $DEVICE --dtype bfloat16 --shape smollm2 --layer linear \
     --lengths $LENGTHS --decode-contexts $CONTEXTS --min-time $MIN_TIME
 }

@@ -3,7 +3,7 @@
 # Usage: scripts/test.sh [pytest args...]     Env: PYTHON (interpreter), TORCH_VERSION (default 2.13.0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/setup_venv.sh test,eval
+source scripts/setup_venv.sh test,eval,gpu
 # Tests never touch the network: hub ids must come from local files.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 exec .venv/bin/python -m pytest -q --durations=20 "$@"

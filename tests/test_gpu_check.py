@@ -3,6 +3,7 @@ measurements it reports agree with the runs they come from."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -26,7 +27,8 @@ def test_the_dry_run_runs_every_step_and_reports_consistent_measurements(tmp_pat
     for name in ("env", "tests", "bench", "quickstart", "llama-3-8b"):
         assert f"step {name} rc=0" in summary
     assert "dry_run=1" in (tmp_path / "env.txt").read_text()
-    assert "18 tests collected" in (tmp_path / "tests.log").read_text()  # the CUDA tests, collected only
+    collected = re.search(r"(\d+) tests? collected", (tmp_path / "tests.log").read_text())
+    assert collected and int(collected[1]) >= 20  # the CUDA tests, collected only
     bench = (tmp_path / "bench.log").read_text()
     for layout in ("H=9 Hk=3 d=64", "H=32 Hk=8 d=128"):
         assert bench.count(layout) == 2 + (layout == "H=9 Hk=3 d=64")  # fp32 and bf16 sliding; bf16 linear

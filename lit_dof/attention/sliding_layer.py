@@ -38,6 +38,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         window_kernel: ``"torch"`` or ``"flex"``, the exact part's kernel on a fresh sequence
             (:func:`~lit_dof.attention.sliding_window.sliding_window_linear_attention`); an attribute, so it can
             be switched on a built student.
+        linear_kernel: ``"torch"`` or ``"fla"`` (flash-linear-attention), the far term's kernel; an attribute too.
 
     Raises:
         ValueError: ``sliding_window.window < 1``, or a feature map / head layout the parent rejects.
@@ -53,11 +54,12 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         chunk_size: int = 64,
         decode_max_tokens: int = 1,
         window_kernel: str = "torch",
+        linear_kernel: str = "torch",
     ) -> None:
         super().__init__(
             feature_map, num_heads, num_kv_heads, chunk_size=chunk_size, decode_max_tokens=decode_max_tokens
         )
-        self.window_kernel = window_kernel
+        self.window_kernel, self.linear_kernel = window_kernel, linear_kernel
         if not isinstance(sliding_window, SlidingWindow) or not sliding_window.enabled:
             raise ValueError(f"sliding_window must be a SlidingWindow with window >= 1, got {sliding_window!r}")
         self.sliding_window = sliding_window
@@ -179,5 +181,5 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         return sliding_window_linear_attention(
             q, k, v, log_q, log_k, window=self.window, sink_tokens=self.sink_tokens, log_mix=self.log_mix,
             far_decay=self.decay_rates(), state=state, key_padding_mask=key_padding_mask, chunk_size=self.chunk_size,
-            window_kernel=self.window_kernel,
+            window_kernel=self.window_kernel, linear_kernel=self.linear_kernel,
         )  # fmt: skip  # packed args

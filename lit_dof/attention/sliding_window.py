@@ -45,6 +45,7 @@ from torch import Tensor
 
 from lit_dof.attention._validation import check_positive_int, check_rank
 from lit_dof.attention.chunked import chunked_linear_attention
+from lit_dof.attention.fla_far import fla_aligned_linear_attention
 from lit_dof.attention.flex_window import flex_window_softmax
 from lit_dof.attention.recurrent import recurrent_linear_attention
 from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
@@ -130,6 +131,7 @@ def sliding_window_linear_attention(
     key_padding_mask: Tensor | None = None,
     chunk_size: int = 64,
     window_kernel: str = "torch",
+    linear_kernel: str = "torch",
 ) -> tuple[Tensor, SlidingWindowState]:
     """Causal sliding-window softmax + linear attention over T new tokens (training, prefill and decoding).
 
@@ -152,7 +154,11 @@ def sliding_window_linear_attention(
             size of the linear kernel.
         window_kernel: the window + sinks softmax of a fresh sequence (no ``state``, T > 1): ``"torch"``, the
             banded chunked softmax, or ``"flex"``, PyTorch's ``flex_attention`` with a block mask
-            (:mod:`lit_dof.attention.flex_window`; compiled on CUDA). Continuations and decoding use the former.
+            (:mod:`lit_dof.attention.flex_window`; compiled on CUDA; its backward needs CUDA). Continuations and
+            decoding use the former.
+        linear_kernel: the far term over more than one token: ``"torch"``, the chunked kernel, or ``"fla"``,
+            flash-linear-attention's simple-GLA kernel (:mod:`lit_dof.attention.fla_far`); decoding steps use
+            the recurrent form either way (the states are the same).
 
     Returns:
         ``(y, state)``: ``y`` ``(B, Hq, T, D)`` in v's dtype, computed in float32 (float64 for float64
@@ -161,7 +167,7 @@ def sliding_window_linear_attention(
 
     Raises:
         ValueError: inconsistent shapes, ``window < 1``, ``sink_tokens < 0``, only one of the log-features,
-            ``far_decay`` not of shape ``(Hk,)``, or an unknown ``window_kernel``.
+            ``far_decay`` not of shape ``(Hk,)``, or an unknown ``window_kernel`` or ``linear_kernel``.
     """
     check_rank("q", q, 4, "(B, Hq, T, d)")
     check_rank("k", k, 4, "(B, Hk, T, d)")
@@ -183,6 +189,8 @@ def sliding_window_linear_attention(
         raise ValueError(f"key_padding_mask must have shape (B, T) = {(B, T)}, got {tuple(key_padding_mask.shape)}")
     if window_kernel not in ("torch", "flex"):
         raise ValueError(f"window_kernel must be 'torch' or 'flex', got {window_kernel!r}")
+    if linear_kernel not in ("torch", "fla"):
+        raise ValueError(f"linear_kernel must be 'torch' or 'fla', got {linear_kernel!r}")
     if far_decay is not None and tuple(far_decay.shape) != (Hk,):
         raise ValueError(f"far_decay must have shape (Hk,) = ({Hk},), got {tuple(far_decay.shape)}")
     G = Hq // Hk
@@ -221,7 +229,7 @@ def sliding_window_linear_attention(
         log_phi = torch.cat([prev.log_phi_k.to(log_phi_k.dtype), log_phi_k], 2) if b else log_phi_k
         log_phi = log_phi.masked_fill(~valid[:, None, :, None], EMPTY_LOG_SCALE)
         y_lin, log_z_lin, linear = _far_part(
-            log_phi_q, log_phi, values, b, P, window, sink_tokens, prev.linear, chunk_size, far_decay
+            log_phi_q, log_phi, values, b, P, window, sink_tokens, prev.linear, chunk_size, far_decay, linear_kernel
         )
         if y_lin is not None:
             if log_mix is not None:
@@ -239,7 +247,7 @@ def sliding_window_linear_attention(
 
 def _far_part(
     log_phi_q: Tensor, log_phi: Tensor, values: Tensor, b: int, P: int, window: int, sinks: int,
-    linear: LinearAttentionState | None, chunk_size: int, decay: Tensor | None = None,
+    linear: LinearAttentionState | None, chunk_size: int, decay: Tensor | None = None, kernel: str = "torch",
 ) -> tuple[Tensor | None, Tensor | None, LinearAttentionState | None]:  # fmt: skip  # packed signature
     """Linear attention of T queries over the stream delayed by w tokens (keys of position < s excluded).
 
@@ -257,14 +265,14 @@ def _far_part(
         return None, None, None
     lk, lv = log_phi[:, :, j0 : j0 + count], values[:, :, j0 : j0 + count]
     if linear is None:  # the first `first` queries have no far key at all: run the others alone
-        y, log_z, state = _aligned_linear_attention(log_phi_q[:, :, first:], lk, lv, None, chunk_size, decay)
+        y, log_z, state = _aligned_linear_attention(log_phi_q[:, :, first:], lk, lv, None, chunk_size, decay, kernel)
         y = F.pad(y, (0, 0, T - count, 0))
         log_z = F.pad(log_z, (T - count, 0), value=float("-inf"))
         return y, log_z, state
     skip = T - count  # queries that see only the carried state: empty keys (φ = 0) in front
     lk = F.pad(lk, (0, 0, skip, 0), value=EMPTY_LOG_SCALE)
     lv = F.pad(lv, (0, 0, skip, 0))
-    return _aligned_linear_attention(log_phi_q, lk, lv, linear, chunk_size, decay)
+    return _aligned_linear_attention(log_phi_q, lk, lv, linear, chunk_size, decay, kernel)
 
 
 _DECAY_SEGMENT = 512  # most tokens per kernel call under a decay
@@ -272,8 +280,9 @@ _DECAY_SPAN = 16.0  # nats: a segment's log-feature offsets stay within this (fl
 
 
 def _aligned_linear_attention(
-    lq: Tensor, lk: Tensor, lv: Tensor, state: LinearAttentionState | None, chunk_size: int, decay: Tensor | None
-) -> tuple[Tensor, Tensor, LinearAttentionState]:
+    lq: Tensor, lk: Tensor, lv: Tensor, state: LinearAttentionState | None, chunk_size: int, decay: Tensor | None,
+    kernel: str = "torch",
+) -> tuple[Tensor, Tensor, LinearAttentionState]:  # fmt: skip  # packed signature
     """Causal linear attention of N queries over N aligned keys (query n sees keys m ≤ n and ``state``), each
     term weighted e^{−λ(n − m)} (``decay`` λ ``(Hk,)``, or none).
 
@@ -283,9 +292,12 @@ def _aligned_linear_attention(
     per-block stabiliser does not underflow a row; the state carried from one segment to the next is
     re-referenced by a shift of its log-scale, −λ · length (:func:`_rereference`).
     ``state`` is referenced to index 0 and the returned state to index N (the next call's 0).
-    Returns ``(y (B, Hq, N, D), log_z (B, Hq, N), state)``.
+    Returns ``(y (B, Hq, N, D), log_z (B, Hq, N), state)``. ``kernel="fla"`` hands N > 1 tokens to
+    :func:`~lit_dof.attention.fla_far.fla_aligned_linear_attention` (same contract).
     """
     N = lq.shape[2]
+    if kernel == "fla" and N > 1:
+        return fla_aligned_linear_attention(lq, lk, lv, state, decay)
     step = N
     if decay is not None and N > chunk_size:  # one segment needs no host sync for the decay's rate
         fastest = float(decay.detach().max())

@@ -83,12 +83,30 @@ def test_seeded_draws_inside_a_cuda_default_device_context_match_the_cpu():
     torch.testing.assert_close(reservoir.samples(0), reference.samples(0))
 
 
-@pytest.mark.parametrize("kernel", ["torch", "flex"])
-@pytest.mark.parametrize("T, window, sinks, chunk", [(67, 16, 4, 16), (300, 64, 4, 64), (129, 7, 0, 32)])
-def test_sliding_window_on_cuda_matches_the_float64_reference(T, window, sinks, chunk, kernel):
+def _fla_available() -> bool:
+    try:
+        import fla.ops.simple_gla  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+KERNELS = [
+    ("torch", "torch"),
+    ("flex", "torch"),
+    pytest.param("flex", "fla", marks=pytest.mark.skipif(not _fla_available(), reason="needs the gpu extra")),
+]
+
+
+@pytest.mark.parametrize("kernel, linear_kernel", KERNELS)
+@pytest.mark.parametrize(
+    "T, window, sinks, chunk", [(67, 16, 4, 16), (300, 64, 4, 64), (129, 7, 0, 32), (700, 64, 4, 64)]
+)
+def test_sliding_window_on_cuda_matches_the_float64_reference(T, window, sinks, chunk, kernel, linear_kernel):
     """Window + sinks + linear far term, GQA, T not a multiple of the window: forward and gradients of every
     input on the GPU in float32 equal the quadratic float64 CPU reference, with the window by the banded softmax
-    or by compiled flex_attention (its log-normaliser's gradient included); prefill then decode equals one pass."""
+    or by compiled flex_attention (its log-normaliser's gradient included), the far term by the chunked kernel or
+    fla's Triton simple GLA (T = 700: two segments); prefill then decode equals one pass."""
     from lit_dof.attention.naive import naive_sliding_window_attention
     from lit_dof.attention.sliding_window import sliding_window_linear_attention
 
@@ -103,7 +121,7 @@ def test_sliding_window_on_cuda_matches_the_float64_reference(T, window, sinks, 
     (ref * weight).sum().backward()
     inputs = [x.cuda().requires_grad_() for x in cpu]
     out, _ = sliding_window_linear_attention(
-        *inputs[:5], log_mix=inputs[5], chunk_size=chunk, window_kernel=kernel, **kw
+        *inputs[:5], log_mix=inputs[5], chunk_size=chunk, window_kernel=kernel, linear_kernel=linear_kernel, **kw
     )
     (out.double().cpu() * weight).sum().backward()
     torch.testing.assert_close(out.double().cpu(), ref, rtol=1e-4, atol=1e-5)
@@ -116,7 +134,8 @@ def test_sliding_window_on_cuda_matches_the_float64_reference(T, window, sinks, 
         for n in (T // 3, 1, 1, T - T // 3 - 2):
             part = [x.detach()[:, :, start : start + n] for x in inputs[:5]]
             y, state = sliding_window_linear_attention(*part, log_mix=inputs[5].detach(), state=state,
-                                                       chunk_size=chunk, window_kernel=kernel, **kw)  # fmt: skip
+                                                       chunk_size=chunk, window_kernel=kernel,
+                                                       linear_kernel=linear_kernel, **kw)  # fmt: skip
             outs.append(y)
             start += n
     torch.testing.assert_close(torch.cat(outs, 2).double().cpu(), ref, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,92 @@
+"""The far term on flash-linear-attention (``linear_kernel="fla"``), wired through fla's own pure-PyTorch
+reference (``naive_chunk_simple_gla``, what :func:`~lit_dof.attention.fla_far.fla_kernel` gives off CUDA): equal to
+the PyTorch chunked path and to the quadratic float64 reference, forward and gradients, with decay, GQA, sinks,
+padding, large log-features, a carried state and decoding after it. Skipped where fla cannot be installed."""
+
+import pytest
+import torch
+
+pytest.importorskip("fla.ops.simple_gla.naive", reason="flash-linear-attention (pip install 'lit-dof[gpu]')")
+
+from lit_dof.attention.fla_far import fla_aligned_linear_attention  # noqa: E402
+from lit_dof.attention.naive import naive_sliding_window_attention  # noqa: E402
+from lit_dof.attention.sliding_window import _aligned_linear_attention, sliding_window_linear_attention  # noqa: E402
+from lit_dof.attention.state import LinearAttentionState  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:Triton is not supported")
+
+
+def _inputs(B, Hq, Hk, T, d=8, M=6, D=5, scale=1.5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(B, Hq, T, d, generator=g), torch.randn(B, Hk, T, d, generator=g)
+    v = torch.randn(B, Hk, T, D, generator=g)
+    lq, lk = torch.randn(B, Hq, T, M, generator=g) * scale, torch.randn(B, Hk, T, M, generator=g) * scale
+    return q, k, v, lq, lk, torch.randn(Hq, generator=g), torch.rand(Hk, generator=g) * 0.2
+
+
+@pytest.mark.parametrize("scale", [1.5, 30.0], ids=["moderate", "large-log-features"])
+@pytest.mark.parametrize("N", [5, 700], ids=["one-segment", "two-segments"])
+def test_aligned_far_term_equals_the_pytorch_path_with_a_carried_state(N, scale):
+    _, _, v, lq, lk, _, decay = _inputs(2, 4, 2, N, scale=scale)
+    g = torch.Generator().manual_seed(1)
+    state = LinearAttentionState(torch.rand(2, 2, 6, 5, generator=g), torch.rand(2, 2, 6, generator=g) + 1,
+                                 torch.randn(2, 2, 6, generator=g) * scale)  # fmt: skip
+    got = fla_aligned_linear_attention(lq, lk, v, state, decay)
+    ref = _aligned_linear_attention(lq, lk, v, state, 64, decay)
+    torch.testing.assert_close(got[0], ref[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got[1], ref[1], rtol=1e-5, atol=1e-4)
+    a, b = got[2], ref[2]  # the states describe the same sums, in scales of their own
+    top = torch.maximum(a.log_scale, b.log_scale).double()
+    for x, y in ((a.kv, b.kv), (a.k_sum[..., None], b.k_sum[..., None])):
+        scaled = [t.double() * (s.log_scale.double() - top).exp()[..., None] for t, s in ((x, a), (y, b))]
+        torch.testing.assert_close(scaled[0], scaled[1], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["dense", "left-padded"])
+def test_the_layer_with_fla_matches_the_float64_reference_forward_and_gradients(padded):
+    T, window, sinks = 90, 16, 3
+    inputs = [x.double().requires_grad_() for x in _inputs(2, 4, 2, T, seed=2)]
+    mask = torch.ones(2, T, dtype=torch.bool)
+    if padded:
+        mask[1, :20] = False
+    kw = {"window": window, "sink_tokens": sinks, "key_padding_mask": mask}
+    weight = torch.randn(2, 4, T, 5, dtype=torch.float64).masked_fill(~mask[:, None, :, None], 0)
+    ref_in = [x.detach().clone().requires_grad_() for x in inputs]
+    q, k, v, lq, lk, mix, decay = ref_in
+    ref = naive_sliding_window_attention(q, k, v, lq, lk, log_mix=mix, far_decay=decay, **kw)
+    (ref.masked_fill(~mask[:, None, :, None], 0) * weight).sum().backward()
+    q, k, v, lq, lk, mix, decay = inputs
+    out, state = sliding_window_linear_attention(
+        q, k, v, lq, lk, log_mix=mix, far_decay=decay, chunk_size=16, linear_kernel="fla", **kw
+    )
+    out = out.masked_fill(~mask[:, None, :, None], 0)
+    (out * weight).sum().backward()
+    torch.testing.assert_close(out, ref.masked_fill(~mask[:, None, :, None], 0), rtol=1e-5, atol=1e-6)
+    for name, x, r in zip("q k v lq lk mix decay".split(), inputs, ref_in):
+        assert torch.isfinite(x.grad).all(), name
+        known = torch.isfinite(r.grad)  # the reference's padding rows are NaN, and so its gradients through them
+        torch.testing.assert_close(
+            x.grad[known], r.grad[known], rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}"
+        )
+    if padded:
+        assert (inputs[2].grad[1, :, :20] == 0).all()  # padding values never count
+    # decoding continues from the state the fla path left
+    nxt = [x.detach()[:, :, -1:] * 0.5 for x in inputs[:5]]
+    step, _ = sliding_window_linear_attention(*nxt, log_mix=mix.detach(), far_decay=decay.detach(), state=state,
+                                              window=window, sink_tokens=sinks)  # fmt: skip
+    full = [torch.cat([x.detach(), y], 2) for x, y in zip(inputs[:5], nxt)]
+    ref_full = naive_sliding_window_attention(
+        *full,
+        log_mix=mix.detach(),
+        far_decay=decay.detach(),
+        window=window,
+        sink_tokens=sinks,
+        key_padding_mask=torch.cat([mask, mask[:, -1:]], 1),
+    )
+    torch.testing.assert_close(step, ref_full[:, :, -1:], rtol=1e-5, atol=1e-6)
+
+
+def test_an_unknown_kernel_is_refused():
+    q, k, v, lq, lk, _, _ = _inputs(1, 2, 2, 8)
+    with pytest.raises(ValueError, match="linear_kernel must be 'torch' or 'fla', got 'triton'"):
+        sliding_window_linear_attention(q, k, v, lq, lk, window=2, linear_kernel="triton")
