@@ -21,7 +21,7 @@
 #
 # Usage: scripts/gpu_check.sh [--dry-run] [--out DIR] [--arch DIR] [--corpus FILE] [--fit-steps N]
 #   --dry-run     the same steps on the CPU with tiny shapes (TinyStories-656K's architecture, the tiny
-#                 Llama-3-8B family, 128-token blocks): CI runs it, so the script itself is tested
+#                 Llama-3-8B family, 128-token blocks, float32 kernels only): CI runs it, so the script itself is tested
 #   --out DIR     where the logs go (default: $OUT, else gpu_check_out)
 #   --arch DIR    a folder with SmolLM2-135M's config.json and tokenizer (default: the embedded teacher's
 #                 converted folder; dry run: $LIT_DOF_DATA/../models/TinyStories-656K)
@@ -79,13 +79,14 @@ step() {  # step NAME SECONDS: run this script's function NAME with a time limit
 }
 
 if [ $DRY = 1 ]; then
-  DEVICE=cpu LENGTHS="128" CONTEXTS="128" MIN_TIME=0.01 FIT_STEPS=${FIT_STEPS:-8} LLAMA_STEPS=4
+  DEVICE=cpu LENGTHS="128" CONTEXTS="128" MIN_TIME=0.01 FIT_STEPS=${FIT_STEPS:-8} LLAMA_STEPS=3 DTYPES=float32
   TRAINER=(--trainer.accelerator cpu --trainer.precision 32-true --trainer.log_every_n_steps 1)
   QS_DATA=(--data.init_args.batch_size 2 --data.init_args.seq_len 128)
   LLAMA_CONFIG=configs/models/llama-3-8b-tiny LLAMA_DATA=(--data.init_args.seq_len 64)
   DRAW=(--dtype float32 --device cpu) PLANNER=64 PYTEST=(--collect-only -q)
 else
   DEVICE=cuda LENGTHS="8192 32768" CONTEXTS="8192 32768" MIN_TIME=0.3 FIT_STEPS=${FIT_STEPS:-200} LLAMA_STEPS=24
+  DTYPES="float32 bfloat16"
   TRAINER=()
   QS_DATA=(--data.init_args.batch_size 16 --data.init_args.seq_len 1024)
   LLAMA_CONFIG=configs/models/llama-3-8b LLAMA_DATA=()
@@ -105,7 +106,7 @@ print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.
 tests() { $PY -m pytest "${PYTEST[@]}" -p no:cacheprovider tests/attention/test_cuda.py tests/pipeline/test_precision.py; }
 
 bench() {
-  $PY scripts/bench_attention.py --device $DEVICE --dtype float32 bfloat16 --shape smollm2 llama-3-8b \
+  $PY scripts/bench_attention.py --device $DEVICE --dtype $DTYPES --shape smollm2 llama-3-8b \
     --layer sliding --lengths $LENGTHS --decode-contexts $CONTEXTS --min-time $MIN_TIME || return
   [ $DRY = 1 ] || $PY scripts/bench_attention.py --device $DEVICE --dtype float32 bfloat16 --shape smollm2 \
     llama-3-8b --layer sliding --window-kernel flex --linear-kernel fla --lengths $LENGTHS \

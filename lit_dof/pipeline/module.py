@@ -13,7 +13,7 @@ and stay outside FSDP.
 from __future__ import annotations
 
 import os
-from typing import Callable, Sequence
+from typing import Sequence
 
 import lightning as L
 import torch
@@ -22,6 +22,7 @@ from torchmetrics.text import Perplexity
 
 from lit_dof.attention import FeatureMapFactory, LearnedPRF, SlidingWindow
 from lit_dof.pipeline.planner import DoFPlanner, FeatureDimPlan, FeatureDimPlanner, StudentSpec
+from lit_dof.pipeline.replication import all_reduce_mean, coalesced, data_parallel, fsdp_mesh
 from lit_dof.pipeline.validation import check_student_setup
 from lit_dof.precision import DtypeName, fp32_region, resolve_dtype
 from lit_dof.students.card import write_model_card
@@ -136,11 +137,11 @@ class StudentModule(L.LightningModule):
         :func:`lit_dof.teacher.sharded.load_sharded_teacher`: whole on rank 0 only, in the teacher dtype, the
         other ranks build it on the meta device and receive their shards); the planner then runs on the
         sharded teacher (every rank forwards its share of the DoF batches, gathering one decoder layer at a time),
-        and the twins, attached after sharding, stay plain tensors replicated from rank 0. Without a mesh (one
-        process, DDP) every rank loads the whole teacher, as before.
+        and the twins and LoRA adapters, attached after sharding, stay plain tensors replicated from rank 0 (the
+        shards' mesh dimension is named ``fsdp``, which peft reads as FSDP: adapters of the full projection, not
+        of a tensor-parallel shard). Without a mesh (one process, DDP) every rank loads the whole teacher.
 
         Raises:
-            NotImplementedError: LoRA on a device mesh (before the teacher loads).
             ValueError: LoRA ``target_modules`` the teacher does not have (before the DoF estimate).
             ValueError: the planner's settings do not fit the student (before the teacher loads).
         """
@@ -148,11 +149,7 @@ class StudentModule(L.LightningModule):
             return
         trainer = self._trainer
         mesh = self._lightning_device_mesh()
-        if mesh is not None and self.lora is not None:
-            raise NotImplementedError(
-                "LoRA under ModelParallelStrategy (FSDP2) is not supported yet: use DDP (configs/trainer/ddp.yaml), "
-                "or train without LoRA (--model.init_args.lora=null)"
-            )
+        mesh = None if mesh is None else fsdp_mesh(data_parallel(mesh))
         spec = StudentSpec(self.teacher_name, self.share_kv_maps, sliding_window=self.sliding_window)
         self.planner.check(spec)
         teacher = self._load_teacher(mesh)
@@ -173,7 +170,7 @@ class StudentModule(L.LightningModule):
         for name, parameter in self.trainable_parameters():
             parameter.requires_grad_(True)
         if mesh is not None:
-            self._replicate_twins(_data_parallel(mesh))
+            self._replicate_twins(mesh)
 
     def _load_teacher(self, mesh) -> torch.nn.Module:
         """The frozen teacher in :meth:`resolved_teacher_dtype` (sets ``self.tokenizer``): whole on every rank
@@ -187,7 +184,7 @@ class StudentModule(L.LightningModule):
         from lit_dof.teacher.sharded import load_sharded_teacher
 
         device = self._trainer.strategy.root_device if self._trainer is not None else "cpu"
-        teacher, self.tokenizer = load_sharded_teacher(self.teacher_name, _data_parallel(mesh), dtype=dtype,
+        teacher, self.tokenizer = load_sharded_teacher(self.teacher_name, mesh, dtype=dtype,
                                                        device=device)  # fmt: skip  # packed args
         return teacher
 
@@ -227,25 +224,25 @@ class StudentModule(L.LightningModule):
 
     def _replicate_twins(self, dp) -> None:
         """FSDP2: the teacher is sharded at its decoder layers and root (lit_dof.teacher.sharded.shard_teacher);
-        the twins, attached after sharding, are plain tensors that FSDP does not manage (they are small and their
-        losses run outside the layers' forward). Broadcast them from the group's rank 0 here; their gradients are
-        all-reduced in :meth:`on_after_backward`."""
-        named_twins = [(n, p) for n, p in self.student.named_parameters() if ".lit_dof." in n]
+        the twins and LoRA adapters, attached after sharding, are plain tensors that FSDP does not manage (they are
+        small and the twins' losses run outside the layers' forward). Broadcast them from the group's rank 0 here;
+        their gradients are all-reduced in :meth:`on_after_backward`."""
+        named_twins = [(n, p) for n, p in self.student.named_parameters() if ".lit_dof." in n or ".lora_" in n]
         # Sorted by name: the same order on every rank.
         self._replicated = [p for _, p in sorted(named_twins, key=lambda item: item[0]) if p.requires_grad]
         self._replicated_group = dp.get_group()
         twin_states = sorted(
-            [(n, t) for n, t in [*named_twins, *self.student.named_buffers()] if ".lit_dof." in n],
+            [(n, t) for n, t in [*named_twins, *self.student.named_buffers()] if ".lit_dof." in n or ".lora_" in n],
             key=lambda item: item[0],
         )
         twins_now = [t.detach() for _, t in twin_states]
-        _coalesced(twins_now, torch.distributed.broadcast, group_src=0, group=self._replicated_group)
+        coalesced(twins_now, torch.distributed.broadcast, group_src=0, group=self._replicated_group)
 
     def on_after_backward(self) -> None:
         """All-reduce (mean) the replicated twins' gradients over the data-parallel group (FSDP2 only)."""
         replicated = [p for p in getattr(self, "_replicated", ()) if p.grad is not None]
         if replicated and torch.distributed.is_initialized():
-            _coalesced([p.grad for p in replicated], _all_reduce_mean, group=self._replicated_group)
+            coalesced([p.grad for p in replicated], all_reduce_mean, group=self._replicated_group)
 
     def trainable_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
         """(name, parameter) pairs this phase trains (default: the linear twins' feature maps, and their far-term
@@ -358,7 +355,7 @@ class StudentModule(L.LightningModule):
             )
         if self.trainer.is_global_zero:
             if has_adapters(self.student.model):  # plain weights: the exported student loads without peft
-                state_dict = merged_state_dict(self.student)
+                state_dict = merged_state_dict(self.student, state_dict)
             self.student.save_pretrained(target, state_dict=state_dict)
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(target)
@@ -371,27 +368,3 @@ class StudentModule(L.LightningModule):
         allocation strategy (:attr:`plan`)."""
         report = self.plan.report.to_dict() if self.plan.report is not None else None
         write_model_card(target, dof=report, strategy=self.plan.strategy)
-
-
-def _data_parallel(mesh):
-    """The data-parallel sub-mesh of a Lightning device mesh (the whole mesh when it has no named dimensions)."""
-    return mesh["data_parallel"] if mesh.mesh_dim_names and "data_parallel" in mesh.mesh_dim_names else mesh
-
-
-def _coalesced(tensors: list[torch.Tensor], collective: Callable, **kwargs) -> None:
-    """Run ``collective(flat, **kwargs)`` (an in-place ``torch.distributed`` collective) once on the
-    concatenation of ``tensors`` and copy the result back into them (nothing to do for none)."""
-    if not tensors:
-        return
-    flat = torch.cat([t.reshape(-1) for t in tensors])
-    collective(flat, **kwargs)
-    offset = 0
-    for t in tensors:
-        t.copy_(flat[offset : offset + t.numel()].view_as(t))
-        offset += t.numel()
-
-
-def _all_reduce_mean(tensor: torch.Tensor, group) -> None:
-    """All-reduce ``tensor`` to its mean over ``group``: SUM, then divide (gloo has no AVG)."""
-    torch.distributed.all_reduce(tensor, group=group)
-    tensor /= torch.distributed.get_world_size(group)

@@ -166,6 +166,8 @@ class RunSettings:
             (``LayerwiseDistillation.layer_backward``): one layer's loss graph alive at a time, not all of them.
         window, sink_tokens: the sliding-window twin's exact window w and sink count s (0: pure linear
             attention); chunk_size: its query chunk C (the band of exact logits is C + w − 1 keys wide).
+        lora_rank: r of the LoRA adapters (0: none); lora_targets: the projections that get them (float32 A and B,
+            replicated on every rank, trained in the tail with Adam).
     """
 
     teacher: str
@@ -195,6 +197,8 @@ class RunSettings:
     window: int = 0
     sink_tokens: int = 0
     chunk_size: int = 64
+    lora_rank: int = 0
+    lora_targets: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -259,6 +263,7 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     shard = -(-teacher // W) if run.sharded else teacher
     gathered = (2 * a.layer_params + a.root_params) * b if run.sharded and W > 1 else 0  # layer + prefetch, root
     twins = maps * (d + 1) * sum_m * 4  # z (H, M, d) and log α (H, M) per layer, float32 master weights
+    twins += _lora_bytes(a, run.lora_rank, run.lora_targets)
     optimizer = 3 * twins  # gradients + Adam's two moments
     # No-grad forward of one decoder layer: residual, norm, q/k/v, attention output, gate/up/act of the MLP.
     layer_act = tokens * (4 * h + (Hq + 2 * Hk) * d + 3 * ffn) * b
@@ -348,6 +353,16 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
             phase.device = {}
         phase.host["runtime (python, torch, data)"] = RUNTIME_HOST_BYTES
     return phases
+
+
+def _lora_bytes(a: Architecture, rank: int, targets: tuple[str, ...]) -> int:
+    """float32 LoRA A (r × in) and B (out × r) of every decoder layer's ``targets`` (Llama's projection names;
+    another name counts as hidden × hidden)."""
+    h, q, kv, ffn = a.hidden, a.heads * a.head_dim, a.kv_heads * a.head_dim, a.intermediate
+    shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), "gate_proj": (h, ffn),
+              "up_proj": (h, ffn), "down_proj": (ffn, h)}  # fmt: skip
+    per_layer = sum(sum(shapes.get(t.rsplit(".", 1)[-1], (h, h))) for t in targets)
+    return a.num_layers * rank * per_layer * 4
 
 
 def _window_activations(B: int, T: int, Hq: int, window: int, sinks: int, chunk: int = 64) -> int:

@@ -93,7 +93,16 @@ def settings_from_config(config) -> RunSettings:
         dof_batches=int(pargs.get("num_batches", 8)), dof_pooling=pargs.get("pooling", "query_head"),
         validate=trainer.limit_val_batches != 0 and int(dargs.get("val_blocks", 1)) > 0,
         export=margs.get("export_dir") != "",
-        accumulate=int(trainer.accumulate_grad_batches or 1))  # fmt: skip  # packed args
+        accumulate=int(trainer.accumulate_grad_batches or 1), **_lora_settings(margs.get("lora")))  # fmt: skip
+
+
+def _lora_settings(lora) -> dict:
+    """``lora_rank`` and ``lora_targets`` of a config's ``model.lora`` (a mapping, a LoRA, or None)."""
+    if lora is None:
+        return {}
+    get = lora.get if isinstance(lora, dict) else lambda key, default=None: getattr(lora, key, default)
+    targets = get("target_modules") or ["q_proj", "k_proj", "v_proj", "o_proj"]
+    return {"lora_rank": int(get("rank", 8)), "lora_targets": tuple(targets)}
 
 
 def plan_config(config) -> tuple[Architecture, RunSettings, list[Phase]]:

@@ -139,20 +139,25 @@ def set_adapters_enabled(model: nn.Module, enabled: bool) -> None:
         p.requires_grad_(flag)
 
 
-def merged_state_dict(model: nn.Module) -> dict:
+def merged_state_dict(model: nn.Module, state: dict | None = None) -> dict:
     """``model.state_dict()`` with every LoRA update folded into its base weight (W + (α/r)·BA under the plain
     layer's own key) and the adapter entries dropped: what a model without adapters would hold. The model is
     not changed (it keeps training or validating with its adapters).
 
+    Args:
+        model: the model with adapters.
+        state: its full state dict when ``model``'s own holds shards (FSDP2: ``get_model_state_dict`` with
+            ``full_state_dict``); ``None``: ``model.state_dict()``. The adapters are read from ``model``.
+
     Returns:
         the state dict (its tensors detached).
     """
-    state = {k: v.detach() for k, v in model.state_dict().items()}
+    state = {k: v.detach() for k, v in (model.state_dict() if state is None else state).items()}
     for name, module in _tuner_layers(model):
         prefix = f"{name}." if name else ""
         weight = state.pop(f"{prefix}base_layer.weight")
         for adapter in module.active_adapters:
-            weight = weight + module.get_delta_weight(adapter).detach().to(weight.dtype)
+            weight = weight + module.get_delta_weight(adapter).detach().to(weight.device, weight.dtype)
         state[f"{prefix}weight"] = weight
         if f"{prefix}base_layer.bias" in state:
             state[f"{prefix}bias"] = state.pop(f"{prefix}base_layer.bias")

@@ -27,6 +27,7 @@ STRATEGIES = {
     "fsdp2": (("trainer/fsdp.yaml",), [*CPU, "--trainer.precision=32-true"]),
     "fsdp2_bf16_true": (("trainer/fsdp.yaml",), CPU),  # the shipped precision
     "ddp_lora": (("trainer/ddp.yaml", "methods/lora_tail.yaml"), [*CPU, "--trainer.precision=32-true"]),
+    "fsdp2_lora": (("trainer/fsdp.yaml", "methods/lora_tail.yaml"), [*CPU, "--trainer.precision=32-true"]),
 }
 PROBE = "tests.pipeline.rank_probe.RankProbe"
 
@@ -200,20 +201,26 @@ def test_distributed_dof_equals_one_process_over_the_union(reference):
 
 
 @pytest.mark.slow
-def test_lora_tail_under_the_shipped_ddp_config(tmp_path):
-    """The quickstart's LoRA tail (here on the tests' pure linear student) under the shipped ddp.yaml on 2 CPU
-    processes: both ranks hold bit-equal adapters at the start and the end, the tail trained them (B ≠ 0), and the
+@pytest.mark.parametrize("strategy", ["ddp_lora", "fsdp2_lora"])
+def test_lora_tail_under_the_shipped_distributed_configs(tmp_path, strategy):
+    """The quickstart's LoRA tail (here on the tests' pure linear student) under the shipped ddp.yaml and fsdp.yaml
+    on 2 CPU processes: both ranks hold bit-equal adapters of the full projections at the start and the end (under
+    FSDP2 the teacher's weights are shards, the adapters replicated), the tail trained them (B ≠ 0), and the
     exported student's projections are the teacher's plus (α/r)·B·A of the final adapters (the merge's closed
     form)."""
     probe = f'--trainer.callbacks+={{"class_path": "{PROBE}", "init_args": {{"out_dir": "{tmp_path / "probe"}"}}}}'
-    _fit(tmp_path, "ddp_lora", [probe])
+    _fit(tmp_path, strategy, [probe])
+    full = load_teacher(str(TINYSTORIES))[0]
     for event in ("start", "end"):
         rank0, rank1 = _probe(tmp_path / "probe", event)
         assert len(rank0["lora"]) == 4 * 2 * len(rank0["feature_dims"])  # A and B on q/k/v/o of every layer
         _assert_equal_twins(rank0["lora"], rank1["lora"])
+        for name, tensor in rank0["lora"].items():  # A: r × in, B: out × r of the full projection
+            base = full.get_submodule(name.split(".lora_")[0].removeprefix("model."))
+            assert tuple(tensor.shape) == ((8, base.in_features) if ".lora_A." in name else (base.out_features, 8))
     assert "tail" in rank0["phases"] and any(t.abs().max() > 0 for n, t in rank0["lora"].items() if ".lora_B." in n)
     exported = _exported(tmp_path, version=0).state_dict()
-    teacher = load_teacher(str(TINYSTORIES))[0].state_dict()
+    teacher = full.state_dict()
     with safe_open(next(tmp_path.glob("*/version_0/student/model.safetensors")), "pt") as saved:
         assert not [key for key in saved.keys() if "lora_" in key or "base_layer" in key]  # merged, not saved
     for name, a in rank0["lora"].items():

@@ -136,3 +136,24 @@ def test_bad_input_is_a_clear_error(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(PlanError, match="ship its config.json"):
         resolve_teacher_config("no-such-org/no-such-model-xyz")
+
+
+def test_lora_adapters_and_their_optimizer_state_are_counted():
+    """The quickstart's LoRA tail adds its adapters' float32 bytes, counted here from peft's own injection into the
+    teacher's architecture, to the plan's trainable weights, and three times that to the optimizer state."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from lit_dof.students.lora import LoRA, add_lora
+
+    with_lora = plan_config(parse_fit_config(["--config", str(REPO / "configs" / "quickstart.yaml")]))
+    without = plan_config(parse_fit_config(["--config", str(REPO / "configs" / "quickstart.yaml"),
+                                            "--model.init_args.lora=null"]))  # fmt: skip
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(resolve_teacher_config(with_lora[1].teacher))
+    add_lora(model, LoRA(rank=8))
+    adapters = sum(p.numel() * 4 for n, p in model.named_parameters() if ".lora_" in n)
+    assert with_lora[1].lora_rank == 8 and without[1].lora_rank == 0
+    tail, tail0 = ({**p.device, **p.host} for plan in (with_lora, without) for p in plan[2] if p.name == "tail")
+    assert tail["twins"] - tail0["twins"] == adapters
+    assert tail["optimizer state"] - tail0["optimizer state"] == 3 * adapters

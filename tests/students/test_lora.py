@@ -71,17 +71,6 @@ def test_bad_settings_are_refused():
         LoRA(dropout=1.0)
 
 
-def test_lora_under_fsdp2_is_refused_before_the_teacher_loads(monkeypatch):
-    """Under ModelParallelStrategy (a device mesh) LoRA is refused before any teacher loads, naming both ways out."""
-    from lit_dof.pipeline.layerwise import LayerwiseDistillation
-
-    module = LayerwiseDistillation(lora=LoRA())
-    monkeypatch.setattr(module, "_lightning_device_mesh", lambda: object())
-    monkeypatch.setattr(module, "_load_teacher", lambda mesh: pytest.fail("the teacher was loaded"))
-    with pytest.raises(NotImplementedError, match=r"FSDP2.*configs/trainer/ddp.yaml.*--model.init_args.lora=null"):
-        module.configure_model()
-
-
 def test_lora_under_ddp_needs_unused_parameters_allowed():
     from types import SimpleNamespace
 
