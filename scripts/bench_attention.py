@@ -88,9 +88,13 @@ def bench(args: argparse.Namespace, shape: str | None, dtype_name: str, tuned: b
     if args.layer == "sliding":
         window = SlidingWindow(window=args.window, sink_tokens=args.sinks, far_decay=128.0)
         layer = SlidingWindowLinearAttention(
-            LearnedPRF(d, Hk, M), H, Hk, sliding_window=window, window_kernel=args.window_kernel,
+            LearnedPRF(d, Hk, M),
+            H,
+            Hk,
+            sliding_window=window,
+            window_kernel=args.window_kernel,
             linear_kernel=args.linear_kernel,
-        )  # fmt: skip
+        )
     else:
         layer = CausalLinearAttention(LearnedPRF(d, Hk, M), H, Hk, chunk_size=args.chunk_size)
     layer = layer.to(device)

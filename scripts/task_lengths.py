@@ -41,10 +41,16 @@ def main(argv: list[str] | None = None) -> dict:
             max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in request_texts(d)) for d in docs
         ]
         share = beyond_exact_share(lengths, args.exact)
-        result["tasks"][task] = {"n": len(docs), "median": statistics.median(lengths), "max": max(lengths),
-                                 "beyond_exact": share}  # fmt: skip  # compact dict
-        print(f"{task:14s} n {len(docs):5d}  median {statistics.median(lengths):6.0f}  max {max(lengths):5d}  "
-              f"beyond {args.exact}: {share:.1%}")  # fmt: skip  # one line
+        result["tasks"][task] = {
+            "n": len(docs),
+            "median": statistics.median(lengths),
+            "max": max(lengths),
+            "beyond_exact": share,
+        }
+        print(
+            f"{task:14s} n {len(docs):5d}  median {statistics.median(lengths):6.0f}  max {max(lengths):5d}  "
+            f"beyond {args.exact}: {share:.1%}"
+        )
     if args.output:
         atomic_write_json(args.output, result)
     return result

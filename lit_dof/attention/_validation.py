@@ -79,3 +79,29 @@ def check_qkv(
         check_finite("log_phi_k", log_phi_k)
         check_finite("v", v)
     return B, Hq, Hk, T, M, v.shape[-1]
+
+
+def check_sink_tokens(sink_tokens) -> None:
+    """Raise ``ValueError`` unless ``sink_tokens`` is an integer ≥ 0 (attention sinks)."""
+    if isinstance(sink_tokens, bool) or not isinstance(sink_tokens, int) or sink_tokens < 0:
+        raise ValueError(f"sink_tokens must be an integer >= 0, got {sink_tokens!r}")
+
+
+def check_grouped_qkv(q: Tensor, k: Tensor, v: Tensor) -> tuple[int, int, int, int, int]:
+    """Validate queries ``(B, Hq, T, d)``, keys ``(B, Hk, T, d)`` and values ``(B, Hk, T, D)`` of grouped-query
+    attention (``Hq`` a multiple of ``Hk``) and return ``(B, Hq, Hk, T, d)``.
+
+    Raises:
+        ValueError: a wrong rank or inconsistent shapes.
+    """
+    check_rank("q", q, 4, "(B, Hq, T, d)")
+    check_rank("k", k, 4, "(B, Hk, T, d)")
+    check_rank("v", v, 4, "(B, Hk, T, D)")
+    B, Hq, T, d = q.shape
+    Hk = k.shape[1]
+    if k.shape != (B, Hk, T, d) or v.shape[:3] != (B, Hk, T) or Hk == 0 or Hq % Hk:
+        raise ValueError(
+            f"expected q (B, Hq, T, d), k (B, Hk, T, d), v (B, Hk, T, D) with Hq a multiple of Hk, "
+            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    return B, Hq, Hk, T, d

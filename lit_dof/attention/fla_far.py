@@ -123,8 +123,9 @@ def _segment(
     def layout(x: Tensor) -> Tensor:  # (B, H, n, ·) → fla's (B, n, H, ·)
         return x.transpose(1, 2).contiguous()
 
-    o, ht = kernel(layout(phi_q), layout(phi_k.repeat_interleave(G, 1)), layout(v1.repeat_interleave(G, 1)), g,
-                   1.0, h0, True)  # fmt: skip  # packed args
+    o, ht = kernel(
+        layout(phi_q), layout(phi_k.repeat_interleave(G, 1)), layout(v1.repeat_interleave(G, 1)), g, 1.0, h0, True
+    )
     o = o.transpose(1, 2).float()  # (B, Hq, n, D + 1)
     num, den = o[..., :D], o[..., D]
     seen = den > 0

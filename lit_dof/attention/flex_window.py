@@ -17,7 +17,7 @@ from functools import cache
 import torch
 from torch import Tensor
 
-from lit_dof.attention._validation import check_positive_int, check_rank
+from lit_dof.attention._validation import check_grouped_qkv, check_positive_int, check_sink_tokens
 
 
 @cache
@@ -49,8 +49,7 @@ def window_block_mask(
     from torch.nn.attention.flex_attention import create_block_mask
 
     check_positive_int("window", window)
-    if isinstance(sink_tokens, bool) or not isinstance(sink_tokens, int) or sink_tokens < 0:
-        raise ValueError(f"sink_tokens must be an integer >= 0, got {sink_tokens!r}")
+    check_sink_tokens(sink_tokens)
 
     def window_and_sinks(b, h, q_idx, kv_idx):
         return (kv_idx <= q_idx) & ((q_idx - kv_idx < window) | (kv_idx < sink_tokens))
@@ -102,22 +101,17 @@ def flex_window_softmax(
     """
     from torch.nn.attention.flex_attention import AuxRequest, flex_attention
 
-    check_rank("q", q, 4, "(B, Hq, T, d)")
-    check_rank("k", k, 4, "(B, Hk, T, d)")
-    check_rank("v", v, 4, "(B, Hk, T, D)")
-    B, Hq, T, d = q.shape
-    Hk = k.shape[1]
-    if k.shape != (B, Hk, T, d) or v.shape[:3] != (B, Hk, T) or Hk == 0 or Hq % Hk:
-        raise ValueError(
-            f"expected q (B, Hq, T, d), k (B, Hk, T, d), v (B, Hk, T, D) with Hq a multiple of Hk, "
-            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
+    _, Hq, Hk, T, _ = check_grouped_qkv(q, k, v)
     if block_mask is None:
         block_mask = window_block_mask(T, window, sink_tokens, q.device, key_padding_mask)
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     run = _compiled_flex_attention() if (q.is_cuda if compiled is None else compiled) else flex_attention
     o, aux = run(
-        q.to(dtype), k.to(dtype), v.to(dtype), block_mask=block_mask, enable_gqa=Hq != Hk,
+        q.to(dtype),
+        k.to(dtype),
+        v.to(dtype),
+        block_mask=block_mask,
+        enable_gqa=Hq != Hk,
         return_aux=AuxRequest(lse=True),
-    )  # fmt: skip
+    )
     return o, aux.lse

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lit_dof.attention._validation import check_positive_int, check_rank
+from lit_dof.attention._validation import check_grouped_qkv, check_positive_int, check_sink_tokens
 from lit_dof.attention.chunked import chunked_linear_attention
 from lit_dof.attention.fla_far import fla_aligned_linear_attention
 from lit_dof.attention.flex_window import flex_window_softmax
@@ -169,20 +169,10 @@ def sliding_window_linear_attention(
         ValueError: inconsistent shapes, ``window < 1``, ``sink_tokens < 0``, only one of the log-features,
             ``far_decay`` not of shape ``(Hk,)``, or an unknown ``window_kernel`` or ``linear_kernel``.
     """
-    check_rank("q", q, 4, "(B, Hq, T, d)")
-    check_rank("k", k, 4, "(B, Hk, T, d)")
-    check_rank("v", v, 4, "(B, Hk, T, D)")
+    B, Hq, Hk, T, d = check_grouped_qkv(q, k, v)
     check_positive_int("window", window)
     check_positive_int("chunk_size", chunk_size)
-    if isinstance(sink_tokens, bool) or not isinstance(sink_tokens, int) or sink_tokens < 0:
-        raise ValueError(f"sink_tokens must be an integer >= 0, got {sink_tokens!r}")
-    B, Hq, T, d = q.shape
-    Hk = k.shape[1]
-    if k.shape != (B, Hk, T, d) or v.shape[:3] != (B, Hk, T) or Hk == 0 or Hq % Hk:
-        raise ValueError(
-            f"expected q (B, Hq, T, d), k (B, Hk, T, d), v (B, Hk, T, D) with Hq a multiple of Hk, "
-            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
+    check_sink_tokens(sink_tokens)
     if (log_phi_q is None) != (log_phi_k is None):
         raise ValueError("pass both log_phi_q and log_phi_k (linear far term) or neither (window and sinks only)")
     if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, T):
@@ -280,9 +270,14 @@ _DECAY_SPAN = 16.0  # nats: a segment's log-feature offsets stay within this (fl
 
 
 def _aligned_linear_attention(
-    lq: Tensor, lk: Tensor, lv: Tensor, state: LinearAttentionState | None, chunk_size: int, decay: Tensor | None,
+    lq: Tensor,
+    lk: Tensor,
+    lv: Tensor,
+    state: LinearAttentionState | None,
+    chunk_size: int,
+    decay: Tensor | None,
     kernel: str = "torch",
-) -> tuple[Tensor, Tensor, LinearAttentionState]:  # fmt: skip  # packed signature
+) -> tuple[Tensor, Tensor, LinearAttentionState]:
     """Causal linear attention of N queries over N aligned keys (query n sees keys m ≤ n and ``state``), each
     term weighted e^{−λ(n − m)} (``decay`` λ ``(Hk,)``, or none).
 

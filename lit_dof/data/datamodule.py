@@ -61,10 +61,22 @@ class PackedBlocks(IterableDataset):
             corpus order.
     """
 
-    def __init__(self, documents, tokenizer, seq_len: int, split: str, val_every: int, *, rank: int = 0,
-                 world_size: int = 1, skip_batches: int = 0, batch_size: int = 1,
-                 max_blocks: int | None = None, shuffle_seed: int | None = None,
-                 shuffle_buffer: int = 1024) -> None:  # fmt: skip  # packed signature
+    def __init__(
+        self,
+        documents,
+        tokenizer,
+        seq_len: int,
+        split: str,
+        val_every: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        skip_batches: int = 0,
+        batch_size: int = 1,
+        max_blocks: int | None = None,
+        shuffle_seed: int | None = None,
+        shuffle_buffer: int = 1024,
+    ) -> None:
         super().__init__()
         self.documents = documents if hasattr(documents, "select") else LocalDocuments(documents)
         self.tokenizer, self.seq_len = tokenizer, seq_len
@@ -176,10 +188,16 @@ class WikipediaDataModule(L.LightningDataModule):
         shuffle_buffer: int = 1024,
     ) -> None:
         super().__init__()
-        for name, value, least in (("seq_len", seq_len, 2), ("batch_size", batch_size, 1), ("val_every", val_every, 1),
-                                   ("val_blocks", val_blocks, 0), ("predict_blocks", predict_blocks, 0),
-                                   ("num_workers", num_workers, 0), ("shuffle_buffer", shuffle_buffer, 1),
-                                   ("shuffle_seed", 0 if shuffle_seed is None else shuffle_seed, 0)):  # fmt: skip
+        for name, value, least in (
+            ("seq_len", seq_len, 2),
+            ("batch_size", batch_size, 1),
+            ("val_every", val_every, 1),
+            ("val_blocks", val_blocks, 0),
+            ("predict_blocks", predict_blocks, 0),
+            ("num_workers", num_workers, 0),
+            ("shuffle_buffer", shuffle_buffer, 1),
+            ("shuffle_seed", 0 if shuffle_seed is None else shuffle_seed, 0),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= {least}; set "
                                  f"--data.init_args.{name} to such a value")  # fmt: skip  # packed args
@@ -248,9 +266,18 @@ class WikipediaDataModule(L.LightningDataModule):
 
     def _train_loader(self, skip_batches: int) -> DataLoader:
         rank, world = self._rank()
-        data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "train", self.val_every, rank=rank,
-                            world_size=world, skip_batches=skip_batches, batch_size=self.batch_size,
-                            **self.shuffle)  # fmt: skip  # packed args
+        data = PackedBlocks(
+            self.documents,
+            self.tokenizer,
+            self.seq_len,
+            "train",
+            self.val_every,
+            rank=rank,
+            world_size=world,
+            skip_batches=skip_batches,
+            batch_size=self.batch_size,
+            **self.shuffle,
+        )
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
@@ -277,9 +304,17 @@ class WikipediaDataModule(L.LightningDataModule):
     def predict_dataloader(self) -> DataLoader:
         """Up to ``predict_blocks`` training blocks, this rank's share: the samples of the DoF capture."""
         rank, world = self._rank()
-        data = PackedBlocks(self.documents, self.tokenizer, self.seq_len, "train", self.val_every, rank=rank,
-                            world_size=world, max_blocks=self.predict_blocks,
-                            **self.shuffle)  # fmt: skip  # packed args
+        data = PackedBlocks(
+            self.documents,
+            self.tokenizer,
+            self.seq_len,
+            "train",
+            self.val_every,
+            rank=rank,
+            world_size=world,
+            max_blocks=self.predict_blocks,
+            **self.shuffle,
+        )
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def test_dataloader(self) -> DataLoader:

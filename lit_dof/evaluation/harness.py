@@ -172,8 +172,10 @@ def evaluate_model(
 
 def _example_tokens(tokenizer, arguments) -> int:
     """An example's longest request in tokens: context + continuation, as lm-eval's ``HFLM`` encodes them."""
-    return max(len(tokenizer(context + continuation, add_special_tokens=False)["input_ids"])
-               for context, continuation in arguments)  # fmt: skip  # packed args
+    return max(
+        len(tokenizer(context + continuation, add_special_tokens=False)["input_ids"])
+        for context, continuation in arguments
+    )
 
 
 EXAMPLE_FIELDS = ("context", "depth", "trial", "prompt_tokens", "needle_token", "answers")

@@ -253,8 +253,16 @@ def load_task(name: str, data_dir: str | Path, **options) -> list[dict]:
     Raises:
         ValueError: an unknown task name (lists the known ones); FileNotFoundError: a missing file.
     """
-    readers = {"piqa": piqa, "logiqa": logiqa, "arc_easy": arc_easy, "arc_challenge": arc_challenge,
-               "winogrande": winogrande, "wsc273": wsc273, "mmlu": mmlu, "mmlu_5shot": mmlu_5shot}  # fmt: skip
+    readers = {
+        "piqa": piqa,
+        "logiqa": logiqa,
+        "arc_easy": arc_easy,
+        "arc_challenge": arc_challenge,
+        "winogrande": winogrande,
+        "wsc273": wsc273,
+        "mmlu": mmlu,
+        "mmlu_5shot": mmlu_5shot,
+    }
     if name not in readers:
         raise ValueError(f"unknown task {name!r}; known: {', '.join((*TASKS, *EXTRA_TASKS))}")
     return readers[name](data_dir, **options)

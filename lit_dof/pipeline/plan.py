@@ -359,8 +359,15 @@ def _lora_bytes(a: Architecture, rank: int, targets: tuple[str, ...]) -> int:
     """float32 LoRA A (r × in) and B (out × r) of every decoder layer's ``targets`` (Llama's projection names;
     another name counts as hidden × hidden)."""
     h, q, kv, ffn = a.hidden, a.heads * a.head_dim, a.kv_heads * a.head_dim, a.intermediate
-    shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), "gate_proj": (h, ffn),
-              "up_proj": (h, ffn), "down_proj": (ffn, h)}  # fmt: skip
+    shapes = {
+        "q_proj": (h, q),
+        "k_proj": (h, kv),
+        "v_proj": (h, kv),
+        "o_proj": (q, h),
+        "gate_proj": (h, ffn),
+        "up_proj": (h, ffn),
+        "down_proj": (ffn, h),
+    }
     per_layer = sum(sum(shapes.get(t.rsplit(".", 1)[-1], (h, h))) for t in targets)
     return a.num_layers * rank * per_layer * 4
 

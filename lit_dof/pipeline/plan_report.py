@@ -79,21 +79,35 @@ def settings_from_config(config) -> RunSettings:
     window = margs.get("sliding_window") or SlidingWindow()
     window = window if isinstance(window, SlidingWindow) else SlidingWindow.from_dict(vars(window))
     return RunSettings(
-        teacher=str(margs.get("teacher", DEFAULT_TEACHER)), accelerator=accelerator, devices=int(devices),
-        num_nodes=int(trainer.num_nodes or 1), sharded=sharded,
+        teacher=str(margs.get("teacher", DEFAULT_TEACHER)),
+        accelerator=accelerator,
+        devices=int(devices),
+        num_nodes=int(trainer.num_nodes or 1),
+        sharded=sharded,
         teacher_dtype=resolve_dtype(margs.get("teacher_dtype", "auto"), trainer.precision),
-        batch_size=int(dargs.get("batch_size", 1)), seq_len=int(dargs.get("seq_len", 512)),
-        query_rows=margs.get("query_rows"), loss=loss, feature_dims=feature_dims,
-        budget=budget, max_dim=None if budget is None else cap * budget, max_ratio=cap,
+        batch_size=int(dargs.get("batch_size", 1)),
+        seq_len=int(dargs.get("seq_len", 512)),
+        query_rows=margs.get("query_rows"),
+        loss=loss,
+        feature_dims=feature_dims,
+        budget=budget,
+        max_dim=None if budget is None else cap * budget,
+        max_ratio=cap,
         maps_per_layer="kv" if margs.get("share_kv_maps", True) else "query",
-        layer_backward=bool(margs.get("layer_backward", True)), window=window.window,
-        sink_tokens=window.sink_tokens, chunk_size=int(margs.get("chunk_size", 64) or 64),
+        layer_backward=bool(margs.get("layer_backward", True)),
+        window=window.window,
+        sink_tokens=window.sink_tokens,
+        chunk_size=int(margs.get("chunk_size", 64) or 64),
         finetune_fraction=1.0 if direct else float(margs.get("finetune_fraction", 0.0)),
-        dof_enabled=not fixed and not report_path, dof_samples=int(pargs.get("num_samples", 1024)),
-        dof_batches=int(pargs.get("num_batches", 8)), dof_pooling=pargs.get("pooling", "query_head"),
+        dof_enabled=not fixed and not report_path,
+        dof_samples=int(pargs.get("num_samples", 1024)),
+        dof_batches=int(pargs.get("num_batches", 8)),
+        dof_pooling=pargs.get("pooling", "query_head"),
         validate=trainer.limit_val_batches != 0 and int(dargs.get("val_blocks", 1)) > 0,
         export=margs.get("export_dir") != "",
-        accumulate=int(trainer.accumulate_grad_batches or 1), **_lora_settings(margs.get("lora")))  # fmt: skip
+        accumulate=int(trainer.accumulate_grad_batches or 1),
+        **_lora_settings(margs.get("lora")),
+    )
 
 
 def _lora_settings(lora) -> dict:

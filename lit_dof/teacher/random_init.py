@@ -153,9 +153,14 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--pad-vocab", action="store_true", help="pad a shorter tokenizer to the config's vocab_size")
     args = parser.parse_args(argv)
     out = materialise_random_teacher(
-        args.out_dir, args.tokenizer, args.config, args.seed, dtype=args.dtype, device=args.device,
+        args.out_dir,
+        args.tokenizer,
+        args.config,
+        args.seed,
+        dtype=args.dtype,
+        device=args.device,
         pad_vocab=args.pad_vocab,
-    )  # fmt: skip
+    )
     print(out)
     return out
 

@@ -133,9 +133,15 @@ def test_sliding_window_on_cuda_matches_the_float64_reference(T, window, sinks, 
     with torch.no_grad():
         for n in (T // 3, 1, 1, T - T // 3 - 2):
             part = [x.detach()[:, :, start : start + n] for x in inputs[:5]]
-            y, state = sliding_window_linear_attention(*part, log_mix=inputs[5].detach(), state=state,
-                                                       chunk_size=chunk, window_kernel=kernel,
-                                                       linear_kernel=linear_kernel, **kw)  # fmt: skip
+            y, state = sliding_window_linear_attention(
+                *part,
+                log_mix=inputs[5].detach(),
+                state=state,
+                chunk_size=chunk,
+                window_kernel=kernel,
+                linear_kernel=linear_kernel,
+                **kw,
+            )
             outs.append(y)
             start += n
     torch.testing.assert_close(torch.cat(outs, 2).double().cpu(), ref, rtol=1e-4, atol=1e-5)

@@ -29,8 +29,11 @@ def _inputs(B, Hq, Hk, T, d=8, M=6, D=5, scale=1.5, seed=0):
 def test_aligned_far_term_equals_the_pytorch_path_with_a_carried_state(N, scale):
     _, _, v, lq, lk, _, decay = _inputs(2, 4, 2, N, scale=scale)
     g = torch.Generator().manual_seed(1)
-    state = LinearAttentionState(torch.rand(2, 2, 6, 5, generator=g), torch.rand(2, 2, 6, generator=g) + 1,
-                                 torch.randn(2, 2, 6, generator=g) * scale)  # fmt: skip
+    state = LinearAttentionState(
+        torch.rand(2, 2, 6, 5, generator=g),
+        torch.rand(2, 2, 6, generator=g) + 1,
+        torch.randn(2, 2, 6, generator=g) * scale,
+    )
     got = fla_aligned_linear_attention(lq, lk, v, state, decay)
     ref = _aligned_linear_attention(lq, lk, v, state, 64, decay)
     torch.testing.assert_close(got[0], ref[0], rtol=1e-4, atol=1e-5)
@@ -72,8 +75,9 @@ def test_the_layer_with_fla_matches_the_float64_reference_forward_and_gradients(
         assert (inputs[2].grad[1, :, :20] == 0).all()  # padding values never count
     # decoding continues from the state the fla path left
     nxt = [x.detach()[:, :, -1:] * 0.5 for x in inputs[:5]]
-    step, _ = sliding_window_linear_attention(*nxt, log_mix=mix.detach(), far_decay=decay.detach(), state=state,
-                                              window=window, sink_tokens=sinks)  # fmt: skip
+    step, _ = sliding_window_linear_attention(
+        *nxt, log_mix=mix.detach(), far_decay=decay.detach(), state=state, window=window, sink_tokens=sinks
+    )
     full = [torch.cat([x.detach(), y], 2) for x, y in zip(inputs[:5], nxt)]
     ref_full = naive_sliding_window_attention(
         *full,

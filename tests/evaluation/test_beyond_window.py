@@ -54,14 +54,30 @@ def test_eval_reports_each_tasks_share_beyond_the_students_window(tmp_path, caps
 
     tok = load_tokenizer(str(save_window_student(tmp_path / "student")))
     output = tmp_path / "eval.json"
-    main(["eval", "--model", str(tmp_path / "student"), "--tasks", "[wsc273, arc_easy]", "--limit", "6",
-          "--data_dir", str(DATA), "--device", "cpu", "--output", str(output)])  # fmt: skip  # packed args
+    main(
+        [
+            "eval",
+            "--model",
+            str(tmp_path / "student"),
+            "--tasks",
+            "[wsc273, arc_easy]",
+            "--limit",
+            "6",
+            "--data_dir",
+            str(DATA),
+            "--device",
+            "cpu",
+            "--output",
+            str(output),
+        ]
+    )
     record = json.loads(output.read_text())
     assert record["provenance"]["exact_positions"] == 18
     for task in ("arc_easy", "wsc273"):  # a choice task and a partial one: request_texts is what lm-eval scores
         docs = task_data.load_task(task, DATA)[:6]
-        by_hand = [max(len(tok(t, add_special_tokens=False)["input_ids"]) for t in task_data.request_texts(d))
-                   for d in docs]  # fmt: skip  # packed args
+        by_hand = [
+            max(len(tok(t, add_special_tokens=False)["input_ids"]) for t in task_data.request_texts(d)) for d in docs
+        ]
         entry = record["tasks"][task]
         assert entry["tokens"] == by_hand and entry["beyond_exact"] == sum(t > 18 for t in by_hand) / 6
     assert "beyond 18 tokens" in capsys.readouterr().out
@@ -75,8 +91,10 @@ def test_the_lengths_script_needs_no_model(tmp_path):
     args = ["--tokenizer", str(TINYSTORIES), "--exact", "20", "--tasks", "wsc273", "--data_dir", str(DATA)]
     result = load_script("task_lengths").main([*args, "--output", str(tmp_path / "l.json")])
     tok = load_tokenizer(str(TINYSTORIES))
-    lengths = [max(len(tok(t, add_special_tokens=False)["input_ids"]) for t in task_data.request_texts(d))
-               for d in task_data.wsc273(DATA)]  # fmt: skip  # packed args
+    lengths = [
+        max(len(tok(t, add_special_tokens=False)["input_ids"]) for t in task_data.request_texts(d))
+        for d in task_data.wsc273(DATA)
+    ]
     entry = result["tasks"]["wsc273"]
     assert (
         entry["n"] == 273

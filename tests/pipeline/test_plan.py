@@ -147,8 +147,9 @@ def test_lora_adapters_and_their_optimizer_state_are_counted():
     from lit_dof.students.lora import LoRA, add_lora
 
     with_lora = plan_config(parse_fit_config(["--config", str(REPO / "configs" / "quickstart.yaml")]))
-    without = plan_config(parse_fit_config(["--config", str(REPO / "configs" / "quickstart.yaml"),
-                                            "--model.init_args.lora=null"]))  # fmt: skip
+    without = plan_config(
+        parse_fit_config(["--config", str(REPO / "configs" / "quickstart.yaml"), "--model.init_args.lora=null"])
+    )
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(resolve_teacher_config(with_lora[1].teacher))
     add_lora(model, LoRA(rank=8))

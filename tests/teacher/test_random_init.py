@@ -23,8 +23,18 @@ def _config(tmp_path, vocab_size):
 
 
 def test_a_padded_tokenizer_reaches_the_vocabulary_and_tokenises_as_before(tmp_path):
-    out = main([str(tmp_path / "m"), "--tokenizer", str(TINYSTORIES), "--config", str(_config(tmp_path, 2500)),
-                "--pad-vocab", "--dtype", "bfloat16"])  # fmt: skip
+    out = main(
+        [
+            str(tmp_path / "m"),
+            "--tokenizer",
+            str(TINYSTORIES),
+            "--config",
+            str(_config(tmp_path, 2500)),
+            "--pad-vocab",
+            "--dtype",
+            "bfloat16",
+        ]
+    )
     padded, original = AutoTokenizer.from_pretrained(out), AutoTokenizer.from_pretrained(TINYSTORIES)
     assert (len(original), len(padded)) == (2048, 2500)
     for text in TEXTS:
