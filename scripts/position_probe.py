@@ -38,7 +38,7 @@ import torch
 from transformers import AutoTokenizer
 from transformers.models.llama.modeling_llama import rotate_half
 
-from lit_dof.attention.sliding_layer import SlidingWindowLinearAttention
+from lit_dof.attention.layers.sliding_window import SlidingWindowLinearAttention
 from lit_dof.devices import DEVICE_OPTIONS, DTYPE_OPTIONS, device_errors_exit, resolve_device, resolve_model_dtype
 from lit_dof.evaluation.perplexity import heldout_documents, text_tokens
 from lit_dof.students import load_student

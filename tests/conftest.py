@@ -15,6 +15,12 @@ MODELS = DATA.parent / "models"
 WIKIPEDIA = DATA / "wikipedia" / "enwiki_wikiextractor_AA.txt.gz"
 TINYSTORIES = MODELS / "TinyStories-656K"
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # scripts/test.sh runs the suite on every core (pytest-xdist, one worker per core): one thread per worker and
+    # per process a test starts, so that the workers do not oversubscribe the cores (OpenMP threads spin).
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    torch.set_num_threads(1)
+
 
 def tiny_config(family: str):
     """A tiny random config of ``family`` whose attention is far from uniform (large init)."""

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from lit_dof.attention.rotary import unrotate
+from lit_dof.attention.ops.rotary import unrotate
 from lit_dof.dof.estimator import (
     STRATEGIES,
     DegenerateAllocationWarning,
@@ -122,7 +122,7 @@ def collect_samples(
     which batches were seen, not on the process or order (:meth:`~lit_dof.teacher.capture.QKReservoir.add`),
     so per-rank reservoirs merge exactly. ``far_window``, ``sink_tokens``: pool only the vectors of query–key
     pairs at least that far apart (:func:`~lit_dof.teacher.capture.pooled_vectors`). ``unrotated``: pool q/k with
-    the rotary embedding undone (:func:`~lit_dof.attention.rotary.unrotate`): the kernel a far term with
+    the rotary embedding undone (:func:`~lit_dof.attention.ops.rotary.unrotate`): the kernel a far term with
     ``far_rope=False`` approximates.
 
     Returns:

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from lit_dof.attention import CausalLinearAttention, LearnedPRF, SlidingWindow, SlidingWindowLinearAttention
-from lit_dof.attention.grouped import HeadGroupedAttention
+from lit_dof.attention.layers.grouped import HeadGroupedAttention
 from lit_dof.students.cache import prefill_cache_nbytes
 from lit_dof.students.lora import merged_state_dict
 from lit_dof.students.modeling import LitDofForCausalLM, linearize

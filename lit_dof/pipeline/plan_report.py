@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from lit_dof.attention.window_options import SlidingWindow
+from lit_dof.attention.layers.window_options import SlidingWindow
 from lit_dof.pipeline.plan import (
     GIB,
     Architecture,

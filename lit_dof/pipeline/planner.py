@@ -25,7 +25,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from lit_dof.attention.window_options import SlidingWindow
+from lit_dof.attention.layers.window_options import SlidingWindow
 from lit_dof.dof import STRATEGIES, DoFReport, allocate_feature_dims, allocate_head_feature_dims
 from lit_dof.dof.estimator import RelativeTo
 from lit_dof.dof.report import collect_samples, dof_report

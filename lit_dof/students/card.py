@@ -18,7 +18,7 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from lit_dof.attention.window_options import SlidingWindow
+from lit_dof.attention.layers.window_options import SlidingWindow
 from lit_dof.io import atomic_write_text
 from lit_dof.students.surgery import layer_mean_dims
 

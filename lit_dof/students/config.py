@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 
 from transformers import AutoConfig, PretrainedConfig
 
-from lit_dof.attention.window_options import SlidingWindow
+from lit_dof.attention.layers.window_options import SlidingWindow
 
 
 class LitDofConfig(PretrainedConfig):

@@ -35,9 +35,9 @@ import torch
 from torch import Tensor
 
 from lit_dof.attention import CausalLinearAttention, SlidingWindowLinearAttention
-from lit_dof.attention.grouped import HeadGroupedAttention
-from lit_dof.attention.naive import sliding_window_masks
-from lit_dof.attention.rotary import Rotary
+from lit_dof.attention.layers.grouped import HeadGroupedAttention
+from lit_dof.attention.ops.rotary import Rotary
+from lit_dof.attention.ops.sliding_window.naive import sliding_window_masks
 from lit_dof.precision import fp32_region, upcast
 
 KernelLossKind = Literal["softmax", "l2"]
@@ -179,7 +179,7 @@ def _windowed_scores(
 ) -> Tensor:
     """The log-terms of a sliding-window twin's rows ``(B, Hq, R, T)``: the teacher's logits on exact pairs,
     ``β_h − λ_h (i − w − j) + log K̂`` on far pairs, ``-inf`` elsewhere
-    (:func:`~lit_dof.attention.naive.sliding_window_masks`)."""
+    (:func:`~lit_dof.attention.ops.sliding_window.naive.sliding_window_masks`)."""
     exact, far = (m[rows] for m in sliding_window_masks(T, twin.window, twin.sink_tokens, device=logits.device))
     scores = torch.full_like(logits, float("-inf"))
     if log_khat is not None:

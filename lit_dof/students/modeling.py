@@ -33,7 +33,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PreT
 
 from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFactory, SlidingWindow
 from lit_dof.attention.feature_maps.registry import warn_if_unregistered
-from lit_dof.attention.grouped import HeadGroupedAttention
+from lit_dof.attention.layers.grouped import HeadGroupedAttention
 from lit_dof.interface import MODEL_CACHE_ARGUMENT, AttentionSlot
 from lit_dof.io import atomic_directory
 from lit_dof.students import integrity

@@ -24,7 +24,7 @@ from lit_dof.attention import (
     SlidingWindowLinearAttention,
 )
 from lit_dof.attention.feature_maps.registry import feature_map_name, registered_feature_map
-from lit_dof.attention.grouped import HeadGroupedAttention
+from lit_dof.attention.layers.grouped import HeadGroupedAttention
 from lit_dof.interface import ATTN_IMPLEMENTATION, AttentionSlot, install_attention_hook
 from lit_dof.teacher.families import AttentionLayer, attention_layers, has_rotary_positions
 
@@ -96,7 +96,7 @@ def attach_linear_attention(
         feature_map_factory: ``(head_dim, num_heads, feature_dim) -> FeatureMap``; any feature-map class.
         feature_dims: M per layer (length L; entries of sliding-window layers are ignored) or one int; an entry
             may be a list of M per KV head (per-head dims: the layer becomes a
-            :class:`~lit_dof.attention.grouped.HeadGroupedAttention`, needs ``share_kv_maps``).
+            :class:`~lit_dof.attention.layers.grouped.HeadGroupedAttention`, needs ``share_kv_maps``).
         softmax_layers: layer indices that keep softmax attention (switchable later).
         share_kv_maps: one φ per KV head (default; state ÷ GQA group) or one per query head.
         chunk_size: chunk size of the parallel form.
@@ -204,7 +204,7 @@ def linear_layer_mask(model: nn.Module) -> list[bool]:
 
 def linear_modules(model: nn.Module) -> dict[int, CausalLinearAttention | HeadGroupedAttention]:
     """``{layer index: its linear twin}`` for every layer that has one (softmax-switched ones included); a
-    layer with per-head dims has a :class:`~lit_dof.attention.grouped.HeadGroupedAttention`."""
+    layer with per-head dims has a :class:`~lit_dof.attention.layers.grouped.HeadGroupedAttention`."""
     out = {}
     for layer in attention_layers(model):
         slot = getattr(layer.module, "lit_dof", None)

@@ -107,8 +107,8 @@ def test_sliding_window_on_cuda_matches_the_float64_reference(T, window, sinks, 
     input on the GPU in float32 equal the quadratic float64 CPU reference, with the window by the banded softmax
     or by compiled flex_attention (its log-normaliser's gradient included), the far term by the chunked kernel or
     fla's Triton simple GLA (T = 700: two segments); prefill then decode equals one pass."""
-    from lit_dof.attention.naive import naive_sliding_window_attention
-    from lit_dof.attention.sliding_window import sliding_window_linear_attention
+    from lit_dof.attention.ops.sliding_window.chunked import sliding_window_linear_attention
+    from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention
 
     g = torch.Generator().manual_seed(T)
     shapes = [(2, 6, T, 8), (2, 2, T, 8), (2, 2, T, 5), (2, 6, T, 16), (2, 2, T, 16), (6,)]

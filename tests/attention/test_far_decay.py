@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from lit_dof.attention import LearnedPRF, SlidingWindow, SlidingWindowLinearAttention
-from lit_dof.attention.naive import naive_sliding_window_attention
-from lit_dof.attention.sliding_window import sliding_window_linear_attention
+from lit_dof.attention.ops.sliding_window.chunked import sliding_window_linear_attention
+from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention
 from lit_dof.students import linearize, load_student
 from lit_dof.students.losses import attention_distillation_loss
 from tests.attention.test_sliding_window import TOL, _inputs

@@ -7,7 +7,7 @@ import math
 import torch
 
 from lit_dof.attention import LearnedPRF, SlidingWindow, SlidingWindowLinearAttention
-from lit_dof.attention.naive import naive_sliding_window_attention
+from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention
 from tests.conftest import load_script
 
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from lit_dof.attention import LearnedPRF, SlidingWindow, SlidingWindowLinearAttention
-from lit_dof.attention.naive import naive_sliding_window_attention
-from lit_dof.attention.rotary import unrotate
+from lit_dof.attention.ops.rotary import unrotate
+from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention
 from lit_dof.students import linearize, load_student
 from lit_dof.students.layer_losses import SoftmaxRowLoss
 from lit_dof.teacher.capture import capture_attention

@@ -1,6 +1,6 @@
 """The far term on flash-linear-attention (``linear_kernel="fla"``), wired through fla's own pure-PyTorch
-reference (``naive_chunk_simple_gla``, what :func:`~lit_dof.attention.fla_far.fla_kernel` gives off CUDA): equal to
-the PyTorch chunked path and to the quadratic float64 reference, forward and gradients, with decay, GQA, sinks,
+reference (``naive_chunk_simple_gla``, what :func:`~lit_dof.attention.ops.linear.fla.fla_kernel` gives off CUDA):
+equal to the PyTorch chunked path and to the quadratic float64 reference, forward and gradients, with decay, GQA, sinks,
 padding, large log-features, a carried state and decoding after it. Skipped where fla cannot be installed."""
 
 import pytest
@@ -8,10 +8,10 @@ import torch
 
 pytest.importorskip("fla.ops.simple_gla.naive", reason="flash-linear-attention (pip install 'lit-dof[gpu]')")
 
-from lit_dof.attention.fla_far import fla_aligned_linear_attention  # noqa: E402
-from lit_dof.attention.naive import naive_sliding_window_attention  # noqa: E402
-from lit_dof.attention.sliding_window import _aligned_linear_attention, sliding_window_linear_attention  # noqa: E402
-from lit_dof.attention.state import LinearAttentionState  # noqa: E402
+from lit_dof.attention.ops.linear.fla import fla_aligned_linear_attention  # noqa: E402
+from lit_dof.attention.ops.linear.state import LinearAttentionState  # noqa: E402
+from lit_dof.attention.ops.sliding_window.chunked import _aligned_linear_attention, sliding_window_linear_attention  # noqa: E402
+from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Triton is not supported")
 

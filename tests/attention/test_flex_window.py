@@ -10,9 +10,9 @@ import torch
 
 from lit_dof.attention import SlidingWindow, SlidingWindowLinearAttention
 from lit_dof.attention.feature_maps import LearnedPRF
-from lit_dof.attention.flex_window import flex_window_softmax, window_block_mask
-from lit_dof.attention.naive import naive_sliding_window_attention, sliding_window_masks
-from lit_dof.attention.sliding_window import sliding_window_linear_attention
+from lit_dof.attention.ops.sliding_window.chunked import sliding_window_linear_attention
+from lit_dof.attention.ops.sliding_window.flex import flex_window_softmax, window_block_mask
+from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention, sliding_window_masks
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*flex_attention called without torch.compile")
 CASES = {"T37-w5-s3": (37, 5, 3), "T70-w16-s0": (70, 16, 0), "T20-w100-s2": (20, 100, 2), "T150-w1-s1": (150, 1, 1)}

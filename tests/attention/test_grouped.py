@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lit_dof.attention import CausalLinearAttention, LearnedPRF, SlidingWindow, SlidingWindowLinearAttention
-from lit_dof.attention.grouped import HeadGroupedAttention, head_groups
+from lit_dof.attention.layers.grouped import HeadGroupedAttention, head_groups
 from lit_dof.students.losses import attention_distillation_loss
 
 HQ, HK, D = 6, 3, 8  # GQA group 2

@@ -3,7 +3,7 @@
 import torch
 
 from lit_dof.attention import CausalLinearAttention, LearnedPRF, accumulate_state, chunked_linear_attention
-from lit_dof.attention.naive import naive_linear_attention
+from lit_dof.attention.ops.linear.naive import naive_linear_attention
 
 
 def test_accumulate_state_equals_chunked_state():

@@ -7,8 +7,8 @@ contract (its state is float32), hence tolerances of float32 rounding."""
 import pytest
 import torch
 
-from lit_dof.attention.naive import naive_sliding_window_attention, sliding_window_masks
-from lit_dof.attention.sliding_window import sliding_window_linear_attention
+from lit_dof.attention.ops.sliding_window.chunked import sliding_window_linear_attention
+from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention, sliding_window_masks
 
 
 def _inputs(B, Hq, Hk, T, d=8, M=6, D=5, q_scale=1.0, seed=0):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lit_dof.attention import LearnedPRF, SlidingWindow
-from lit_dof.attention.naive import naive_sliding_window_attention
+from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention
 from lit_dof.evaluation.controls import (
     closed_form_state_bytes,
     control_info,
@@ -118,7 +118,8 @@ def test_quickstart_record_is_133_float32_teacher_tokens():
 
 def _masked_teacher_logits(monkeypatch, ids, window, sinks):
     """Reference: the float64 teacher whose every attention layer is the naive float64 softmax over the exact
-    (window + sinks) pairs (:func:`~lit_dof.attention.naive.naive_sliding_window_attention` without a far term)."""
+    (window + sinks) pairs (:func:`~lit_dof.attention.ops.sliding_window.naive.naive_sliding_window_attention`
+    without a far term)."""
     from transformers.models.llama import modeling_llama
 
     calls = []

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lit_dof.attention import LearnedPRF, SlidingWindow
-from lit_dof.attention.grouped import HeadGroupedAttention
+from lit_dof.attention.layers.grouped import HeadGroupedAttention
 from lit_dof.dof import allocate_head_feature_dims
 from lit_dof.students import RecurrentStateLayer, linearize, load_student
 from tests.conftest import tiny_model

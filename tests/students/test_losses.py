@@ -152,7 +152,7 @@ def test_windowed_softmax_loss_is_kl_to_the_twins_whole_rows(sinks):
     """KL(teacher row ‖ the sliding-window twin's row), the twin's row read off the float64 reference with
     one-hot values (its output is then the attention matrix); padding excluded."""
     from lit_dof.attention import SlidingWindowLinearAttention
-    from lit_dof.attention.naive import naive_sliding_window_attention
+    from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention
 
     torch.manual_seed(4)
     fm = LearnedPRF(8, 2, 16, seed=4)

@@ -14,7 +14,7 @@ from lit_dof.attention import (
     SlidingWindow,
     SlidingWindowLinearAttention,
 )
-from lit_dof.attention.naive import naive_sliding_window_attention
+from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention
 from lit_dof.students import RecurrentStateLayer, linearize, load_student
 from tests.conftest import padded_batch, tiny_model
 from tests.students.test_generation import greedy_by_reforward

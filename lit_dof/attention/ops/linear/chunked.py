@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lit_dof.attention._validation import check_positive_int, check_qkv, check_rank
-from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
+from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE, LinearAttentionState
 from lit_dof.precision import fp32_region
 
 _TINY = torch.finfo(torch.float32).tiny
@@ -90,7 +90,7 @@ def chunked_linear_attention(
             are wrong in the forward and NaN in the backward: only for inputs known to be well scaled.
         return_log_normalizer: also return each row's log-normaliser ``log Σ_{j≤i} K̂(q_i, k_j)`` (state
             included), the quantity that lets this output be merged with other attention terms
-            (:mod:`lit_dof.attention.sliding_window`). Exact up to the per-query constant the log-features
+            (:mod:`lit_dof.attention.ops.sliding_window.chunked`). Exact up to the per-query constant the log-features
             may carry; ``-inf`` for a row with no keys (its gradient is zero there).
 
     Returns:
@@ -238,7 +238,7 @@ def accumulate_state(
 
     The same state :func:`chunked_linear_attention` would return after these tokens:
     ``m_f = max(m⁰_f, max_j ℓ_{j,f})``, ``kv = e^{m⁰−m}·kv⁰ + Σ_j e^{ℓ_j − m} v_jᵀ``, ``k_sum`` likewise
-    (:class:`~lit_dof.attention.state.LinearAttentionState`). Used when the queries of a prefix are not
+    (:class:`~lit_dof.attention.ops.linear.state.LinearAttentionState`). Used when the queries of a prefix are not
     needed, e.g. a softmax-style KV cache handed to a linear layer.
 
     Args:

@@ -1,6 +1,6 @@
 """The exact part of sliding-window attention: masked softmax over the window (banded, in chunks of queries, or
 for one decoded token) and over the attention sinks, each normalised with its log-normaliser, and the merge of
-normalised parts into one normaliser (the combination rule of :mod:`lit_dof.attention.sliding_window`).
+normalised parts into one normaliser (the combination rule of :mod:`lit_dof.attention.ops.sliding_window.chunked`).
 
 Notation as there: B batch, Hk key/value heads, G query heads per key head, T queries, d head size, D value
 size, w window, s sinks.

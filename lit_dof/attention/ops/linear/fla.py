@@ -1,7 +1,8 @@
-"""The far term on flash-linear-attention's simple-GLA kernels (``linear_kernel="fla"``; ``pip install lit-dof[gpu]``).
+"""The far term on flash-linear-attention's simple-GLA kernels (``linear_kernel="fla"``; ``pip install
+lit-dof[gpu]``).
 
-The far term of :mod:`lit_dof.attention.sliding_window` is causal linear attention of N queries over N aligned
-keys with the scalar decay e^{−λ(n − m)} — simple gated linear attention with a constant gate ``g = −λ``
+The far term of :mod:`lit_dof.attention.ops.sliding_window.chunked` is causal linear attention of N queries over N
+aligned keys with the scalar decay e^{−λ(n − m)} — simple gated linear attention with a constant gate ``g = −λ``
 (RetNet, Sun et al. 2023, §2.1; GLA, Yang et al. 2024, as fla's ``chunk_simple_gla``). What fla does not
 carry is our representation: log-features, a normaliser and a state with per-feature log-scales. The mapping,
 exact in real arithmetic, per segment of ≤ 512 tokens:
@@ -11,9 +12,9 @@ exact in real arithmetic, per segment of ≤ 512 tokens:
   each query row is divided by its largest entry ``a_n``, so no feature overflows;
 * the normaliser as a column of ones appended to the values: one kernel call gives numerator and denominator,
   ``log_z = log(den) + a_n``;
-* the carried :class:`~lit_dof.attention.state.LinearAttentionState` (referenced to the call's index 0) enters as
-  fla's initial state (referenced to index −1: one decay step e^{λ} more) in the scale ``c``, and the final state
-  comes back with ``log_scale = c − λ``.
+* the carried :class:`~lit_dof.attention.ops.linear.state.LinearAttentionState` (referenced to the call's index 0)
+  enters as fla's initial state (referenced to index −1: one decay step e^{λ} more) in the scale ``c``, and the
+  final state comes back with ``log_scale = c − λ``.
 
 ``c`` and ``a_n`` are constants of the exact function (its value does not depend on them), so they carry no
 gradient. Grouped-query attention repeats the KV features for the query heads (fla's simple GLA has one head
@@ -28,7 +29,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from lit_dof.attention.state import LinearAttentionState
+from lit_dof.attention.ops.linear.state import LinearAttentionState
 
 SEGMENT = 512  # tokens per kernel call: the stabilisers c are per segment
 _INSTALL = "the fla far-term kernel needs flash-linear-attention: pip install 'lit-dof[gpu]' (needs triton)"

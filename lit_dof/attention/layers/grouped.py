@@ -16,8 +16,8 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from lit_dof.attention.layer import CausalLinearAttention
-from lit_dof.attention.rotary import Rotary
+from lit_dof.attention.layers.linear import CausalLinearAttention
+from lit_dof.attention.ops.rotary import Rotary
 from lit_dof.precision import Float32Parameters
 
 

@@ -1,13 +1,13 @@
 """The exact part of sliding-window attention through PyTorch's ``flex_attention``: window + sinks as a block mask.
 
-The same terms as :func:`~lit_dof.attention.window_softmax.band_and_sinks_softmax` for a fresh sequence (no
+The same terms as :func:`~lit_dof.attention.ops.sliding_window.softmax.band_and_sinks_softmax` for a fresh sequence (no
 state, the first query at position 0): query p attends key t when ``t ≤ p`` and ``p − t < w`` or ``t < s``, and
 not a padding key. ``flex_attention`` (Dong et al. 2024, "Flex Attention: A Programming Model for Generating
 Optimized Attention Kernels") skips the blocks the mask empties and, compiled, runs one fused kernel on a GPU;
 ``return_aux`` gives the log-normaliser that merges the window with the linear far term in one normaliser
-(:func:`~lit_dof.attention.window_softmax.merge_normalized`). Grouped-query attention is native (``enable_gqa``:
-query head h reads KV head h // G, the grouping of the rest of this package). Uncompiled it runs PyTorch's
-reference implementation (every score materialised: tests and the CPU only).
+(:func:`~lit_dof.attention.ops.sliding_window.softmax.merge_normalized`). Grouped-query attention is native
+(``enable_gqa``: query head h reads KV head h // G, the grouping of the rest of this package). Uncompiled it runs
+PyTorch's reference implementation (every score materialised: tests and the CPU only).
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def flex_window_softmax(
 
     Returns:
         ``(o (B, Hq, T, D), log_z (B, Hq, T))`` in float32 (float64 for float64 inputs) — what
-        :func:`~lit_dof.attention.window_softmax.band_and_sinks_softmax` returns for a fresh sequence, with the
-        query heads unflattened.
+        :func:`~lit_dof.attention.ops.sliding_window.softmax.band_and_sinks_softmax` returns for a fresh sequence,
+        with the query heads unflattened.
 
     Raises:
         ValueError: inconsistent shapes or settings.

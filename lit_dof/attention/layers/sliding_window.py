@@ -1,6 +1,6 @@
 """Sliding-window + linear attention as a layer: exact softmax over the last ``window`` tokens (and the
 first ``sink_tokens``), a feature map φ's linear attention over everything older (the kernel and its
-equations: :mod:`lit_dof.attention.sliding_window`).
+equations: :mod:`lit_dof.attention.ops.sliding_window.chunked`).
 
 It is a :class:`~lit_dof.attention.CausalLinearAttention` (same feature map, GQA policy and call
 signature), so students, hybrids, the caches and the distillation losses take it wherever they take the
@@ -15,10 +15,10 @@ import torch
 from torch import Tensor, nn
 
 from lit_dof.attention.feature_maps.base import FeatureMap
-from lit_dof.attention.layer import CausalLinearAttention
-from lit_dof.attention.rotary import Rotary, unrotate
-from lit_dof.attention.sliding_window import SlidingWindowState, sliding_window_linear_attention
-from lit_dof.attention.window_options import SlidingWindow
+from lit_dof.attention.layers.linear import CausalLinearAttention
+from lit_dof.attention.layers.window_options import SlidingWindow
+from lit_dof.attention.ops.rotary import Rotary, unrotate
+from lit_dof.attention.ops.sliding_window.chunked import SlidingWindowState, sliding_window_linear_attention
 
 
 def _option(name: str, doc: str) -> property:
@@ -33,11 +33,11 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         feature_map: φ of the far term (``num_heads`` = Hk for maps shared per KV head, or Hq).
         num_heads: Hq. num_kv_heads: Hk (``None``: Hq).
         sliding_window: the window (w ≥ 1), sink tokens, far term, mixing weight and decay
-            (:class:`~lit_dof.attention.window_options.SlidingWindow`).
+            (:class:`~lit_dof.attention.layers.window_options.SlidingWindow`).
         chunk_size: chunk size of both parts' parallel forms.
         window_kernel: ``"torch"`` or ``"flex"``, the exact part's kernel on a fresh sequence
-            (:func:`~lit_dof.attention.sliding_window.sliding_window_linear_attention`); an attribute, so it can
-            be switched on a built student.
+            (:func:`~lit_dof.attention.ops.sliding_window.chunked.sliding_window_linear_attention`); an
+            attribute, so it can be switched on a built student.
         linear_kernel: ``"torch"`` or ``"fla"`` (flash-linear-attention), the far term's kernel; an attribute too.
 
     Raises:
@@ -90,7 +90,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         Args:
             q: ``(B, Hq, T, d)`` post-RoPE queries.
             k: ``(B, Hk, T, d)`` post-RoPE keys at the same T positions.
-            rotary: ``(cos, sin)`` of those positions (:data:`~lit_dof.attention.rotary.Rotary`).
+            rotary: ``(cos, sin)`` of those positions (:data:`~lit_dof.attention.ops.rotary.Rotary`).
 
         Raises:
             ValueError: ``far_rope=False`` and no ``rotary`` (e.g. a teacher without rotary positions).
@@ -147,7 +147,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             k: ``(B, Hk, Tk, d)`` keys, Tk ≥ T (the first Tk − T are a prefix without queries, e.g. a softmax
                 KV cache handed over).
             v: ``(B, Hk, Tk, D)`` values.
-            state: :class:`~lit_dof.attention.sliding_window.SlidingWindowState` of the preceding tokens.
+            state: :class:`~lit_dof.attention.ops.sliding_window.chunked.SlidingWindowState` of the preceding tokens.
             key_padding_mask: ``(B, Tk)`` bool, False for padding keys.
             rotary: ``(cos, sin)`` ``(B or 1, T, r)`` of the T query positions; needed (only) when
                 :attr:`needs_rotary`.

@@ -19,10 +19,10 @@ import torch
 from torch import Tensor
 
 from lit_dof.attention._validation import check_positive_int, check_rank
-from lit_dof.attention.chunked import accumulate_state, chunked_linear_attention
 from lit_dof.attention.feature_maps.base import FeatureMap
-from lit_dof.attention.recurrent import recurrent_linear_attention
-from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
+from lit_dof.attention.ops.linear.chunked import accumulate_state, chunked_linear_attention
+from lit_dof.attention.ops.linear.recurrent import recurrent_linear_attention
+from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE, LinearAttentionState
 from lit_dof.precision import Float32Parameters
 
 FeatureMapFactory = Callable[[int, int, int], FeatureMap]

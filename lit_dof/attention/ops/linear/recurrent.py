@@ -1,7 +1,7 @@
 """Recurrent (token-by-token) causal linear attention — the decoding form.
 
 Per head the state is A ∈ R^{M×D}, B ∈ R^M (METHOD.md §1) plus a per-feature log-scale m ∈ R^M that keeps
-both finite (see :class:`~lit_dof.attention.state.LinearAttentionState`). A step costs O(M·D) per head,
+both finite (see :class:`~lit_dof.attention.ops.linear.state.LinearAttentionState`). A step costs O(M·D) per head,
 independent of how many tokens came before — decoding memory and time are constant in T.
 """
 
@@ -11,8 +11,8 @@ import torch
 from torch import Tensor
 
 from lit_dof.attention._validation import check_qkv
-from lit_dof.attention.chunked import _TINY, _log_normalizer, check_state
-from lit_dof.attention.state import LinearAttentionState
+from lit_dof.attention.ops.linear.chunked import _TINY, _log_normalizer, check_state
+from lit_dof.attention.ops.linear.state import LinearAttentionState
 from lit_dof.precision import fp32_region
 
 
@@ -55,7 +55,7 @@ def recurrent_linear_attention(
         initial_state: state after the preceding tokens (e.g. from a chunked prefill), or ``None``.
         check_inputs: reject NaN/+inf inputs.
         return_log_normalizer: also return each row's log-normaliser, as
-            :func:`~lit_dof.attention.chunked.chunked_linear_attention` does.
+            :func:`~lit_dof.attention.ops.linear.chunked.chunked_linear_attention` does.
 
     Returns:
         ``(y, state)``: ``y`` ``(B, Hq, T, D)`` in the dtype of ``v``; the float32 state after the last token.

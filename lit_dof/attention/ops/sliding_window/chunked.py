@@ -19,7 +19,7 @@ length; λ = 0 is the plain estimate. ``s`` tokens kept exact are StreamingLLM's
 2024, §3). ``w = 1, s = 0`` leaves only the token itself exact.
 
 Each part is computed normalised with its log-normaliser — the window by a banded, chunked softmax, the far
-part by :func:`~lit_dof.attention.chunked.chunked_linear_attention` on the key stream delayed by w tokens —
+part by :func:`~lit_dof.attention.ops.linear.chunked.chunked_linear_attention` on the key stream delayed by w tokens —
 and the parts are merged by their normalisers (:func:`merge_normalized`), so nothing overflows for any
 norm. The decay needs no kernel of its own: queries and far keys are aligned one to one (a query with the
 key w positions before it), and e^{−λ(n − m)} between aligned indices is a per-head offset of the query
@@ -44,12 +44,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lit_dof.attention._validation import check_grouped_qkv, check_positive_int, check_sink_tokens
-from lit_dof.attention.chunked import chunked_linear_attention
-from lit_dof.attention.fla_far import fla_aligned_linear_attention
-from lit_dof.attention.flex_window import flex_window_softmax
-from lit_dof.attention.recurrent import recurrent_linear_attention
-from lit_dof.attention.state import EMPTY_LOG_SCALE, LinearAttentionState
-from lit_dof.attention.window_softmax import band_and_sinks_softmax, decode_window_softmax, merge_normalized
+from lit_dof.attention.ops.linear.chunked import chunked_linear_attention
+from lit_dof.attention.ops.linear.fla import fla_aligned_linear_attention
+from lit_dof.attention.ops.linear.recurrent import recurrent_linear_attention
+from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE, LinearAttentionState
+from lit_dof.attention.ops.sliding_window.flex import flex_window_softmax
+from lit_dof.attention.ops.sliding_window.softmax import band_and_sinks_softmax, decode_window_softmax, merge_normalized
 from lit_dof.precision import fp32_region
 
 
@@ -154,10 +154,10 @@ def sliding_window_linear_attention(
             size of the linear kernel.
         window_kernel: the window + sinks softmax of a fresh sequence (no ``state``, T > 1): ``"torch"``, the
             banded chunked softmax, or ``"flex"``, PyTorch's ``flex_attention`` with a block mask
-            (:mod:`lit_dof.attention.flex_window`; compiled on CUDA; its backward needs CUDA). Continuations and
-            decoding use the former.
+            (:mod:`lit_dof.attention.ops.sliding_window.flex`; compiled on CUDA; its backward needs CUDA).
+            Continuations and decoding use the former.
         linear_kernel: the far term over more than one token: ``"torch"``, the chunked kernel, or ``"fla"``,
-            flash-linear-attention's simple-GLA kernel (:mod:`lit_dof.attention.fla_far`); decoding steps use
+            flash-linear-attention's simple-GLA kernel (:mod:`lit_dof.attention.ops.linear.fla`); decoding steps use
             the recurrent form either way (the states are the same).
 
     Returns:
@@ -288,7 +288,7 @@ def _aligned_linear_attention(
     re-referenced by a shift of its log-scale, −λ · length (:func:`_rereference`).
     ``state`` is referenced to index 0 and the returned state to index N (the next call's 0).
     Returns ``(y (B, Hq, N, D), log_z (B, Hq, N), state)``. ``kernel="fla"`` hands N > 1 tokens to
-    :func:`~lit_dof.attention.fla_far.fla_aligned_linear_attention` (same contract).
+    :func:`~lit_dof.attention.ops.linear.fla.fla_aligned_linear_attention` (same contract).
     """
     N = lq.shape[2]
     if kernel == "fla" and N > 1:

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 class SlidingWindow:
     """Sliding-window + linear attention: exact softmax over the last ``window`` tokens and the first
     ``sink_tokens``, a feature map's linear attention over everything older (the far term), all in one
-    normaliser (:mod:`lit_dof.attention.sliding_window`; LoLCATs, Zhang et al. 2024, §3.2; StreamingLLM,
+    normaliser (:mod:`lit_dof.attention.ops.sliding_window.chunked`; LoLCATs, Zhang et al. 2024, §3.2; StreamingLLM,
     Xiao et al. 2024, for the sinks).
 
     Args:
@@ -31,7 +31,7 @@ class SlidingWindow:
             length; ``None``: no decay.
         learn_decay: train the decay rates (log λ per feature-map head, initialised to ``log(1/far_decay)``).
         far_rope: ``True``: the far term's feature maps see post-RoPE queries and keys, like the exact parts;
-            ``False``: they see them with the rotary embedding undone (``lit_dof.attention.rotary.unrotate``),
+            ``False``: they see them with the rotary embedding undone (``lit_dof.attention.ops.rotary.unrotate``),
             so the far term depends on content alone, never on absolute positions (the window keeps RoPE).
             Needs a teacher with rotary positions; without a far term it changes nothing.
 
