@@ -7,7 +7,7 @@
 
 ``fit``, ``validate``, ``test`` and ``predict`` are :class:`~lit_dof.pipeline.cli.LitDofCLI` (a LightningCLI: repeated
 ``--config``, ``--print_config``, top-level options before the subcommand as in ``lit-dof --config run.yaml fit``);
-``eval``, ``compare``, ``hybrid``, ``generate`` and ``plan`` are jsonargparse commands of their modules; ``lm-eval`` is
+``eval``, ``compare``, ``hybrid``, ``generate``, ``chat`` and ``plan`` are commands of their modules; ``lm-eval`` is
 lm-eval's own CLI (:mod:`lit_dof.evaluation.lm_eval_model`); ``configs`` lists, prints and copies the shipped configs
 (:mod:`lit_dof.config_files`). This module imports none of them until one is run, so ``--help``, ``--version`` and
 ``configs`` answer at once. ``python -m lit_dof`` is the same command.
@@ -18,9 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from lit_dof.commands import COMMANDS, LIGHTNING_COMMANDS, PROG  # noqa: F401  (re-exported)
+
+VERBOSE = "--verbose"
+"""The option, accepted by every command but ``lm-eval``, that adds the traceback to a one-line error."""
 
 
 def version() -> str:
@@ -52,8 +56,10 @@ def top_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Distil softmax attention into linear attention with per-layer feature dimensions from the "
         "degrees of freedom of the attention kernel.",
-        epilog=f"`{PROG} COMMAND --help` shows a command's options. fit, validate, test and predict compose YAML "
-        f"files with repeated --config; `{PROG} configs list` shows the shipped ones.",
+        epilog=f"`{PROG} COMMAND --help` shows a command's options; `{PROG} fit --help-model` the student's own "
+        "(teacher, feature map, planner, sliding window, LoRA, learning rates). fit, validate, test and predict "
+        f"compose YAML files with repeated --config; `{PROG} configs list` shows the shipped ones. An error that "
+        f"{PROG} reports in one line shows its traceback too with {VERBOSE}.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {version()}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command", required=True)
@@ -122,17 +128,27 @@ def main(args: Sequence[str] | None = None) -> None:
     Runs the command named by the first argument; ``fit``/``validate``/``test``/``predict`` (and arguments
     starting with an option other than ``-h``/``--help``/``--version``) go to LightningCLI unchanged. The
     process keeps freed tensor memory instead of unmapping it (:func:`~lit_dof.runtime.tune_cpu_allocator`)
-    unless ``LIT_DOF_TUNE_ALLOCATOR=0``.
+    unless ``LIT_DOF_TUNE_ALLOCATOR=0``. An error whose message says it all (:class:`~lit_dof.errors.CommandError`:
+    no corpus and no network, missing task data, …) ends the command with that one line on stderr; ``--verbose``
+    anywhere after the command (taken out before the command parses its arguments) adds the traceback.
 
     Args:
         args: the command line after ``lit-dof`` (default: ``sys.argv[1:]``).
 
     Raises:
         SystemExit: ``--help``, ``--version``, a usage error, or a command's own exit; code 1 with the ``pip
-            install`` line on stderr when the command needs an optional dependency that is not installed.
+            install`` line on stderr when the command needs an optional dependency that is not installed, or with
+            the message of a :class:`~lit_dof.errors.CommandError`.
     """
     argv = sys.argv[1:] if args is None else list(args)
     command = argv[0] if argv else None
+    verbose = command != "lm-eval" and VERBOSE in argv[1:]  # lm-eval's command line is lm-eval's own
+    if verbose:
+        argv = [arg for arg in argv if arg != VERBOSE]
+        if args is None:  # LightningCLI reads sys.argv
+            sys.argv = [sys.argv[0], *argv]
+        else:
+            args = argv
     if (
         command is None
         or command in ("-h", "--help", "--version")
@@ -148,12 +164,20 @@ def main(args: Sequence[str] | None = None) -> None:
 
     if os.environ.get("LIT_DOF_TUNE_ALLOCATOR", "1") != "0":
         tune_cpu_allocator()
+    from lit_dof.errors import CommandError
     from lit_dof.evaluation.extra import MissingExtraError
 
     try:
         run_command(command, argv, lightning_args=None if args is None else argv)
     except MissingExtraError as exc:  # an optional dependency is missing: say which extra, without a traceback
         print(f"{PROG}: {exc}", file=sys.stderr)
+        raise SystemExit(1) from exc
+    except CommandError as exc:  # its message says it all: one line, the traceback only when asked for
+        if verbose:
+            traceback.print_exc()
+        prog = f"{PROG} {command}" if command in COMMANDS else PROG
+        hint = "" if verbose else f" (add {VERBOSE} for the traceback)"
+        print(f"{prog}: error: {exc}{hint}", file=sys.stderr)
         raise SystemExit(1) from exc
 
 
@@ -181,6 +205,10 @@ def run_command(command: str, argv: list[str], lightning_args: list[str] | None)
         from lit_dof.generation import main as generate_main
 
         generate_main(argv[1:])
+    elif command == "chat":
+        from lit_dof.chat import main as chat_main
+
+        chat_main(argv[1:])
     elif command == "lm-eval":
         from lit_dof.evaluation.extra import require_lm_eval
 

@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "hybrid": "Choose which blocks to linearise; export and compare hybrids.",
     "plan": "GPU memory and host RAM per rank of a fit command line.",
     "generate": "Generate text from a teacher, student or hybrid: tokens/s, cache bytes.",
+    "chat": "Chat with a student over several turns: tokens/s, state bytes per turn.",
     "configs": "List, show or copy the shipped YAML configs.",
 }
 """Every ``lit-dof`` subcommand and its one-line description (the top-level ``--help``)."""

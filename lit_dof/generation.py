@@ -254,9 +254,19 @@ def main(args: list[str] | None = None) -> None:
     """
     from jsonargparse import auto_cli
 
+    from lit_dof.help_text import PlainArgumentParser, summary
+
     args = sys.argv[2:] if args is None else list(args)
     try:
-        auto_cli(generate, args=with_bare_flags(args), as_positional=False, prog=PROG, fail_untyped=False)
+        auto_cli(
+            generate,
+            args=with_bare_flags(args),
+            as_positional=False,
+            prog=PROG,
+            fail_untyped=False,
+            description=summary(generate),
+            parser_class=PlainArgumentParser,
+        )
     except (DeviceError, GenerateUsageError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc

@@ -144,11 +144,20 @@ def main(args: list[str] | None = None) -> None:
 
     from jsonargparse import auto_cli
 
+    from lit_dof.help_text import PlainArgumentParser, summary
+
     def stop(signum, frame):  # SIGTERM (a batch scheduler, `kill`) ends the run as Ctrl-C does: the fit under way
         raise KeyboardInterrupt(f"signal {signum}")  # is stopped, its attempt recorded, and it resumes from last.ckpt
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        auto_cli(compare, args=args, as_positional=False, prog="lit-dof compare")
+        auto_cli(
+            compare,
+            args=args,
+            as_positional=False,
+            prog="lit-dof compare",
+            description=summary(compare),
+            parser_class=PlainArgumentParser,
+        )
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -169,7 +169,8 @@ class WikipediaDataModule(L.LightningDataModule):
             ValueError: a local corpus that cannot feed the run — not UTF-8 text (binary content), unreadable in
             its format, empty, or shorter than one batch per rank plus the validation blocks (at ``setup``, before
             the teacher loads; :func:`~lit_dof.data.corpus.check_corpus`).
-            RuntimeError: hub streaming impossible.
+            CorpusUnavailableError: no local corpus, and hub streaming impossible (at ``setup``: offline mode or the
+            hub unreachable; later: anything else that stops the stream).
     """
 
     def __init__(
@@ -214,12 +215,20 @@ class WikipediaDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Load the tokenizer and, once, check that a local corpus holds enough blocks for this world size.
 
+        Without a local corpus, first check that the hub stream can load (offline mode, or the hub unreachable),
+        so that a run without data fails in seconds, before the teacher loads.
+
         Raises:
             FileNotFoundError: ``path`` is set but names nothing. IsADirectoryError: it names a directory.
             ValueError: the corpus cannot feed the run (:func:`~lit_dof.data.corpus.check_corpus`).
+            CorpusUnavailableError: no local corpus, and the hub stream cannot load
+                (:meth:`~lit_dof.data.sources.HubDocuments.check_reachable`).
         """
         if self.path is not None:
             check_corpus_path(self.path, fix=f"fix --data.init_args.path or ${CORPUS_ENV}")
+        elif not self._checked:
+            HubDocuments(self.hub_dataset, self.hub_config).check_reachable()
+            self._checked = True
         if self.tokenizer is None:
             from lit_dof.teacher.loading import load_tokenizer
 

@@ -24,8 +24,22 @@ from typing import Callable, Iterator
 
 from lit_dof.data.corpus import is_heldout
 from lit_dof.data.splits import check_split, document_split
+from lit_dof.errors import CommandError
 
 CORPUS_ENV = "LIT_DOF_CORPUS"
+
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+"""The environment variables that put ``huggingface_hub`` / ``datasets`` in offline mode."""
+
+
+class CorpusUnavailableError(CommandError, RuntimeError):
+    """No local corpus is set and the hub dataset cannot be streamed (offline mode, no network, …)."""
+
+
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` or ``HF_DATASETS_OFFLINE`` turns offline mode on (``1``/``ON``/``YES``/``TRUE``),
+    read now: ``huggingface_hub`` reads it once, at import."""
+    return any(os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE") for name in OFFLINE_ENV)
 
 
 def is_heldout_by_content(key: str, val_every: int) -> bool:
@@ -129,21 +143,53 @@ class HubDocuments:
     def __init__(self, dataset: str, config: str | None, split: str = "train") -> None:
         self.dataset, self.config, self.split = dataset, config, split
 
+    def unavailable(self, reason: str) -> str:
+        """The one-line message of a stream that cannot load: why, and how to train from a local file instead."""
+        return (
+            f"no corpus: --data.init_args.path and ${CORPUS_ENV} are unset, and {self.dataset} ({self.config}) "
+            f"cannot be streamed from the Hugging Face hub: {reason}. Point --data.init_args.path (or "
+            f"{CORPUS_ENV}) at a local corpus file (plain text, .gz, .jsonl or WikiExtractor output; docs/usage.md), "
+            "or run where the hub is reachable"
+        )
+
+    def check_reachable(self, timeout: float = 5.0) -> None:
+        """Fail at once when the stream cannot load, instead of at its first read (after the teacher has loaded,
+        and after ``datasets`` has retried for about 25 s): offline mode (:func:`hub_offline`), or one request to
+        the hub's dataset API that gets no answer within ``timeout`` seconds. An answer of any status passes
+        (a gated or unknown dataset is for ``datasets`` to report).
+
+        Args:
+            timeout: seconds to wait for the hub.
+
+        Raises:
+            CorpusUnavailableError: offline, or the hub unreachable (no network, DNS, proxy, timeout).
+        """
+        if hub_offline():
+            raise CorpusUnavailableError(self.unavailable("offline mode is on (HF_HUB_OFFLINE or HF_DATASETS_OFFLINE)"))
+        from huggingface_hub import HfApi
+        from huggingface_hub.errors import HfHubHTTPError
+
+        try:
+            HfApi().dataset_info(self.dataset, timeout=timeout)
+        except HfHubHTTPError:  # the hub answered
+            return
+        except Exception as exc:  # no answer: connection, name resolution, proxy, timeout, offline mode
+            reason = f"the hub is unreachable ({type(exc).__name__}: {exc})"
+            raise CorpusUnavailableError(self.unavailable(reason)) from exc
+
     def load(self):
         """The whole stream, unsplit.
 
         Raises:
-            RuntimeError: the dataset cannot be streamed (offline, unknown name, …); says how to use a local file.
+            CorpusUnavailableError: the dataset cannot be streamed (offline, unknown name, …); says how to use a
+                local file.
         """
         try:
             from datasets import load_dataset
 
             return load_dataset(self.dataset, self.config, split=self.split, streaming=True)
         except Exception as exc:  # offline, unknown dataset, …: say how to use a local corpus instead
-            raise RuntimeError(
-                f"cannot stream {self.dataset} ({self.config}) from the Hugging Face hub: {exc}. Offline, point at "
-                f"a local corpus with --data.path FILE or the {CORPUS_ENV} environment variable"
-            ) from exc
+            raise CorpusUnavailableError(self.unavailable(str(exc))) from exc
 
     def select(self, split: str, val_every: int, *, rank: int, world: int, role: int, workers: int) -> Iterator[str]:
         """This (rank, worker)'s documents of one split: its share of the stream, validation by
@@ -162,7 +208,7 @@ class HubDocuments:
             An iterator over the stripped texts, in stream order.
 
         Raises:
-            ValueError: an unknown split. RuntimeError: the stream cannot load (:meth:`load`).
+            ValueError: an unknown split. CorpusUnavailableError: the stream cannot load (:meth:`load`).
         """
         check_split(split)
         stream, by_files = split_hub_stream(self.load(), rank, world, role, workers)

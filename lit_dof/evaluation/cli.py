@@ -23,9 +23,15 @@ from lit_dof.devices import device_errors_exit, resolve_device, resolve_model_dt
 from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.retrieval import beyond_exact_share, exact_positions, format_cells, heatmap
 from lit_dof.evaluation.retrieval_data import RetrievalGrid
-from lit_dof.evaluation.task_data import TASKS
+from lit_dof.evaluation.task_data import TASKS, check_task_data
 from lit_dof.precision import DtypeName
 from lit_dof.teacher import DEFAULT_TEACHER
+
+DATA_FIX = (
+    "pass --data_dir DIR or set LIT_DOF_DATA to a folder in the task data layout (docs/usage.md, 'Task data "
+    "layout'), or pass --builtin true for lm-eval's own tasks of the same names, downloaded from the hub"
+)
+"""How ``lit-dof eval`` says to give missing task data."""
 
 
 def format_table(results: dict) -> str:
@@ -105,6 +111,8 @@ def evaluate(
     Raises:
         DeviceError: an unknown ``device``/``dtype``, or CUDA where there is none (before the model loads).
         ImportError: lm-eval is not installed (``pip install 'lit-dof[eval]'``; before the model loads).
+        TaskDataError: a task's data files are missing, or no data directory is set (without ``builtin``; before
+            the model loads; the message names ``--data_dir``, ``LIT_DOF_DATA`` and ``--builtin``).
         ValueError: ``cache_dir`` holds another model's answers (before any request runs); ``controls`` for a
             model that is not a student.
     """
@@ -113,6 +121,8 @@ def evaluate(
 
     require_lm_eval("lit-dof eval")
     where, parameters = resolve_device(device), resolve_model_dtype(dtype)
+    if not builtin:
+        check_task_data(tasks, data_dir, fix=DATA_FIX)
     loaded, tokenizer = load_model(model, device=where, dtype=parameters)
     settings = {"tasks": tasks, "data_dir": data_dir, "limit": limit, "batch_size": batch_size,
                 "mmlu_per_subject": mmlu_per_subject, "builtin": builtin, "retrieval": retrieval}  # fmt: skip
@@ -172,5 +182,14 @@ def main(args: list[str] | None = None) -> None:
     """
     from jsonargparse import auto_cli
 
+    from lit_dof.help_text import PlainArgumentParser, summary
+
     with device_errors_exit("lit-dof eval"):
-        auto_cli(evaluate, args=args, as_positional=False, prog="lit-dof eval")
+        auto_cli(
+            evaluate,
+            args=args,
+            as_positional=False,
+            prog="lit-dof eval",
+            description=summary(evaluate),
+            parser_class=PlainArgumentParser,
+        )

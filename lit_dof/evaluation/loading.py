@@ -8,7 +8,7 @@ from lit_dof.model_files import check_config
 
 UNKNOWN_FOLDER_FIX = (
     "Restore the folder: re-export it if it is a lit-dof student (student.save_pretrained(DIR)), download it again "
-    "if it is a teacher (huggingface-cli download REPO_ID --local-dir DIR)."
+    "if it is a teacher (hf download REPO_ID --local-dir DIR)."
 )
 """The fix for a damaged ``config.json`` of a folder that may be a student or a teacher."""
 

@@ -20,8 +20,12 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
 from pathlib import Path
+
+from lit_dof.errors import CommandError
 
 TASKS = ("piqa", "logiqa", "arc_easy", "arc_challenge", "winogrande", "wsc273", "mmlu")
 """The seven task names, in the paper's column order."""
@@ -266,3 +270,52 @@ def load_task(name: str, data_dir: str | Path, **options) -> list[dict]:
     if name not in readers:
         raise ValueError(f"unknown task {name!r}; known: {', '.join((*TASKS, *EXTRA_TASKS))}")
     return readers[name](data_dir, **options)
+
+
+TASK_FILES = {
+    "piqa": ("piqa/valid.jsonl", "piqa/valid-labels.lst"),
+    "logiqa": ("logiqa/Test.txt",),
+    "arc_easy": ("arc/ARC-Easy-Test.jsonl",),
+    "arc_challenge": ("arc/ARC-Challenge-Test.jsonl",),
+    "winogrande": ("winogrande/dev.jsonl",),
+    "wsc273": ("wsc273/WSCollection.xml",),
+    "mmlu": ("mmlu/test/*_test.csv",),
+    "mmlu_5shot": ("mmlu/test/*_test.csv", "mmlu/dev/*_dev.csv"),
+}
+"""The files (glob patterns under the data directory) that :func:`load_task` reads for each task of :data:`TASKS`
+and :data:`EXTRA_TASKS`."""
+
+DATA_FIX = "point data_dir (or $LIT_DOF_DATA) at a folder in the task data layout (docs/usage.md, 'Task data layout')"
+"""How to give the task data, as :func:`check_task_data` says it by default (a command names its own options)."""
+
+
+class TaskDataError(CommandError, FileNotFoundError):
+    """Tasks whose data files are missing (or no data directory at all)."""
+
+
+def check_task_data(tasks: Iterable[str], data_dir: str | os.PathLike | None, fix: str = DATA_FIX) -> None:
+    """Check, before anything loads, that the data of every file-backed task in ``tasks`` is there (tasks without
+    files, such as the generated retrieval tasks, pass).
+
+    Args:
+        tasks: task names.
+        data_dir: the data directory; ``None``: ``$LIT_DOF_DATA``.
+        fix: how to give the data, appended to the message.
+
+    Raises:
+        TaskDataError: no data directory, or one without some task's files (all of them named, with what is missing).
+    """
+    needed = [task for task in dict.fromkeys(tasks) if task in TASK_FILES]
+    if not needed:
+        return
+    folder = data_dir or os.environ.get("LIT_DOF_DATA")
+    if not folder:
+        raise TaskDataError(f"task(s) {', '.join(needed)} need task data and no data directory is set: {fix}")
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise TaskDataError(f"task(s) {', '.join(needed)} need task data and {root} is not a directory: {fix}")
+    missing = {task: [pattern for pattern in TASK_FILES[task] if not any(root.glob(pattern))] for task in needed}
+    missing = {task: patterns for task, patterns in missing.items() if patterns}
+    if missing:
+        files = sorted({pattern for patterns in missing.values() for pattern in patterns})
+        raise TaskDataError(f"no data for task(s) {', '.join(missing)} in {root} (missing {', '.join(files)}): {fix}")

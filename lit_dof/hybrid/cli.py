@@ -102,6 +102,15 @@ def search(
 def main(args: list[str] | None = None) -> None:
     """``lit-dof hybrid``: :func:`search` from the command line (jsonargparse; ``--config`` works). The
     command line is recorded in the report, without this machine's paths."""
+    from lit_dof.help_text import PlainArgumentParser, summary
+
     args = sys.argv[2:] if args is None else list(args)
+    command = ["--command", portable(["lit-dof", "hybrid", *args])]
     with device_errors_exit("lit-dof hybrid"):
-        auto_cli(search, args=[*args, "--command", portable(["lit-dof", "hybrid", *args])], prog="lit-dof hybrid")
+        auto_cli(
+            search,
+            args=[*args, *command],
+            prog="lit-dof hybrid",
+            description=summary(search),
+            parser_class=PlainArgumentParser,
+        )

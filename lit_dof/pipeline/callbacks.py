@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 
 
 class PlanFiles(L.Callback):
-    """Write the DoF report of the student's feature-dimension plan as ``<log_dir>/dof.json`` and its figures (the
-    per-head DoF heat map, the feature-dims bar chart, the table) at the start of ``fit``, on rank 0; nothing for a
-    plan without a DoF report (``FixedPlanner``) or a module without a plan.
+    """Write the student's DoF report (``<log_dir>/dof.json``) and its figures at the start of ``fit``.
+
+    The figures are the per-head DoF heat map, the feature-dims bar chart and the table; all is written on rank 0,
+    nothing for a plan without a DoF report (``FixedPlanner``) or a module without a plan.
 
     Args:
         figures: False writes ``dof.json`` only.

@@ -14,7 +14,9 @@ student's DoF report ``<log_dir>/dof.json`` and its figures), ``metrics_file:``
 (:class:`~lit_dof.pipeline.run_files.MetricsFile`: ``<log_dir>/metrics.jsonl`` beside any logger) and
 ``failed_run_cleanup:`` (:class:`~lit_dof.pipeline.run_cleanup.FailedRunCleanup`: no empty ``version_N`` left by a
 fit that failed before training) — always-present callbacks, so configs need not restate the trainer's callback
-list. The feature dims are the model's own setting (``model.init_args.planner``, :mod:`lit_dof.pipeline.planner`).
+list. A fit prints its run directory when it starts, and the run directory and the exported student's folder when
+it ends, with a progress bar over the optimizer steps in between (:mod:`lit_dof.pipeline.console`). The feature dims
+are the model's own setting (``model.init_args.planner``, :mod:`lit_dof.pipeline.planner`).
 ``model.teacher`` is linked to ``data.tokenizer`` and ``data.seq_len`` to ``model.seq_len``.
 ``--optimizer``/``--lr_scheduler`` are refused (:data:`OPTIMIZER_REFUSED`): every phase builds its own optimizers
 and schedule. Checkpoints live in the run's own ``version_N/checkpoints``; ``--ckpt_path last`` continues the newest
@@ -32,8 +34,9 @@ import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, LRSchedulerTypeTuple
 from torch.optim import Optimizer
 
-from lit_dof.commands import COMMANDS, LIGHTNING_COMMANDS, PROG
+from lit_dof.commands import LIGHTNING_COMMANDS, PROG
 from lit_dof.pipeline.callbacks import PlanFiles
+from lit_dof.pipeline.cli_help import LitDofArgumentParser, command_kwargs, finish_help, import_phases
 from lit_dof.pipeline.run_files import MetricsFile
 
 OPTIMIZER_REFUSED = (
@@ -61,7 +64,8 @@ class LitDofCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """Add the ``plan_files:``, ``metrics_file:`` and ``failed_run_cleanup:`` groups, link teacher → tokenizer and
-        data → model ``seq_len``, and mark ``--optimizer``/``--lr_scheduler`` as refused."""
+        data → model ``seq_len``, mark ``--optimizer``/``--lr_scheduler`` as refused, and add ``--help-model``
+        (:func:`~lit_dof.pipeline.cli_help.finish_help`)."""
         from lit_dof.pipeline.run_cleanup import FailedRunCleanup
 
         parser.add_lightning_class_args(PlanFiles, "plan_files")
@@ -76,6 +80,7 @@ class LitDofCLI(LightningCLI):
         for action in parser._actions:
             if action.dest in ("optimizer", "lr_scheduler"):
                 action.help = f"Refused when set. {OPTIMIZER_REFUSED}"
+        finish_help(parser)
 
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
         """Refuse the ``dof:``/``allocator:`` groups of old configs (:data:`PLANNER_MOVED`), parse as LightningCLI
@@ -115,6 +120,23 @@ class LitDofCLI(LightningCLI):
         if version is not None:
             init_args = logger.init_args
             self._resume_dir = os.path.join(init_args.save_dir or ".", init_args.name or "", f"version_{version}")
+
+    def _instantiate_trainer(self, config: dict, callbacks: list) -> L.Trainer:
+        """Build the trainer as LightningCLI does, with two more callbacks (:mod:`lit_dof.pipeline.console`):
+        :class:`~lit_dof.pipeline.console.StepProgressBar` unless the progress bar is disabled or the configured
+        callbacks hold one, and :class:`~lit_dof.pipeline.console.RunPaths`."""
+        from lightning.pytorch.callbacks import ProgressBar
+
+        from lit_dof.pipeline.console import RunPaths, StepProgressBar
+
+        given = config.get("callbacks") or []
+        given = given if isinstance(given, list) else [given]
+        extra = [*callbacks, RunPaths()]
+        if config.get("enable_progress_bar") is not False and not any(
+            isinstance(callback, ProgressBar) for callback in [*given, *callbacks]
+        ):
+            extra.append(StepProgressBar())
+        return super()._instantiate_trainer(config, extra)
 
     def instantiate_classes(self) -> None:
         """Instantiate as LightningCLI does; a model or data module whose constructor refuses its settings raises
@@ -190,14 +212,17 @@ def _legacy_groups(argv: list[str]) -> list[str]:
 
 def build_cli(args=None, run: bool = True, cli_class: type[LitDofCLI] = LitDofCLI) -> LitDofCLI:
     """Parse ``args`` (default: ``sys.argv``) and, with ``run``, execute the subcommand (``cli_class``: a
-    subclass of :class:`LitDofCLI` to build instead, e.g. one that observes the run)."""
+    subclass of :class:`LitDofCLI` to build instead, e.g. one that observes the run). lit-dof's phases and data
+    modules are imported first, so that their short names resolve (``--model.help LayerwiseDistillation``)."""
+    import_phases()
     return cli_class(
         L.LightningModule,
         L.LightningDataModule,  # WikipediaDataModule, or MultipleChoiceDataModule for task fine-tuning
         subclass_mode_model=True,
         subclass_mode_data=True,
         save_config_kwargs={"overwrite": True},
-        parser_kwargs={"prog": PROG, **{name: {"description": COMMANDS[name]} for name in LIGHTNING_COMMANDS}},
+        parser_kwargs={"prog": PROG, **{name: command_kwargs(name) for name in LIGHTNING_COMMANDS}},
+        parser_class=LitDofArgumentParser,
         args=args,
         run=run,
     )
@@ -228,10 +253,19 @@ def parse_fit_config(args: list[str]):
 
     with warnings.catch_warnings():  # "args and sys.argv both given": plan_main passes sys.argv's tail on purpose
         warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
-        parser_kwargs = {"prog": f"{PROG} plan", "description": COMMANDS["plan"]}
-        cli = _ConfigOnlyCLI(L.LightningModule, L.LightningDataModule, subclass_mode_model=True,
-                             subclass_mode_data=True, save_config_callback=None, args=args, run=False,
-                             parser_kwargs=parser_kwargs)  # fmt: skip  # packed args
+        parser_kwargs = {"prog": f"{PROG} plan", **command_kwargs("plan")}
+        import_phases()
+        cli = _ConfigOnlyCLI(
+            L.LightningModule,
+            L.LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            save_config_callback=None,
+            args=args,
+            run=False,
+            parser_kwargs=parser_kwargs,
+            parser_class=LitDofArgumentParser,
+        )
     return cli.config
 
 

@@ -364,7 +364,10 @@ class StudentModule(L.LightningModule):
 
     def _describe_export(self, target: str) -> None:
         """Rewrite the exported student's model card (atomically) with what this run knows beyond its files: the
-        DoF report (``dof.json`` sits in the log directory, which ``export_dir`` may not be next to) and the
-        allocation strategy (:attr:`plan`)."""
+        DoF report (``dof.json`` sits in the log directory, which ``export_dir`` may not be next to), the
+        allocation strategy (:attr:`plan`) and the training record (lit_dof.pipeline.training_record: recipe, steps,
+        tokens, data, LoRA tail, validation perplexities; kept in the folder as ``lit_dof_training.json``)."""
+        from lit_dof.pipeline.training_record import training_record
+
         report = self.plan.report.to_dict() if self.plan.report is not None else None
-        write_model_card(target, dof=report, strategy=self.plan.strategy)
+        write_model_card(target, dof=report, strategy=self.plan.strategy, training=training_record(self))

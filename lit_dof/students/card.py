@@ -1,10 +1,14 @@
 """A saved student's model card: ``README.md`` with Hub metadata and what the student is.
 
-The card is read from the files of the student directory: ``config.json`` (feature map, window, sinks, per-layer
-feature dims, softmax layers, teacher), a DoF report (``dof.json`` in the directory, or one folder up when its
-allocations include the student's feature dims, as ``lit-dof fit`` lays them out) and measurement records in the
-directory (``ppl.json``-like records with a ``ppl``, ``lit-dof eval --output`` records with ``tasks``, and
-``eval/<task>.json``). Records whose keys differ are read where they can be and skipped where they cannot.
+The card is read from the files of the student directory (:mod:`lit_dof.students.card_sources`): ``config.json``
+(feature map, window, sinks, per-layer feature dims, softmax layers, teacher, ``auto_map``), a DoF report
+(``dof.json`` in the directory, or one folder up when its allocations include the student's feature dims, as
+``lit-dof fit`` lays them out), the fit's training record (``lit_dof_training.json``: recipe, steps, tokens, data,
+LoRA tail, validation perplexities) and measurement records (``ppl.json``-like records with a ``ppl``, ``lit-dof
+eval --output`` records with ``tasks``, and ``eval/<task>.json``). Its metadata name the teacher's hub id as
+``base_model`` (where one is known: never a local path), the teacher's license (the student's weights are the
+teacher's, modified; ``other`` where unknown) and the training data on the hub as ``datasets``; its text adds the
+decode state per sequence and both ways to load the folder.
 :meth:`~lit_dof.students.LitDofForCausalLM.save_pretrained` writes it inside its atomic save;
 :func:`write_model_card` rewrites it (atomically) once more is known. :func:`push_folder` uploads a saved
 directory as it is.
@@ -12,111 +16,34 @@ directory as it is.
 
 from __future__ import annotations
 
-import json
 import os
+import re
 from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
 
 from lit_dof.attention.layers.window_options import SlidingWindow
-from lit_dof.io import atomic_write_text
+from lit_dof.io import atomic_write_json, atomic_write_text
+from lit_dof.students.card_sources import (
+    TRAINING_FILE,
+    DecodeState,
+    TeacherSource,
+    decode_state,
+    find_dof_report,
+    find_results,
+    first,
+    read_json,
+    read_training,
+    teacher_source,
+)
+from lit_dof.students.card_training import training_lines
+from lit_dof.students.remote_code import CONFIG_CODE_FILE, writer_version
 from lit_dof.students.surgery import layer_mean_dims
 
 CARD_FILE = "README.md"
 TAGS = ("lit-dof", "linear-attention")
 LAM_KEYS = ("lam", "lambda", "λ", "ridge")
 STRATEGY_KEYS = ("strategy", "allocation", "allocator", "allocation_strategy")
-RESULT_METRICS = ("acc_norm", "acc")
-"""Task metrics shown, in order of preference (lm-eval's usual headline: acc_norm where defined)."""
-_NOT_RESULTS = {
-    "config.json",
-    "generation_config.json",
-    "dof.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "model.safetensors.index.json",
-}
-_MAX_RECORD_BYTES = 20 * 2**20
-
-
-def _read_json(path: Path) -> dict | None:
-    """``path`` parsed as a JSON object, or ``None`` (missing, too large, unreadable or not an object)."""
-    try:
-        if not path.is_file() or path.stat().st_size > _MAX_RECORD_BYTES:
-            return None
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _first(record: dict, keys) -> object:
-    return next((record[k] for k in keys if record.get(k) is not None), None)
-
-
-def _number(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def find_dof_report(directory: str | os.PathLike, feature_dims: list) -> dict | None:
-    """The DoF report describing the student in ``directory``.
-
-    Args:
-        directory: the student directory.
-        feature_dims: the student's feature dims (``config.json``).
-
-    Returns:
-        ``directory/dof.json``; else ``dof.json`` one folder up if one of its ``allocations`` equals
-        ``feature_dims`` (so a report about another model is not shown); else ``None``.
-    """
-    directory = Path(directory)
-    own = _read_json(directory / "dof.json")
-    if own is not None:
-        return own
-    parent = _read_json(directory.parent / "dof.json")
-    allocations = (parent or {}).get("allocations")
-    if isinstance(allocations, dict) and feature_dims in allocations.values():
-        return parent
-    return None
-
-
-def find_results(directory: str | os.PathLike) -> tuple[list[tuple[str, float, object]], dict[str, tuple]]:
-    """Measurements recorded in ``directory``.
-
-    Args:
-        directory: the student directory.
-
-    Returns:
-        ``(perplexities, tasks)``: ``[(record name, ppl, tokens or None)]`` from JSON records with a numeric
-        ``ppl``, and ``{task: (metric, value, stderr or None, n or None)}`` from records with ``tasks`` (``lit-dof
-        eval --output``) and from ``eval/<task>.json``; unreadable or unrecognised records are skipped.
-    """
-    directory = Path(directory)
-    perplexities, tasks = [], {}
-    records = [(p.stem, _read_json(p)) for p in sorted(directory.glob("*.json")) if p.name not in _NOT_RESULTS]
-    for name, record in records:
-        if record is None:
-            continue
-        ppl = _number(record.get("ppl"))
-        if ppl is not None:
-            perplexities.append((name, ppl, record.get("tokens")))
-        if isinstance(record.get("tasks"), dict):
-            for task, entry in record["tasks"].items():
-                _add_task(tasks, str(task), entry)
-    for path in sorted(directory.glob("eval/*.json")):
-        _add_task(tasks, path.stem, _read_json(path))
-    return perplexities, tasks
-
-
-def _add_task(tasks: dict, task: str, entry) -> None:
-    if not isinstance(entry, dict):
-        return
-    metric = next((m for m in RESULT_METRICS if _number(entry.get(m)) is not None), None)
-    if metric is not None:
-        tasks[task] = (metric, float(entry[metric]), _number(entry.get(f"{metric}_stderr")), entry.get("n"))
 
 
 def model_card(
@@ -126,6 +53,10 @@ def model_card(
     strategy: str | None = None,
     results: tuple[list, dict] = ([], {}),
     model_id: str = "path/to/student",
+    training: dict | None = None,
+    state: DecodeState | None = None,
+    teacher: TeacherSource | None = None,
+    required_version: str | None = None,
 ) -> ModelCard:
     """The model card of a student.
 
@@ -135,19 +66,32 @@ def model_card(
         strategy: the allocation strategy (``dof``, ``dof_clip``, ``fix``, ``dof_head``), if known; else read
             from ``dof`` or inferred from which of its ``allocations`` equals the student's dims.
         results: :func:`find_results` of the directory.
-        model_id: what the card's loading snippet passes to ``from_pretrained`` (the Hub repo id when pushed).
+        model_id: what the card's loading snippets pass to ``from_pretrained`` (the Hub repo id when pushed).
+        training: the fit's training record (``lit_dof_training.json``), if any.
+        state: the decode state per sequence (:func:`~lit_dof.students.card_sources.decode_state`), if known.
+        teacher: where the teacher came from (default: :func:`~lit_dof.students.card_sources.teacher_source` of
+            ``config["teacher"]``).
+        required_version: the lit-dof version the folder's code files require (default: this lit-dof's).
 
     Returns:
         A ``huggingface_hub.ModelCard`` whose metadata has ``library_name: transformers``, the tags
-        :data:`TAGS`, ``base_model`` (the teacher source) and ``pipeline_tag: text-generation``.
+        :data:`TAGS`, ``pipeline_tag: text-generation``, ``license`` (the teacher's, else ``other``),
+        ``base_model`` (the teacher's hub id, only where known) and ``datasets`` (the training data's hub ids,
+        only where the training record names some).
     """
-    teacher = config.get("teacher") or None
+    teacher = teacher or teacher_source(config.get("teacher") or None)
+    datasets = [d for d in (training or {}).get("datasets") or [] if isinstance(d, str)]
     data = ModelCardData(
-        library_name="transformers", tags=list(TAGS), base_model=teacher, pipeline_tag="text-generation"
+        library_name="transformers",
+        tags=list(TAGS),
+        pipeline_tag="text-generation",
+        license=teacher.license or "other",
+        base_model=teacher.hub_id,
+        datasets=datasets or None,
     )
     dims = list(config.get("feature_dims") or [])
     lines = [f"# {model_id.rstrip('/').rpartition('/')[2]}", ""]
-    source = f"`{teacher}`" if teacher else "a pretrained causal Transformer"
+    source = teacher.label or "a pretrained causal Transformer"
     lines += [
         (
             f"A linear-attention student of {source}, made with lit-dof: the teacher's weights (projections, "
@@ -158,18 +102,11 @@ def model_card(
     ]
     lines += ["## Method", "", *_method_lines(config, dims), ""]
     lines += _dof_lines(dims, dof, strategy)
+    lines += training_lines(training)
+    lines += _state_lines(state)
     lines += _results_lines(*results)
-    lines += [
-        "## How to load",
-        "",
-        "```python",
-        'import lit_dof  # registers the "lit_dof" model type',
-        "from transformers import AutoModelForCausalLM",
-        "",
-        f'model = AutoModelForCausalLM.from_pretrained("{model_id}")',
-        "```",
-        "",
-    ]
+    lines += _load_lines(model_id, bool(config.get("auto_map")), required_version or writer_version())
+    lines += _license_lines(teacher)
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
 
 
@@ -209,14 +146,14 @@ def _method_lines(config: dict, dims: list) -> list[str]:
 def _dof_lines(dims: list, dof: dict | None, strategy: str | None) -> list[str]:
     dof = dof or {}
     allocations = dof.get("allocations") if isinstance(dof.get("allocations"), dict) else {}
-    recorded = _first(dof, STRATEGY_KEYS)
+    recorded = first(dof, STRATEGY_KEYS)
     if isinstance(recorded, dict):  # e.g. a saved allocator section: {"strategy": "dof", ...}
-        recorded = _first(recorded, STRATEGY_KEYS)
+        recorded = first(recorded, STRATEGY_KEYS)
     strategy = strategy or (recorded if isinstance(recorded, str) else None)
     if strategy is None:
         matching = [name for name, alloc in allocations.items() if alloc == dims]
         strategy = " = ".join(matching) or None
-    lam = _first(dof, LAM_KEYS)
+    lam = first(dof, LAM_KEYS)
     if strategy is None and lam is None:
         return []
     lines = ["## DoF allocation", ""]
@@ -261,8 +198,88 @@ def _results_lines(perplexities: list, tasks: dict) -> list[str]:
     return lines
 
 
+def _state_lines(state: DecodeState | None) -> list[str]:
+    if state is None:
+        return []
+    lines = ["## Decode state per sequence", "", "| context (tokens) | student | teacher's KV cache |", "|---|---|---|"]
+    lines += [f"| {t:,} | {_size(student)} | {_size(teacher)} |" for t, student, teacher in state.rows]
+    tokens = f"{state.full_context:,} token{'s' if state.full_context > 1 else ''}"
+    if state.constant:
+        lines += ["", f"The student's state is the same at any context from {tokens} on."]
+    else:
+        lines += ["", "The student's state grows with the context (layers that keep a KV cache)."]
+    return [*lines, ""]
+
+
+def _size(count: int) -> str:
+    """``count`` bytes for the card: exact below 1 KiB, else in KiB, MiB or GiB (binary units)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:,.1f} {unit}"
+    return f"{count:,} bytes"
+
+
+def _load_lines(model_id: str, has_code: bool, version: str) -> list[str]:
+    plain = [
+        "```python",
+        'import lit_dof  # registers the "lit_dof" model type',
+        "from transformers import AutoModelForCausalLM",
+        "",
+        f'model = AutoModelForCausalLM.from_pretrained("{model_id}")',
+        "```",
+        "",
+    ]
+    if not has_code:  # a folder saved before the code files: lit-dof's own route only
+        return ["## How to load", "", f'With lit-dof installed (`pip install "lit-dof>={version}"`):', "", *plain]
+    return [
+        "## How to load",
+        "",
+        (
+            f'With lit-dof installed (`pip install "lit-dof>={version}"`), transformers loads this folder through '
+            "its `configuration_lit_dof.py` and `modeling_lit_dof.py`, which import the installed lit-dof and hold "
+            "no model code:"
+        ),
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM, pipeline",
+        "",
+        f'model = AutoModelForCausalLM.from_pretrained("{model_id}", trust_remote_code=True)',
+        f'generator = pipeline("text-generation", model="{model_id}", trust_remote_code=True)',
+        "```",
+        "",
+        "or, without `trust_remote_code`, after importing lit-dof:",
+        "",
+        *plain,
+        (
+            f"lm-eval: `lm_eval --model hf --model_args pretrained={model_id},trust_remote_code=True --tasks "
+            f"arc_easy`, or `lit-dof lm-eval --model lit_dof --model_args pretrained={model_id} --tasks arc_easy`."
+        ),
+        "",
+    ]
+
+
+def _license_lines(teacher: TeacherSource) -> list[str]:
+    own = f"`{teacher.license}`, the teacher's license" if teacher.license else "the teacher's license"
+    unknown = "" if teacher.license else " (lit-dof could not read it: check the teacher's model card)"
+    return ["## License", "", f"The student's weights are the teacher's, modified: {own} applies{unknown}.", ""]
+
+
+def _required_version(directory: Path) -> str | None:
+    """The lit-dof version the folder's ``configuration_lit_dof.py`` requires, if it has one."""
+    path = directory / CONFIG_CODE_FILE
+    match = (
+        re.search(r'^LIT_DOF_REQUIRED = "([^"]+)"', path.read_text(encoding="utf-8"), re.M) if path.is_file() else None
+    )
+    return match.group(1) if match else None
+
+
 def write_model_card(
-    directory: str | os.PathLike, *, dof: dict | None = None, strategy: str | None = None, model_id: str | None = None
+    directory: str | os.PathLike,
+    *,
+    dof: dict | None = None,
+    strategy: str | None = None,
+    model_id: str | None = None,
+    training: dict | None = None,
 ) -> Path:
     """Write (or rewrite) ``README.md`` of a saved student, atomically.
 
@@ -270,7 +287,9 @@ def write_model_card(
         directory: a student directory (``config.json`` with ``model_type: lit_dof``).
         dof: the DoF report to describe (default: :func:`find_dof_report`).
         strategy: the allocation strategy, if known (see :func:`model_card`).
-        model_id: what the loading snippet loads (default ``path/to/<directory name>``).
+        model_id: what the loading snippets load (default ``path/to/<directory name>``).
+        training: the fit's training record, written to ``lit_dof_training.json`` in ``directory`` (atomically) so
+            that later rewrites keep it (default: the record already there, if any).
 
     Returns:
         The card's path.
@@ -279,17 +298,22 @@ def write_model_card(
         FileNotFoundError: no ``config.json`` in ``directory``.
     """
     directory = Path(directory)
-    config = _read_json(directory / "config.json")
+    config = read_json(directory / "config.json")
     if config is None:
         raise FileNotFoundError(f"{directory / 'config.json'} is missing or unreadable: write the student first")
     if dof is None:
         dof = find_dof_report(directory, list(config.get("feature_dims") or []))
+    if training is not None:
+        atomic_write_json(directory / TRAINING_FILE, training)
     card = model_card(
         config,
         dof=dof,
         strategy=strategy,
         results=find_results(directory),
         model_id=model_id or f"path/to/{directory.name}",
+        training=training if training is not None else read_training(directory),
+        state=decode_state(config),
+        required_version=_required_version(directory),
     )
     path = directory / CARD_FILE
     atomic_write_text(path, str(card))

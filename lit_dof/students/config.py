@@ -65,3 +65,13 @@ class LitDofConfig(PretrainedConfig):
         self.window_options = window_options.to_dict()
         kwargs.setdefault("tie_word_embeddings", False)  # the wrapped teacher ties its own embeddings
         super().__init__(**kwargs)
+
+    @classmethod
+    def register_for_auto_class(cls, auto_class="AutoConfig") -> None:
+        """Do nothing: transformers marks a configuration class loaded through ``trust_remote_code`` so that saving
+        copies the file defining it into the folder; this class is the installed lit-dof's, and a saved student
+        carries its own small code files instead (lit_dof.students.remote_code).
+
+        Args:
+            auto_class: the Auto class transformers would record (ignored).
+        """

@@ -10,8 +10,10 @@ teacher files or the network. Both are registered with ``AutoConfig`` / ``AutoMo
     from transformers import AutoModelForCausalLM
     student = AutoModelForCausalLM.from_pretrained("path/to/student")
 
-Saving writes a model card (``README.md``, :mod:`lit_dof.students.card`) in the same atomic step and can push
-the saved directory to the Hub (``save_pretrained(dir, push_to_hub=True, repo_id=...)``). The feature-map class
+Saving writes a model card (``README.md``, :mod:`lit_dof.students.card`) and ``auto_map`` with two small code
+files that import the installed lit-dof (:mod:`lit_dof.students.remote_code`: plain transformers, ``pipeline`` and
+``lm_eval --model hf`` load the folder with ``trust_remote_code=True``) in the same atomic step, and can push the
+saved directory to the Hub (``save_pretrained(dir, push_to_hub=True, repo_id=...)``). The feature-map class
 is looked up in a registry (:func:`~lit_dof.attention.register_feature_map`), never imported by name.
 
 Generation: :meth:`LitDofForCausalLM.generate` (transformers' ``GenerationMixin``) gets a
@@ -41,6 +43,7 @@ from lit_dof.students.cache import student_cache
 from lit_dof.students.card import HUB_KWARGS, push_folder, write_model_card
 from lit_dof.students.config import LitDofConfig
 from lit_dof.students.lora import adapters_enabled, set_adapters_enabled
+from lit_dof.students.remote_code import write_remote_code
 from lit_dof.students.surgery import (
     attach_linear_attention,
     feature_map_class,
@@ -100,6 +103,17 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
         if teacher is not None and getattr(teacher, "generation_config", None) is not None:
             self.generation_config = teacher.generation_config
         self.post_init()
+
+    @classmethod
+    def register_for_auto_class(cls, auto_class="AutoModel") -> None:
+        """Do nothing. transformers marks a class loaded through ``trust_remote_code`` for an Auto class, and
+        ``save_pretrained`` then copies the file defining it (here ``lit_dof/students/modeling.py``) into the saved
+        folder; this class is the installed package's, and every saved student carries its own small code files
+        instead (:mod:`lit_dof.students.remote_code`).
+
+        Args:
+            auto_class: the Auto class transformers would record (ignored).
+        """
 
     # -- structure -----------------------------------------------------------------------------------------
     @property
@@ -211,8 +225,9 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
     ) -> None:
         """``PreTrainedModel.save_pretrained`` plus a model card, atomically; then, optionally, a push to the Hub.
 
-        Weights, ``config.json`` and ``README.md`` (:mod:`lit_dof.students.card`) are written into a temporary
-        directory renamed into place, so ``save_directory`` is never half-written. With ``push_to_hub`` that
+        Weights, ``config.json`` (with ``auto_map``), ``configuration_lit_dof.py`` / ``modeling_lit_dof.py``
+        (:mod:`lit_dof.students.remote_code`) and ``README.md`` (:mod:`lit_dof.students.card`) are written into a
+        temporary directory renamed into place, so ``save_directory`` is never half-written. With ``push_to_hub`` that
         final directory is uploaded as it is (:func:`~lit_dof.students.card.push_folder`).
 
         Args:
@@ -247,10 +262,12 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
             return push_folder(folder, repo_id, **hub)
 
     def _save_with_card(self, target: Path, model_id: str, **kwargs) -> None:
-        """Weights, config and model card into a temporary directory renamed to ``target``."""
+        """Weights, config (with ``auto_map``), the two code files of :mod:`lit_dof.students.remote_code` and the
+        model card into a temporary directory renamed to ``target``."""
         warn_if_unregistered((self.config.feature_map or {}).get("class"), stacklevel=4)
         with atomic_directory(target) as tmp:
             super().save_pretrained(tmp, **kwargs)
+            write_remote_code(tmp)
             write_model_card(tmp, model_id=model_id)
 
 

@@ -7,4 +7,10 @@ their default without importing torch or transformers.
 DEFAULT_TEACHER = "smollm2-135m-instruct"
 """The embedded default teacher (SmolLM2-135M-Instruct, :mod:`lit_dof.teacher.loading`); every command's default."""
 
-__all__ = ["DEFAULT_TEACHER"]
+EMBEDDED_HUB_SOURCES: dict[str, tuple[str, str]] = {
+    DEFAULT_TEACHER: ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0"),
+}
+"""Embedded alias → (the hub model its GGUF file was made from, that model's license): what a student's model card
+names as its ``base_model`` and ``license``."""
+
+__all__ = ["DEFAULT_TEACHER", "EMBEDDED_HUB_SOURCES"]

@@ -187,7 +187,7 @@ def repair_hint(directory: Path) -> str:
             "again to convert it anew."
         )
     return (
-        "Restore the model folder: download it again (huggingface-cli download REPO_ID --local-dir DIR), or "
+        "Restore the model folder: download it again (hf download REPO_ID --local-dir DIR), or "
         "convert or copy it again from its source."
     )
 
@@ -257,11 +257,11 @@ def load_teacher(
         raise TeacherNotFoundError(
             f"cannot load teacher {name_or_path!r}: {where} it is not in the local Hugging Face cache, and it is "
             f"neither a known alias ({', '.join(EMBEDDED_TEACHERS)}) nor an existing local directory. Download it "
-            f"where there is internet (huggingface-cli download {name_or_path} --local-dir DIR) and pass DIR."
+            f"where there is internet (hf download {name_or_path} --local-dir DIR) and pass DIR."
         ) from exc
     check_supported(model)
     # Provenance: the source as given (alias, hub id, directory, .gguf file), not the cache directory it resolved
-    # to; a student records it as its teacher (``LitDofConfig.teacher``, the model card's ``base_model``).
+    # to; a student records it as its teacher (``LitDofConfig.teacher``, from which the model card names it).
     model.config.name_or_path = model.name_or_path = str(name_or_path)
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -180,5 +181,65 @@ def test_a_hub_stream_that_cannot_load_names_the_dataset_and_the_local_fix(monke
         raise ConnectionError("offline")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(RuntimeError, match=r"cannot stream wikimedia/wikipedia \(20231101.en\).*--data.path FILE"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"wikimedia/wikipedia \(20231101.en\) cannot be streamed.*: offline\. "
+        r"Point --data.init_args.path \(or LIT_DOF_CORPUS\) at a local corpus file",
+    ):
         next(HubDocuments("wikimedia/wikipedia", "20231101.en").select("train", 4, rank=0, world=1, role=0, workers=1))
+
+
+def _no_corpus_module(monkeypatch):
+    """A data module without a local corpus whose tokenizer must not load (the check comes first)."""
+    from lit_dof.data.datamodule import WikipediaDataModule
+
+    monkeypatch.delenv("LIT_DOF_CORPUS", raising=False)
+    monkeypatch.setattr("lit_dof.teacher.loading.load_tokenizer", lambda name: pytest.fail("the tokenizer loaded"))
+    return WikipediaDataModule(path=None)
+
+
+@pytest.mark.parametrize("variable", ["HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"])
+def test_offline_without_a_local_corpus_fails_at_setup_without_asking_the_hub(monkeypatch, variable):
+    import huggingface_hub
+
+    from lit_dof.data.sources import CorpusUnavailableError
+
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, "1")
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", lambda *a, **k: pytest.fail("the hub was asked"))
+    with pytest.raises(CorpusUnavailableError, match=r"^no corpus: .*offline mode is on .*--data.init_args.path"):
+        _no_corpus_module(monkeypatch).setup("fit")
+
+
+def test_an_unreachable_hub_fails_at_setup_after_one_request(monkeypatch):
+    import huggingface_hub
+
+    from lit_dof.data.sources import CorpusUnavailableError
+
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    asked = []
+
+    def unreachable(self, repo_id, timeout=None):
+        asked.append((repo_id, timeout))
+        raise ConnectionError("Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", unreachable)
+    with pytest.raises(CorpusUnavailableError, match=r"the hub is unreachable \(ConnectionError: Name or service"):
+        _no_corpus_module(monkeypatch).setup("fit")
+    assert asked == [("wikimedia/wikipedia", 5.0)]
+
+
+def test_a_hub_that_answers_passes_the_check(monkeypatch):
+    import huggingface_hub
+    from huggingface_hub.errors import HfHubHTTPError
+
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+
+    def gated(self, repo_id, timeout=None):  # an answer, even an error status: datasets reports it at the read
+        raise HfHubHTTPError("401 Client Error", response=SimpleNamespace(headers={}, request=None))
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", gated)
+    HubDocuments("wikimedia/wikipedia", "20231101.en").check_reachable()

@@ -37,3 +37,31 @@ def test_bad_device_or_dtype_is_refused_before_the_model_loads(capsys, monkeypat
     with pytest.raises(SystemExit) as exit_:
         main(["eval", "--model", str(TINYSTORIES), option])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["no data directory", "an empty data directory"])
+def test_tasks_without_data_fail_before_the_model_loads_in_one_line(capsys, monkeypatch, tmp_path, where):
+    from lit_dof.evaluation import cli
+
+    monkeypatch.setenv("LIT_DOF_TUNE_ALLOCATOR", "0")
+    monkeypatch.delenv("LIT_DOF_DATA", raising=False)
+    monkeypatch.setattr(cli, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    data = [] if where == "no data directory" else ["--data_dir", str(tmp_path)]
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval", "--model", str(TINYSTORIES), "--tasks", "[arc_easy, passkey, mmlu]", *data])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert err.startswith("lit-dof eval: error: ")
+    assert all(name in err for name in ("--data_dir", "LIT_DOF_DATA", "--builtin", "arc_easy", "mmlu"))
+    assert "passkey" not in err  # generated: it needs no files
+    if data:
+        assert "missing arc/ARC-Easy-Test.jsonl, mmlu/test/*_test.csv" in err
+
+
+def test_verbose_adds_the_traceback(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("LIT_DOF_TUNE_ALLOCATOR", "0")
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval", "--verbose", "--model", str(TINYSTORIES), "--tasks", "[piqa]", "--data_dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 1 and "Traceback" in err and "TaskDataError" in err
+    assert err.strip().splitlines()[-1].startswith("lit-dof eval: error: no data for task(s) piqa")

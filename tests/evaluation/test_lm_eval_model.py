@@ -4,6 +4,7 @@ scores equal ``lit-dof eval``'s; without lm-eval installed, the commands that ne
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -35,8 +36,22 @@ def _run(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
     return run_lit_dof(capsys, monkeypatch, *args)
 
 
+@pytest.fixture
+def no_builtin_task_index(monkeypatch):
+    """lm-eval's ``TaskManager`` without its index of lm-eval's ~10k built-in task files (20-50 s on 2 cores, for
+    tasks these tests never run); ``--include_path`` folders are indexed as usual."""
+    import functools
+
+    from lm_eval.tasks import manager
+
+    init = functools.partialmethod(manager.TaskManager.__init__, include_defaults=False)
+    monkeypatch.setattr(manager.TaskManager, "__init__", init)
+
+
 @needs_data
-def test_lm_eval_cli_with_lit_dof_model_equals_lit_dof_eval(student_dir, tmp_path, capsys, monkeypatch):
+def test_lm_eval_cli_with_lit_dof_model_equals_lit_dof_eval(
+    student_dir, tmp_path, capsys, monkeypatch, no_builtin_task_index
+):
     import lm_eval
 
     from lit_dof.evaluation.cli import evaluate
@@ -112,11 +127,60 @@ def test_shipped_tasks_are_included_unless_the_command_names_its_own():
         assert with_shipped_tasks(help_only) == help_only
 
 
-def test_lm_eval_help_is_lm_evals_own(capsys, monkeypatch):
+def test_lm_eval_help_names_the_model_and_lists_the_shipped_tasks(capsys, monkeypatch):
+    """``lit-dof lm-eval --help``: a preamble with the model ``lit_dof`` and every shipped task (as lm-eval's own
+    index of the task folder lists them), then lm-eval's own help."""
+    from lm_eval.tasks import TaskManager
+
+    from lit_dof.evaluation.harness import TASK_DIR
+    from lit_dof.evaluation.lm_eval_model import help_preamble
+
     argv = list(sys.argv)
     code, out, _ = _run(capsys, monkeypatch, "lm-eval", "--help")
-    assert code == 0 and out.startswith("usage: lm-eval ") and "run" in out and "ls" in out
+    preamble, _, own = out.partition("usage: lm-eval ")
+    assert code == 0 and preamble == help_preamble() and "run" in own and "ls" in own
+    assert "--model lit_dof --model_args pretrained=PATH" in preamble
+    tasks = TaskManager(include_path=str(TASK_DIR), include_defaults=False).all_tasks
+    assert len(tasks) >= 20 and set(preamble.split()) >= set(tasks)
     assert sys.argv == argv  # restored
+
+
+def _documented_commands() -> list[list[str]]:
+    """The ``lit-dof lm-eval`` commands of the module docstring and of the ``--help`` preamble, as words."""
+    import shlex
+
+    from lit_dof.evaluation import lm_eval_model
+
+    commands = []
+    for text in (lm_eval_model.__doc__, lm_eval_model.help_preamble()):
+        joined = re.sub(r"\\\\?\n\s*", " ", text)  # a line ending in one backslash (two: a raw docstring) goes on
+        commands += [
+            shlex.split(line.strip())[2:] for line in joined.splitlines() if line.strip().startswith("lit-dof lm-eval ")
+        ]
+    return commands
+
+
+@needs_data
+def test_documented_commands_run(student_dir, capsys, monkeypatch, no_builtin_task_index):
+    """Every ``lit-dof lm-eval`` command the docstring and ``--help`` show runs as written (the student and data
+    paths filled in, ``--limit`` cut to 1)."""
+    commands = _documented_commands()
+    assert any("--help" in c for c in commands) and sum("--model_args" in c for c in commands) == 2
+    for words in commands:
+        filled = [
+            re.sub(r"pretrained=[^,]+", f"pretrained={student_dir}", w).replace("/path/to/task/data", str(DATA))
+            for w in words
+        ]
+        if "--limit" in filled:
+            filled[filled.index("--limit") + 1] = "1"
+        code, out, err = _run(capsys, monkeypatch, "lm-eval", *filled)
+        assert code == 0, (words, err[-2000:])
+        if "--help" not in words:
+            assert "device=" in " ".join(words)  # the form that once raised "multiple values for keyword argument"
+            for task in filled[filled.index("--tasks") + 1 :]:
+                if task.startswith("--"):
+                    break
+                assert f"|{task}" in out.replace(" ", ""), task  # a row of lm-eval's results table
 
 
 @pytest.mark.parametrize("command", [["eval", "--model", str(TINYSTORIES)], ["lm-eval", "ls", "tasks"]])

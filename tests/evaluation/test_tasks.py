@@ -98,3 +98,17 @@ def test_lm_eval_scores_match_direct_loglikelihoods():
     assert entry["n"] == limit
     assert entry["acc_stderr"] == pytest.approx(math.sqrt(acc / limit * (1 - acc / limit) / (limit - 1)))
     assert results["provenance"]["versions"]["lm_eval"] == "0.4.13"
+
+
+def test_task_files_name_what_each_reader_reads(tmp_path):
+    """:data:`TASK_FILES` (what the eval command checks before loading a model) agrees with the readers: every
+    task's files are in the shared data, and a reader of an empty folder names the first one."""
+    from lit_dof.evaluation.task_data import TASK_FILES, TaskDataError, check_task_data, load_task
+
+    check_task_data(TASK_FILES, DATA)
+    for task, patterns in TASK_FILES.items():
+        with pytest.raises(FileNotFoundError) as missing:
+            load_task(task, tmp_path)
+        assert str(tmp_path / patterns[0].split("*")[0]) in str(missing.value)
+        with pytest.raises(TaskDataError, match=f"no data for task\\(s\\) {task} in "):
+            check_task_data([task, "passkey"], tmp_path)

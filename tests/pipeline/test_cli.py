@@ -15,6 +15,7 @@ import yaml
 from lit_dof.pipeline.cli import build_cli
 from lit_dof.students import load_student
 from tests.conftest import REPO
+from tests.pipeline.cards import check_card_of_the_fit
 from tests.pipeline.conftest import fit_args
 
 PLANNER = "--model.init_args.planner.init_args"
@@ -142,6 +143,7 @@ def test_lora_recipes_train_adapters_in_the_tail_and_export_merged(tmp_path, met
     q_student = student.model.model.layers[0].self_attn.q_proj.weight
     assert not torch.equal(q_student, teacher.model.layers[0].self_attn.q_proj.weight)  # the merged update
     assert student.config.window_options["window"] == window
+    check_card_of_the_fit(cli, log_dir / "student", student)
 
 
 def test_planner_budget_scales_every_strategy(tmp_path):
@@ -160,6 +162,14 @@ def test_direct_and_l2_phases_run(tmp_path):
     for configs in (("methods/direct.yaml",), ("methods/l2.yaml",), ("methods/output.yaml",)):
         cli, log_dir = _run(tmp_path / configs[0].split("/")[1], *configs, steps=2)
         assert cli.trainer.global_step == 2 and (log_dir / "student" / "model.safetensors").is_file()
+        recipe = (log_dir / "student" / "README.md").read_text().split("- Recipe: ")[1].splitlines()[0]
+        if configs[0] == "methods/direct.yaml":  # every step end to end; its loss is not a layer loss
+            assert recipe.startswith("`DirectDistillation` (lit-dof): every step end to end (next-token cross-entropy")
+        else:
+            assert recipe.startswith(
+                f"`LayerwiseDistillation` (lit-dof): each twin learns its teacher layer's "
+                f"attention (`{type(cli.model.layer_loss).__name__}`), then the last 1 of 2 steps"
+            )
 
 
 def test_dof_json_and_tensorboard_contents(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 
@@ -50,6 +51,7 @@ def test_help_lists_every_command_without_importing_lightning():
         "hybrid",
         "plan",
         "generate",
+        "chat",
         "configs",
     }
     assert set(listed) == set(COMMANDS) == expected
@@ -139,3 +141,33 @@ def test_saved_configs_with_null_optimizer_still_parse(capsys, monkeypatch, tmp_
         capsys, monkeypatch, "fit", "--config", QUICKSTART, "--config", str(tmp_path / "saved.yaml"), "--print_config"
     )
     assert code == 0 and "optimizer: null" in out
+
+
+def test_fit_without_corpus_or_network_fails_before_the_teacher_loads_in_one_line(capsys, monkeypatch, tmp_path):
+    """No ``--data.init_args.path``, no ``$LIT_DOF_CORPUS``, offline: one line naming the fix, no traceback, no
+    hub retries, no teacher loaded, no run directory left."""
+    import time
+
+    from tests.conftest import TINYSTORIES
+
+    monkeypatch.delenv("LIT_DOF_CORPUS", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("lit_dof.teacher.loading.load_teacher", lambda *a, **k: pytest.fail("the teacher loaded"))
+    started = time.monotonic()
+    code, _, err = _main(
+        capsys,
+        monkeypatch,
+        "fit",
+        "--config",
+        QUICKSTART,
+        f"--model.init_args.teacher={TINYSTORIES}",
+        f"--trainer.logger.init_args.save_dir={tmp_path}",
+    )
+    assert code == 1 and time.monotonic() - started < 30
+    # A logging handler of an earlier test may write to its closed capture: drop those reports of the logging module.
+    err = re.sub(r"--- Logging error ---.*?\nArguments: [^\n]*\n", "", err, flags=re.S)
+    errors = [line for line in err.splitlines() if line.startswith("lit-dof")]
+    assert len(errors) == 1 and "CorpusUnavailableError" not in err and "sources.py" not in err, err  # no traceback
+    assert errors[0].startswith("lit-dof fit: error: no corpus: --data.init_args.path and $LIT_DOF_CORPUS are unset")
+    assert "offline mode is on" in errors[0] and "--verbose" in errors[0]
+    assert not list(tmp_path.rglob("version_*"))

@@ -1,4 +1,5 @@
-"""Every ``lit-dof`` command documents every option of its own in ``--help``, with no Sphinx roles in the text.
+"""Every ``lit-dof`` command documents every option of its own in ``--help``, with no Sphinx roles in the text, no
+reStructuredText literals (double backticks), and descriptions and group titles that end as sentences do.
 
 jsonargparse reads option help from the ``Args:`` sections of the classes and functions it builds a parser from,
 so a missing or merged entry (``a, b: …``) or a ``:class:`` role shows up here as an option without help or with
@@ -12,6 +13,8 @@ import re
 
 import pytest
 
+from lit_dof.commands import COMMANDS
+from tests.conftest import REPO
 from tests.pipeline.test_commands import QUICKSTART, _main
 
 ROLES = re.compile(r":(class|func|meth|mod|data|attr|obj|paramref):`")
@@ -83,6 +86,58 @@ def option_helps(text: str) -> dict[str, str]:
     return {name: re.sub(r"\s*\(type: .*$", "", help_text).strip() for name, help_text in helps.items()}
 
 
+MID_SENTENCE = re.compile(r"(?:[,;:(\-–—]|\b(?:a|an|and|as|at|by|for|from|in|is|its|of|on|or|the|to|with))$", re.I)
+"""How a text cut mid-sentence ends: a comma, an opening parenthesis, an article, a preposition, …"""
+
+
+def descriptions(text: str) -> list[str]:
+    """A help screen's description, group titles (without argparse's colon) and epilog, each joined to one line:
+    the blocks that start at the margin, up to their first indented line; the usage block excepted.
+
+    Args:
+        text: the help screen.
+
+    Returns:
+        the texts, in screen order.
+    """
+    found = []
+    for block in re.split(r"\n\s*\n", text):
+        lines = block.strip("\n").splitlines()
+        if not lines or lines[0].startswith(("usage:", " ")):
+            continue
+        head = []
+        for line in lines:
+            if line.startswith(" "):
+                break
+            head.append(line.strip())
+        found.append(" ".join(head).removesuffix(":"))
+    return found
+
+
+def cut_mid_sentence(texts: list[str]) -> list[str]:
+    """Those of ``texts`` that end mid-sentence (:data:`MID_SENTENCE`) or leave a parenthesis open."""
+    return [text for text in texts if MID_SENTENCE.search(text) or text.count("(") != text.count(")")]
+
+
+def test_cut_mid_sentence_finds_wrapped_summaries():
+    text = (
+        "usage: x [-h]\n          [--a A]\n\nRun the comparison. Progress goes to stderr: the cell under way (k of n),"
+        "\n\noptions:\n  -h, --help  Show.\n\nWrite the report as dof.json and its figures (the:\n  --b B  b.\n\n"
+        "A DataModule standardizes the splits. The main advantage is:\n  --c C  c.\n\nCustomize every aspect of "
+        "training via flags:\n  --d D  d.\n\nwhere the examples sit: contexts (tokens;\nthose past it are dropped), "
+        "depths:\n  --e E  e.\n"
+    )
+    found = descriptions(text)
+    assert found[1:] == [
+        "options",
+        "Write the report as dof.json and its figures (the",
+        "A DataModule standardizes the splits. The main advantage is",
+        "Customize every aspect of training via flags",
+        "where the examples sit: contexts (tokens; those past it are dropped), depths",
+    ]
+    assert cut_mid_sentence(found) == [found[0], found[2], found[3]]
+
+
 def group_titles(text: str) -> list[str]:
     """The titles of an argparse help screen's groups (a class's first docstring line, for a class's group)."""
     return [line for line in text.splitlines() if line.endswith(":") and not line.startswith(" ")]
@@ -131,5 +186,54 @@ def test_every_option_has_help_without_sphinx_roles(capsys, monkeypatch, screen)
     assert not roles, f"Sphinx roles in the help of {roles}"
     titles = [title for title in group_titles(text) if ROLES.search(title)]
     assert not titles, f"Sphinx roles in group titles: {titles}"
+    assert "``" not in text
+    assert not cut_mid_sentence(descriptions(text))
     if screen == "fit":  # the quickstart's own groups are all there
         assert {"--model", "--data", "--plan_files.figures", "--metrics_file.enabled"} <= set(helps)
+
+
+OTHER_SCREENS = {
+    "lit-dof": ["--help"],
+    **{command: [command, "--help"] for command in COMMANDS if command not in HELPS},
+    "fit --help-model": ["fit", "--help-model"],
+    "fit --model.help by name": ["fit", "--model.help", "LayerwiseDistillation"],
+}
+"""The help screens :data:`HELPS` leaves out (its full option checks are for lit-dof's own options): the command
+list, the commands whose options are Lightning's or lm-eval's, and the student's options by ``--help-model``."""
+
+
+def test_every_command_has_a_help_screen_checked():
+    assert {*HELPS, *OTHER_SCREENS} >= set(COMMANDS)
+    assert all(text.endswith(".") and not cut_mid_sentence([text]) for text in COMMANDS.values()), COMMANDS
+
+
+@pytest.mark.parametrize("screen", list(OTHER_SCREENS))
+def test_descriptions_are_whole_sentences_without_markup(capsys, monkeypatch, screen):
+    text = lit_dof_help(capsys, monkeypatch, OTHER_SCREENS[screen])
+    found = descriptions(text)
+    assert found and not cut_mid_sentence(found), found
+    assert "``" not in text and not ROLES.search(text)
+    if screen in COMMANDS and screen != "lm-eval":  # lm-eval's screen is lm-eval's own
+        assert found[0].endswith("."), found[0]
+
+
+def test_fit_help_opens_with_the_shortcut_to_the_students_options(capsys, monkeypatch):
+    """``fit --help`` names ``--help-model`` in its first lines; ``--help-model`` prints the screen of
+    ``--model.help`` for the configured model (LayerwiseDistillation without one)."""
+    opening = "\n".join(lit_dof_help(capsys, monkeypatch, ["fit", "--help"]).splitlines()[:8])
+    assert "lit-dof fit --help-model" in opening and "teacher, feature map, planner" in opening
+    student = lit_dof_help(capsys, monkeypatch, ["fit", "--help-model"])
+    assert "Help for --model.help=lit_dof.pipeline.layerwise.LayerwiseDistillation" in student
+    options = option_helps(student)
+    assert {
+        "--model.teacher",
+        "--model.feature_map",
+        "--model.planner",
+        "--model.sliding_window.window",
+        "--model.lora",
+        "--model.lr_z",
+    } <= set(options)
+    direct = lit_dof_help(
+        capsys, monkeypatch, ["fit", "--config", str(REPO / "configs/methods/direct.yaml"), "--help-model"]
+    )
+    assert "Help for --model.help=lit_dof.pipeline.direct.DirectDistillation" in direct

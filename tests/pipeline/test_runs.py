@@ -3,6 +3,7 @@ in that directory, and a checkpoint of another experiment is refused instead of 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -38,14 +39,31 @@ def test_two_experiments_in_one_directory_keep_their_own_checkpoints(tmp_path):
     assert not list(tmp_path.rglob("runs/quickstart/checkpoints"))  # the old shared folder (cwd-relative)
 
 
-def test_resume_continues_in_the_same_version_directory(tmp_path):
-    """…with the estimate's settings changed: its dims come from the run's own dof.json (``report_path``)."""
-    _fit(tmp_path)
-    (tmp_path / "quickstart" / "version_1").mkdir()  # a later run killed before its first checkpoint
+def _bar_states(out: str) -> list[str]:
+    """The states a tqdm bar went through in captured output (each redraw starts with a carriage return)."""
+    return [state.strip() for line in out.splitlines() for state in line.split("\r") if state.strip()]
+
+
+def test_resume_continues_in_the_same_version_directory(tmp_path, capsys):
+    """…with the estimate's settings changed: its dims come from the run's own dof.json (``report_path``). The
+    console shows the run directory at the start and end, the student's folder, and a bar over the optimizer steps
+    of the whole run (lit_dof.pipeline.console), after the resume too."""
+    bar = ["--trainer.enable_progress_bar=true"]
+    _fit(tmp_path, extra=bar)
     run = tmp_path / "quickstart" / "version_0"
+    states = _bar_states(capsys.readouterr().out)
+    assert states[0] == f"run directory: {run}"
+    assert states[-2:] == [f"run directory: {run}", f"student: {run / 'student'}"]
+    steps = [state for state in states if state.startswith("step ")]
+    assert steps[0].startswith("step 0/2 [") and steps[-1].startswith("step 2/2 [")
+    assert re.search(r"tok/s=[\d.]+k?, loss=[\d.]+", steps[-1]) and "val/ppl_student=" in steps[-1]
+    assert not [state for state in states if "v_num" in state or "Epoch" in state]
+    (tmp_path / "quickstart" / "version_1").mkdir()  # a later run killed before its first checkpoint
     planner = "--model.init_args.planner.init_args"
-    extra = ["--ckpt_path=last", f"{planner}.num_samples=32", f"{planner}.report_path={run / 'dof.json'}"]
+    extra = ["--ckpt_path=last", f"{planner}.num_samples=32", f"{planner}.report_path={run / 'dof.json'}", *bar]
     resumed = _fit(tmp_path, steps=4, extra=extra)
+    steps = [state for state in _bar_states(capsys.readouterr().out) if state.startswith("step ")]
+    assert steps[0].startswith("step 2/4 [") and steps[-1].startswith("step 4/4 [")
     assert Path(resumed.trainer.log_dir) == run and resumed.trainer.global_step == 4
     assert Path(resumed.trainer.ckpt_path) == run / "checkpoints" / "last.ckpt"  # restored, not started afresh
     assert sorted(p.name for p in (tmp_path / "quickstart").iterdir()) == ["version_0", "version_1"]

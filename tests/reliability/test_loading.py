@@ -33,7 +33,7 @@ BROKEN_CONFIGS = {  # config.json content → what the message must say about it
     "array": ("[]", "holds an array, not a JSON object"),
     "no_model_type": ('{"hidden_size": 128}', "has no model_type"),
 }
-TEACHER_FIX = "download it again (huggingface-cli download"
+TEACHER_FIX = "download it again (hf download"
 STUDENT_FIX = "Re-export the student (student.save_pretrained(DIR)"
 
 

@@ -16,6 +16,7 @@ from huggingface_hub import HfApi, ModelCard
 from transformers import AutoModelForCausalLM
 
 from lit_dof.attention import LearnedPRF, PerformerFeatureMap, SlidingWindow
+from lit_dof.evaluation.controls import decode_state_bytes
 from lit_dof.students import LitDofForCausalLM, linearize
 from lit_dof.students.card import find_results, write_model_card
 from lit_dof.teacher import loading
@@ -42,20 +43,32 @@ def test_tinystories_student_has_a_card_and_loads_through_auto_classes(tmp_path)
     card = ModelCard.load(target / "README.md")
     assert card.data.library_name == "transformers" and card.data.pipeline_tag == "text-generation"
     assert {"lit-dof", "linear-attention"} <= set(card.data.tags)
-    assert card.data.base_model == str(TINYSTORIES)  # the source as given
-    assert json.loads((target / "config.json").read_text())["teacher"] == str(TINYSTORIES)
+    assert card.data.base_model is None  # a local folder is never a hub id; the card names the folder only
+    assert card.data.license == ModelCard.load(TINYSTORIES / "README.md").data.license == "apache-2.0"
+    assert json.loads((target / "config.json").read_text())["teacher"] == str(TINYSTORIES)  # provenance kept
+    assert str(TINYSTORIES) not in card.text
+    # At its 512 positions: the real cache after one token, plus the softmax layer's keys and values, 2 × Hk 4 × d 16
+    # × 4 bytes per further token; the teacher's KV cache, 2 layers × 2 × 4 × 16 × 4 bytes per token.
+    student_bytes, teacher_bytes = decode_state_bytes(student, 1) + 511 * 2 * 4 * 16 * 4, 512 * 2 * 2 * 4 * 16 * 4
     for expected in (
+        "A linear-attention student of `TinyStories-656K` (a local folder)",
         "`LearnedPRF`",
         "window 0, sink tokens 0",
         "Softmax layers: 1",
         "| 0 | 8 |",
         "| 1 (softmax) | 12 |",
         "Total ΣM = 20 over 2 layers",
+        f"| 512 | {student_bytes / 1024:.1f} KiB | {teacher_bytes / 1024:.1f} KiB |",
+        "The student's state grows with the context",
+        'AutoModelForCausalLM.from_pretrained("path/to/tiny-student", trust_remote_code=True)',
+        'pipeline("text-generation", model="path/to/tiny-student", trust_remote_code=True)',
         "import lit_dof",
         'from_pretrained("path/to/tiny-student")',
+        "`apache-2.0`, the teacher's license applies.",
     ):
         assert expected in card.text, expected
-    assert "## DoF allocation" not in card.text and "## Measured" not in card.text  # nothing known: nothing claimed
+    absent = ("## DoF allocation", "## Measured", "## Training")
+    assert not any(section in card.text for section in absent)  # nothing known: nothing claimed
 
     auto = AutoModelForCausalLM.from_pretrained(target)
     assert isinstance(auto, LitDofForCausalLM)
@@ -193,4 +206,63 @@ def test_teacher_is_recorded_as_the_source_not_the_cache_path(tmp_path, monkeypa
     config = json.loads((tmp_path / "s" / "config.json").read_text())
     assert config["teacher"] == "tiny-alias" and config["text_config"]["_name_or_path"] == "tiny-alias"
     assert str(cache) not in (tmp_path / "s" / "config.json").read_text()
-    assert ModelCard.load(tmp_path / "s" / "README.md").data.base_model == "tiny-alias"
+    card = ModelCard.load(tmp_path / "s" / "README.md")
+    assert card.data.base_model is None and "student of `tiny-alias`" in card.text  # not a hub id: named only
+
+
+def test_card_names_hub_sources_and_keeps_the_training_record(tmp_path):
+    """``base_model`` is a hub id only where one is known (the embedded alias's model, a hub id, a hub-cache
+    snapshot, a folder whose config names one), never a local path; the training data's hub ids become
+    ``datasets``; the fit's training record stays in the folder, so a later rewrite keeps its section."""
+    from lit_dof.students.card_sources import teacher_source
+
+    snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "0123abc"
+    tiny_model("llama").config.save_pretrained(snapshot)
+    named = tmp_path / "named"  # a folder saved by transformers 4.x, whose config.json keeps the hub id
+    tiny_model("llama").config.save_pretrained(named)
+    config = json.loads((named / "config.json").read_text())
+    (named / "config.json").write_text(json.dumps({**config, "_name_or_path": "org/named-model"}))
+    gguf = tmp_path / "teacher.Q4.gguf"
+    gguf.write_bytes(b"GGUF")
+    hub_ids = {
+        "smollm2-135m-instruct": ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0"),
+        "some-org/some-model": ("some-org/some-model", None),  # not a local path: a hub id (no cached card)
+        str(snapshot): ("org/tiny", None),
+        str(named): ("org/named-model", None),
+        str(gguf): (None, None),
+        "runs/../x": (None, None),
+    }
+    for teacher, expected in hub_ids.items():
+        assert (teacher_source(teacher).hub_id, teacher_source(teacher).license) == expected, teacher
+
+    student = linearize(tiny_model("llama"), LearnedPRF, 8)
+    student.config.teacher = "smollm2-135m-instruct"
+    folder = tmp_path / "s"
+    student.save_pretrained(folder)
+    record = {
+        "recipe": "LayerwiseDistillation",
+        "layer_loss": "SoftmaxRowLoss",
+        "end_to_end": None,
+        "steps": 640,
+        "tokens": 640 * 8 * 512,
+        "datasets": ["wikimedia/wikipedia"],
+        "corpus": "`wikimedia/wikipedia` (20231101.en), streamed",
+        "lora": None,
+        "validation": {"ppl_student": 31.4159, "ppl_teacher": 20.0},
+    }
+    write_model_card(folder, training=record)
+    write_model_card(folder)  # e.g. after `lit-dof eval` added a record: the training section stays
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct" and card.data.license == "apache-2.0"
+    assert card.data.datasets == ["wikimedia/wikipedia"]
+    for expected in (
+        "student of `HuggingFaceTB/SmolLM2-135M-Instruct` (lit-dof's embedded `smollm2-135m-instruct`)",
+        "`SoftmaxRowLoss`); no end-to-end steps",
+        f"- Steps: 640 optimizer steps, {640 * 8 * 512:,} training tokens through the teacher",
+        "- Data: `wikimedia/wikipedia` (20231101.en), streamed",
+        "- LoRA tail: none",
+        "- Validation perplexity (the fit's last validation): student 31.416, teacher 20.000",
+    ):
+        assert expected in card.text, expected
+    assert json.loads((folder / "lit_dof_training.json").read_text()) == record
+    assert find_results(folder) == ([], {})  # the training record is no measurement record

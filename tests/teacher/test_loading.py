@@ -63,7 +63,8 @@ def test_unknown_name_lists_aliases_and_local_directory_hint(monkeypatch):
 
 def test_offline_uncached_hub_id_says_so(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(TeacherNotFoundError, match=r"offline.*not in the local Hugging Face cache.*--local-dir DIR"):
+    fix = r"hf download EleutherAI/pythia-1b --local-dir DIR"
+    with pytest.raises(TeacherNotFoundError, match=rf"offline.*not in the local Hugging Face cache.*{fix}"):
         load_teacher("EleutherAI/pythia-1b")
 
 
