@@ -16,12 +16,13 @@ lm-eval's own CLI (:mod:`lit_dof.evaluation.lm_eval_model`); ``configs`` lists, 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import traceback
 from collections.abc import Sequence
 
-from lit_dof.commands import COMMANDS, LIGHTNING_COMMANDS, PROG  # noqa: F401  (re-exported)
+from lit_dof.commands import COMMANDS, LIGHTNING_COMMANDS, PROG, TABLE  # noqa: F401  (re-exported)
 
 VERBOSE = "--verbose"
 """The option, accepted by every command but ``lm-eval``, that adds the traceback to a one-line error."""
@@ -156,9 +157,6 @@ def main(args: Sequence[str] | None = None) -> None:
     ):
         top_parser().parse_args(argv[:1])  # prints the help, the version or the error, and exits
         return
-    if command == "configs":
-        configs_main(argv[1:])
-        return
 
     from lit_dof.runtime import tune_cpu_allocator
 
@@ -182,48 +180,29 @@ def main(args: Sequence[str] | None = None) -> None:
 
 
 def run_command(command: str, argv: list[str], lightning_args: list[str] | None) -> None:
-    """Run ``command`` (a :data:`COMMANDS` name other than ``configs``, or LightningCLI's options first).
+    """Run ``command``: its :data:`~lit_dof.commands.TABLE` entry point with the arguments after it, or
+    LightningCLI (``fit``, ``validate``, ``test``, ``predict``, or LightningCLI's options first).
 
     Args:
         command: the first argument.
         argv: the whole command line, command included.
         lightning_args: what LightningCLI parses (``None``: ``sys.argv``).
+
+    Raises:
+        MissingExtraError: the command needs lm-eval and the ``eval`` extra is not installed.
     """
-    if command == "eval":
-        from lit_dof.evaluation.cli import main as eval_main
-
-        eval_main(argv[1:])
-    elif command == "compare":
-        from lit_dof.comparison.cli import main as compare_main
-
-        compare_main(argv[1:])
-    elif command == "hybrid":
-        from lit_dof.hybrid.cli import main as hybrid_main
-
-        hybrid_main(argv[1:])
-    elif command == "generate":
-        from lit_dof.generation import main as generate_main
-
-        generate_main(argv[1:])
-    elif command == "chat":
-        from lit_dof.chat import main as chat_main
-
-        chat_main(argv[1:])
-    elif command == "lm-eval":
-        from lit_dof.evaluation.extra import require_lm_eval
-
-        require_lm_eval(f"{PROG} lm-eval")
-        from lit_dof.evaluation.lm_eval_model import main as lm_eval_main
-
-        lm_eval_main(argv[1:])
-    elif command == "plan":
-        from lit_dof.pipeline.cli import plan_main
-
-        plan_main(argv[1:])
-    else:  # fit, validate, test, predict, or LightningCLI's top-level options first
+    entry = TABLE[command].entry if command in TABLE else None
+    if entry is None:
         from lit_dof.pipeline.cli import build_cli
 
         build_cli(lightning_args)
+        return
+    if TABLE[command].needs_lm_eval:
+        from lit_dof.evaluation.extra import require_lm_eval
+
+        require_lm_eval(f"{PROG} {command}")
+    module, function = entry.split(":")
+    getattr(importlib.import_module(module), function)(argv[1:])
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from lit_dof.cli import COMMANDS
+from lit_dof.cli import COMMANDS, LIGHTNING_COMMANDS, TABLE, run_command
 from lit_dof.config_files import config_description, config_path, shipped_configs
 from tests.conftest import REPO, run_lit_dof
 
@@ -30,6 +30,31 @@ def _main(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
     """``lit-dof ARGS`` in this process, read from ``sys.argv`` as the console script does: (exit code, stdout,
     stderr)."""
     return run_lit_dof(capsys, monkeypatch, *args, argv=True)
+
+
+def test_every_command_is_one_table_entry_whose_entry_point_is_what_runs(monkeypatch):
+    """The dispatcher has no list of its own: each entry point imports and is called with the arguments after
+    the command name; LightningCLI's commands (no entry point) go to ``build_cli`` with the whole command line."""
+    import inspect
+
+    from lit_dof.pipeline import cli as pipeline_cli
+
+    calls = []
+    for name, command in TABLE.items():
+        if command.entry is None:
+            assert name in LIGHTNING_COMMANDS
+            continue
+        module, function = command.entry.split(":")
+        target = getattr(importlib.import_module(module), function)
+        assert callable(target) and len(inspect.signature(target).parameters) == 1, command.entry
+        monkeypatch.setattr(
+            importlib.import_module(module), function, lambda args, name=name: calls.append((name, args))
+        )
+        run_command(name, [name, "--x", "1"], lightning_args=None)
+    assert calls == [(name, ["--x", "1"]) for name, c in TABLE.items() if c.entry is not None]
+    monkeypatch.setattr(pipeline_cli, "build_cli", lambda args: calls.append(("lightning", args)))
+    run_command("fit", ["fit", "--x"], lightning_args=["fit", "--x"])
+    assert calls[-1] == ("lightning", ["fit", "--x"]) and set(LIGHTNING_COMMANDS) <= set(TABLE)
 
 
 def test_help_lists_every_command_without_importing_lightning():
