@@ -8,6 +8,7 @@ import gzip
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import time
@@ -224,17 +225,18 @@ def test_a_directory_is_named_as_one(tmp_path):
         next(iter_documents(tmp_path / "corpus"))
 
 
-@pytest.mark.parametrize(
-    "name, content, message",
-    [
-        ("random.txt", os.urandom(200_000), "is not UTF-8 text"),
-        ("random.jsonl", os.urandom(200_000), "is not UTF-8 text"),
-        ("random.txt.gz", gzip.compress(os.urandom(200_000)), r"is not UTF-8 text: .* \(decompressed\)"),
-        ("random-not-gzip.txt.gz", os.urandom(200_000), "is not a readable gzip file"),
-        ("compressed.txt", gzip.compress(b"plain text\n" * 100), "is gzip-compressed but not named .gz"),
-        ("utf16.txt", "An English text in UTF-16.\n\n".encode("utf-16") * 100, r"NUL bytes"),
-    ],
-)
+_NOISE = random.Random(0).randbytes(200_000)  # the same bytes in every process (pytest-xdist compares test ids)
+BINARY_CORPORA = [
+    ("random.txt", _NOISE, "is not UTF-8 text"),
+    ("random.jsonl", _NOISE, "is not UTF-8 text"),
+    ("random.txt.gz", gzip.compress(_NOISE, mtime=0), r"is not UTF-8 text: .* \(decompressed\)"),
+    ("random-not-gzip.txt.gz", _NOISE, "is not a readable gzip file"),
+    ("compressed.txt", gzip.compress(b"plain text\n" * 100, mtime=0), "is gzip-compressed but not named .gz"),
+    ("utf16.txt", "An English text in UTF-16.\n\n".encode("utf-16") * 100, r"NUL bytes"),
+]
+
+
+@pytest.mark.parametrize("name, content, message", BINARY_CORPORA, ids=[name for name, _, _ in BINARY_CORPORA])
 def test_binary_corpora_are_refused_by_content(tmp_path, name, content, message):
     (tmp_path / name).write_bytes(content)
     with pytest.raises(ValueError, match=message) as info:
