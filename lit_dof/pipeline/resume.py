@@ -144,7 +144,7 @@ def checkpoint_metadata(path: str | os.PathLike) -> dict | None:
             "such objects: delete this file (or pass another --ckpt_path); load it yourself only if you trust "
             "its source."
         ) from exc
-    except (RuntimeError, EOFError, ValueError, OSError) as exc:
+    except Exception as exc:  # a damaged pickle fails in many ways (EOFError, KeyError, IndexError, struct.error, …)
         raise _unreadable(path, exc) from exc
 
 

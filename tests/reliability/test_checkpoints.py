@@ -7,7 +7,7 @@ Each malicious file's payload would create a marker folder when unpickled by ``t
 
 from __future__ import annotations
 
-import os
+import random
 from pathlib import Path
 
 import pytest
@@ -58,10 +58,12 @@ def test_a_malicious_checkpoint_is_refused_by_name_and_runs_nothing(tmp_path, la
 
 
 def test_a_damaged_checkpoint_is_named_with_the_fix(tmp_path):
+    """Random bytes fail the unpickler in many ways (EOFError, KeyError of a memo, …): each is named as damaged."""
     garbage = tmp_path / "random.ckpt"
-    garbage.write_bytes(os.urandom(4096))
-    with pytest.raises(UnreadableCheckpointError, match=f"{garbage} is not a readable checkpoint.*delete it"):
-        checkpoint_metadata(garbage)
+    for seed in range(64):
+        garbage.write_bytes(random.Random(seed).randbytes(4096))
+        with pytest.raises(UnreadableCheckpointError, match=f"{garbage} is not a readable checkpoint.*delete it"):
+            checkpoint_metadata(garbage)
 
 
 def test_no_checkpoint_load_in_the_library_is_unsafe():
