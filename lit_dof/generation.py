@@ -252,21 +252,11 @@ def main(args: list[str] | None = None) -> None:
         SystemExit: ``--help``, or a usage error (bad device/dtype, prompt/messages, sampling options: message
             on stderr, code 2).
     """
-    from jsonargparse import auto_cli
-
-    from lit_dof.help_text import PlainArgumentParser, summary
+    from lit_dof.help_text import command_cli
 
     args = sys.argv[2:] if args is None else list(args)
     try:
-        auto_cli(
-            generate,
-            args=with_bare_flags(args),
-            as_positional=False,
-            prog=PROG,
-            fail_untyped=False,
-            description=summary(generate),
-            parser_class=PlainArgumentParser,
-        )
+        command_cli(generate, with_bare_flags(args), PROG, as_positional=False, fail_untyped=False)
     except (DeviceError, GenerateUsageError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc

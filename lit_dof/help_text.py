@@ -4,7 +4,8 @@ jsonargparse builds option help, group titles and descriptions from docstrings, 
 (double backticks, ``:class:`` roles) and whose summaries often wrap onto a second line, of which jsonargparse
 keeps only the first. :class:`PlainHelpFormatter` strips the markup from everything a help screen prints
 (:func:`plain`); :func:`summary` gives a docstring's whole first paragraph, for a command's description;
-:class:`PlainArgumentParser` is jsonargparse's parser with that formatter, for ``auto_cli``'s ``parser_class``.
+:class:`PlainArgumentParser` is jsonargparse's parser with that formatter; :func:`command_cli` runs a function as a
+``lit-dof`` command through ``auto_cli`` with both.
 """
 
 from __future__ import annotations
@@ -73,3 +74,26 @@ class PlainArgumentParser(ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", PlainHelpFormatter)
         super().__init__(*args, **kwargs)
+
+
+def command_cli(function, args: list[str] | None, prog: str, **kwargs) -> object:
+    """Run ``function`` as the ``lit-dof`` command ``prog``: jsonargparse's ``auto_cli`` with :func:`summary` of
+    its docstring as the description and :class:`PlainArgumentParser` as the parser.
+
+    Args:
+        function: the command's function (its signature and docstring are the options and their help).
+        args: the command line after the command name (``None``: ``sys.argv``).
+        prog: the command as the usage line names it, e.g. ``"lit-dof eval"``.
+        **kwargs: more ``auto_cli`` arguments (``as_positional``, ``fail_untyped``).
+
+    Returns:
+        what ``function`` returns.
+
+    Raises:
+        SystemExit: ``--help`` or a usage error (jsonargparse's).
+    """
+    from jsonargparse import auto_cli
+
+    return auto_cli(
+        function, args=args, prog=prog, description=summary(function), parser_class=PlainArgumentParser, **kwargs
+    )

@@ -142,22 +142,13 @@ def main(args: list[str] | None = None) -> None:
     """
     import signal
 
-    from jsonargparse import auto_cli
-
-    from lit_dof.help_text import PlainArgumentParser, summary
+    from lit_dof.help_text import command_cli
 
     def stop(signum, frame):  # SIGTERM (a batch scheduler, `kill`) ends the run as Ctrl-C does: the fit under way
         raise KeyboardInterrupt(f"signal {signum}")  # is stopped, its attempt recorded, and it resumes from last.ckpt
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        auto_cli(
-            compare,
-            args=args,
-            as_positional=False,
-            prog="lit-dof compare",
-            description=summary(compare),
-            parser_class=PlainArgumentParser,
-        )
+        command_cli(compare, args, "lit-dof compare", as_positional=False)
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -274,8 +274,14 @@ class WikipediaDataModule(L.LightningDataModule):
         return next(iter(self._train_loader(index)))
 
     def _train_loader(self, skip_batches: int) -> DataLoader:
+        data = self._train_blocks(skip_batches=skip_batches, batch_size=self.batch_size)
+        return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
+
+    def _train_blocks(self, **limits) -> PackedBlocks:
+        """This rank's training blocks in the shuffled order; ``limits``: ``skip_batches`` + ``batch_size`` (a
+        resumed stream) or ``max_blocks``."""
         rank, world = self._rank()
-        data = PackedBlocks(
+        return PackedBlocks(
             self.documents,
             self.tokenizer,
             self.seq_len,
@@ -283,11 +289,9 @@ class WikipediaDataModule(L.LightningDataModule):
             self.val_every,
             rank=rank,
             world_size=world,
-            skip_batches=skip_batches,
-            batch_size=self.batch_size,
+            **limits,
             **self.shuffle,
         )
-        return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         """The first ``val_blocks`` held-out blocks, cut to a multiple of the world size, this rank's equal share.
@@ -312,18 +316,7 @@ class WikipediaDataModule(L.LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         """Up to ``predict_blocks`` training blocks, this rank's share: the samples of the DoF capture."""
-        rank, world = self._rank()
-        data = PackedBlocks(
-            self.documents,
-            self.tokenizer,
-            self.seq_len,
-            "train",
-            self.val_every,
-            rank=rank,
-            world_size=world,
-            max_blocks=self.predict_blocks,
-            **self.shuffle,
-        )
+        data = self._train_blocks(max_blocks=self.predict_blocks)
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def test_dataloader(self) -> DataLoader:

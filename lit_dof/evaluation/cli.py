@@ -180,16 +180,7 @@ def main(args: list[str] | None = None) -> None:
     Raises:
         SystemExit: ``--help``, or a usage error (a bad ``--device``/``--dtype`` too: message on stderr, code 2).
     """
-    from jsonargparse import auto_cli
-
-    from lit_dof.help_text import PlainArgumentParser, summary
+    from lit_dof.help_text import command_cli
 
     with device_errors_exit("lit-dof eval"):
-        auto_cli(
-            evaluate,
-            args=args,
-            as_positional=False,
-            prog="lit-dof eval",
-            description=summary(evaluate),
-            parser_class=PlainArgumentParser,
-        )
+        command_cli(evaluate, args, "lit-dof eval", as_positional=False)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import sys
 
-from jsonargparse import auto_cli
-
 from lit_dof.devices import device_errors_exit
 from lit_dof.hybrid.run import ORDERINGS, HybridSearch
 from lit_dof.io import portable
@@ -102,15 +100,9 @@ def search(
 def main(args: list[str] | None = None) -> None:
     """``lit-dof hybrid``: :func:`search` from the command line (jsonargparse; ``--config`` works). The
     command line is recorded in the report, without this machine's paths."""
-    from lit_dof.help_text import PlainArgumentParser, summary
+    from lit_dof.help_text import command_cli
 
     args = sys.argv[2:] if args is None else list(args)
     command = ["--command", portable(["lit-dof", "hybrid", *args])]
     with device_errors_exit("lit-dof hybrid"):
-        auto_cli(
-            search,
-            args=[*args, *command],
-            prog="lit-dof hybrid",
-            description=summary(search),
-            parser_class=PlainArgumentParser,
-        )
+        command_cli(search, [*args, *command], "lit-dof hybrid")
