@@ -32,21 +32,6 @@ BAR_FORMAT = "step {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
 """The step bar's layout (tqdm's fields; ``{postfix}`` starts with ``, ``)."""
 
 
-def si_number(value: float) -> str:
-    """``value`` with three significant digits and an SI suffix: ``950``, ``1.05k``, ``23.4M``.
-
-    Args:
-        value: a non-negative number.
-
-    Returns:
-        the text.
-    """
-    for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.3g}{suffix}"
-    return f"{value:.3g}"
-
-
 class StepProgressBar(TQDMProgressBar):
     """Lightning's tqdm progress bar, over the optimizer steps of a step-limited fit (see the module docstring).
 
@@ -79,7 +64,10 @@ class StepProgressBar(TQDMProgressBar):
         }
         if self._by_steps() and self._started is not None and self._tokens:
             seconds = max(time.monotonic() - self._started, 1e-9)
-            metrics = {"tok/s": si_number(self._tokens * trainer.world_size / seconds), **metrics}
+            metrics = {
+                "tok/s": Tqdm.format_sizeof(self._tokens * trainer.world_size / seconds, divisor=1000),
+                **metrics,
+            }
         return metrics
 
     def init_train_tqdm(self) -> Tqdm:
