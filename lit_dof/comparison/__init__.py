@@ -16,7 +16,13 @@ finished:
   the bytes of the model's generation cache after a prefill of ``ppl_window`` tokens (one sequence);
 * ``long.json`` (stage ``long``): perplexity by position in blocks of 512 to 8192 tokens (long context);
 * ``long_documents.json`` (stage ``long_documents``): the long-document test set by in-document position
-  (:func:`~lit_dof.evaluation.long_documents.long_document_perplexity`; not in the report yet).
+  (:func:`~lit_dof.evaluation.long_documents.long_document_perplexity`);
+* ``retrieval/<task>.json`` and ``<task>.png`` (stage ``retrieval``): retrieval by greedy generation over contexts ×
+  needle depths, with the heatmap.
+
+With ``--controls ROW`` the student of ``ROW`` is shown beside its controls (:mod:`lit_dof.evaluation.controls`), each a
+row of its own measured by every evaluation stage (:mod:`~lit_dof.comparison.control_cells`: ``control.json`` in
+``<student cell>/controls/<name>/``; the controls with the teacher's weights measured once per window and shared).
 
 :func:`~lit_dof.comparison.report.write_report` gathers every finished cell into ``comparison.json``, ``comparison.md``
 (methods × tasks, average, perplexity, budget, λ, J, tokens, wall time, and the fraction of the teacher–Performer gap
@@ -34,12 +40,16 @@ the cells of the earlier ``comparison.json`` in the report folder whose run dire
 Modules, one idea each:
 
 * :mod:`~lit_dof.comparison.rows` — the methods (``Row``, ``ROWS``), the metric per task, the grid of cells;
-* :mod:`~lit_dof.comparison.cells` — ``Comparison``: a cell's directory and the stages that fill it;
+* :mod:`~lit_dof.comparison.cells` — ``Comparison``: a cell's settings, directory and fit;
+* :mod:`~lit_dof.comparison.stages` — the evaluation stages (tasks, retrieval, perplexities);
+  :mod:`~lit_dof.comparison.finetune_stage` — the per-task fine-tuning protocol;
+* :mod:`~lit_dof.comparison.control_cells` — a student's controls as cells;
 * :mod:`~lit_dof.comparison.runner` — one subprocess run in a folder, logged, its exit code checked;
 * :mod:`~lit_dof.comparison.artefacts` — reading a cell's files (``metrics.jsonl``, ``config.yaml``, JSON records);
 * :mod:`~lit_dof.comparison.collect` — the report's cells, carried over from an earlier report where gone;
 * :mod:`~lit_dof.comparison.summary` — means, paired differences, spread over seeds;
 * :mod:`~lit_dof.comparison.lookup` — a report cell's key, label, reference and validation curves;
 * :mod:`~lit_dof.comparison.render` — the markdown report; :mod:`~lit_dof.comparison.plots` — its figure;
+  :mod:`~lit_dof.comparison.beyond_window` — its retrieval section and the students against their controls over seeds;
 * :mod:`~lit_dof.comparison.report` — ``write_report``; :mod:`~lit_dof.comparison.cli` — ``lit-dof compare``.
 """

@@ -178,21 +178,23 @@ def allocation_strategy(config: dict) -> str | None:
 
 
 def read_cell(cell: Path, tasks: Sequence[str]) -> dict:
-    """A cell directory's finished records: ``fit``, ``ppl`` (``None`` when missing), ``scores`` (task →
-    primary metric, its SE, n), ``items`` (task → per-example scores) and the ``devices`` they name.
+    """A cell directory's finished records: ``fit``, ``ppl``, ``long``, ``long_documents`` (``None`` when missing),
+    ``scores`` (task → primary metric, its SE, n), ``items`` (task → per-example scores), ``retrieval`` (task →
+    :func:`retrieval_summary`) and the ``devices`` they name.
 
     Args:
         cell: a cell directory.
         tasks: the tasks to read.
 
     Returns:
-        ``{"fit", "ppl", "long", "scores", "items", "devices"}``.
+        ``{"fit", "ppl", "long", "long_documents", "scores", "items", "retrieval", "devices"}``.
     """
-    fit = json.loads((cell / "fit.json").read_text()) if (cell / "fit.json").is_file() else None
-    ppl = json.loads((cell / "ppl.json").read_text()) if (cell / "ppl.json").is_file() else None
-    long = json.loads((cell / "long.json").read_text()) if (cell / "long.json").is_file() else None
+    names = ("fit.json", "ppl.json", "long.json", "long_documents.json")
+    fit, ppl, long, documents = (_record(cell / name) for name in names)
+    retrieval = {p.stem: retrieval_summary(json.loads(p.read_text())) for p in sorted(cell.glob("retrieval/*.json"))}
     scores, items = {}, {}
-    devices = {record.get("device") for record in (fit, ppl) if record}
+    devices = {record.get("device") for record in (fit, ppl, long, documents) if record}
+    devices |= {(r["provenance"] or {}).get("device") for r in retrieval.values()}
     for task in tasks:
         path = cell / "eval" / f"{task}.json"
         if not path.is_file():
@@ -204,7 +206,37 @@ def read_cell(cell: Path, tasks: Sequence[str]) -> dict:
                         "n": entry.get("n")}  # fmt: skip  # compact dict
         if (entry.get("items") or {}).get(metric):
             items[task] = entry["items"][metric]
-    return {"fit": fit, "ppl": ppl, "long": long, "scores": scores, "items": items, "devices": devices}
+    found = {"fit": fit, "ppl": ppl, "long": long, "long_documents": documents, "scores": scores, "items": items}
+    return {**found, "retrieval": retrieval, "devices": devices}
+
+
+def _record(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def retrieval_summary(record: dict) -> dict:
+    """What the report keeps of a ``retrieval/<task>.json``: the score (exact match) and its SE, n, the context ×
+    depth ``cells``, the per-example scores in order (``items``, for pairing two models on the same examples), the
+    share of needles beyond the model's window (``None`` for full attention) and the provenance.
+
+    Args:
+        record: a retrieval stage record (:meth:`~lit_dof.comparison.stages.EvaluationStages.retrieval_stage`).
+
+    Returns:
+        ``{"exact_match", "exact_match_stderr", "n", "cells", "items", "beyond_window", "provenance"}``.
+    """
+    examples = record.get("examples") or []
+    beyond = [e["beyond_window"] for e in examples if "beyond_window" in e]
+    items = record.get("items") or {}
+    return {
+        "exact_match": record.get("exact_match", record.get("acc")),
+        "exact_match_stderr": record.get("exact_match_stderr", record.get("acc_stderr")),
+        "n": record.get("n"),
+        "cells": record.get("cells"),
+        "items": items.get("exact_match") or items.get("acc"),
+        "beyond_window": sum(beyond) / len(beyond) if beyond else None,
+        "provenance": {k: (record.get("provenance") or {}).get(k) for k in ("device", "retrieval", "seconds")},
+    }
 
 
 def _eval_device(provenance: dict) -> str | None:

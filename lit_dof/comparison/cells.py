@@ -1,6 +1,7 @@
-"""One cell of the comparison (method row, budget, seed): its directory and each stage that fills it — the fit
-(a ``lit-dof fit`` subprocess), zero-shot evaluation, held-out, long-context and long-document perplexity, and the
-per-task fine-tuning protocol. Each record is written once and atomically, so a re-run skips what is finished."""
+"""One cell of the comparison (method row, budget, seed): its settings, its directory and its fit (a ``lit-dof fit``
+subprocess). The stages that measure the fitted model are :class:`~lit_dof.comparison.stages.EvaluationStages` and
+:class:`~lit_dof.comparison.finetune_stage.FinetuneProtocol`. Each record is written once and atomically, so a re-run
+skips what is finished."""
 
 from __future__ import annotations
 
@@ -14,17 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lit_dof.comparison.artefacts import checkpoint_dof_report, exported_since, summarise_fit
+from lit_dof.comparison.control_cells import records_folder
+from lit_dof.comparison.finetune_stage import FinetuneProtocol
 from lit_dof.comparison.rows import PLANNER_ARGS, REPO_CONFIGS, Row, planner_class
 from lit_dof.comparison.runner import CommandFailed, run_logged
-from lit_dof.data.splits import check_record_split
-from lit_dof.evaluation.loading import load_model
-from lit_dof.evaluation.task_data import TASKS
-from lit_dof.io import atomic_write_json, portable
+from lit_dof.comparison.stages import EvaluationStages
+from lit_dof.evaluation.retrieval_data import RetrievalGrid
+from lit_dof.io import atomic_write_json
 from lit_dof.pipeline.planner import FixedPlanner
 
 
 @dataclass
-class Comparison:
+class Comparison(EvaluationStages, FinetuneProtocol):
     """Where and how to run the comparison (see :mod:`lit_dof.comparison`).
 
     Args:
@@ -40,6 +42,9 @@ class Comparison:
             refused, not re-measured (:func:`~lit_dof.data.splits.check_record_split`).
         long_documents: documents of the ``long_documents`` stage (the first of the long-document test set;
             ``None``: all of them).
+        retrieval_tasks: the tasks of the ``retrieval`` stage
+            (:data:`~lit_dof.evaluation.retrieval_data.RETRIEVAL_TASKS`), scored by greedy generation.
+        retrieval: where their examples sit (contexts, needle depths, trials per cell, seed).
         fit_args: extra ``lit-dof fit`` arguments for every student (e.g. ``--trainer.max_steps=200``).
         teacher: teacher source (default: the base config's ``model.init_args.teacher``).
         finetune_lrs: the protocol's learning-rate grid, searched on the teacher and reused for the students.
@@ -71,6 +76,8 @@ class Comparison:
     long_contexts: tuple[int, ...] = (512, 2048, 4096, 8192)
     ppl_split: str = "test"
     long_documents: int | None = None
+    retrieval_tasks: Sequence[str] = ("passkey",)
+    retrieval: RetrievalGrid = field(default_factory=RetrievalGrid)
     batch_size: int = 16
     fit_args: Sequence[str] = field(default_factory=tuple)
     finetune_lrs: Sequence[float] = (1e-5, 3e-5, 1e-4)
@@ -93,7 +100,8 @@ class Comparison:
 
     def cell_dir(self, row: Row, budget: int, seed: int | None = None) -> Path:
         """``<out>/C<budget>/<row>`` for seed 0 (and the teacher), ``<out>/C<budget>/seed<s>/<row>`` otherwise;
-        ``seed`` defaults to :attr:`seed`.
+        ``seed`` defaults to :attr:`seed`. A control row's records are in its student's cell, or shared by every
+        control of the teacher behind the same window (:func:`~lit_dof.comparison.control_cells.records_folder`).
 
         Args:
             row: the cell's row.
@@ -103,6 +111,8 @@ class Comparison:
         Returns:
             The cell directory (not created).
         """
+        if row.kind == "control":
+            return records_folder(self, row, budget, seed)
         seed = self.seed if seed is None else seed
         folder = Path(self.out) / f"C{budget}"
         return (folder / f"seed{seed}" if seed and row.kind != "teacher" else folder) / row.name
@@ -207,7 +217,7 @@ class Comparison:
 
         return device_label(self.device)
 
-    # -- evaluation -------------------------------------------------------------------------------------------
+    # -- what a cell evaluates ----------------------------------------------------------------------------------
     def teacher_source(self) -> str:
         """The teacher: :attr:`teacher` when set, else ``model.init_args.teacher`` of the base config."""
         if self.teacher:
@@ -227,173 +237,6 @@ class Comparison:
             return self.teacher_source()
         cell = self.cell_dir(row, budget)
         return str(cell / json.loads((cell / "fit.json").read_text())["student"])
-
-    def evaluate(self, row: Row, budget: int, tasks: Sequence[str] = TASKS) -> dict:
-        """Zero-shot results of the cell's model, one ``eval/<task>.json`` per task (finished tasks skipped; the
-        answered requests of an unfinished one are kept in ``eval/cache``, so a killed task resumes).
-
-        Args:
-            row: the cell's row.
-            budget: its feature budget C.
-            tasks: the tasks to evaluate.
-
-        Returns:
-            ``{task: eval/<task>.json's content}``.
-        """
-        from lit_dof.evaluation.harness import evaluate_model
-
-        folder = self.cell_dir(row, budget) / "eval"
-        todo = [t for t in tasks if not (folder / f"{t}.json").is_file()]
-        if todo:
-            model, tokenizer = load_model(self.model_source(row, budget), device=self.device)
-            for task in todo:  # one task at a time: a kill loses at most one task's work
-                result = evaluate_model(model, tokenizer, [task], data_dir=self.data_dir, limit=self.eval_limit,
-                                        batch_size=self.batch_size,
-                                        mmlu_per_subject=self.mmlu_per_subject,
-                                        cache_dir=folder / "cache")  # fmt: skip  # packed args
-                atomic_write_json(
-                    folder / f"{task}.json", {**result["tasks"][task], "provenance": result["provenance"]}
-                )
-        return {t: json.loads((folder / f"{t}.json").read_text()) for t in tasks}
-
-    def _measured(self, row: Row, budget: int, name: str, measure) -> dict:
-        """The cell's ``name`` record: read back if written, else ``measure(model, tokenizer, corpus)`` with the
-        cell's model on the comparison's device, timed, written atomically."""
-        path = self.cell_dir(row, budget) / name
-        if path.is_file():
-            record = json.loads(path.read_text())
-            return record if name == "long_documents.json" else check_record_split(record, self.ppl_split, path)
-        corpus = self.corpus or os.environ.get("LIT_DOF_CORPUS")
-        if not corpus:
-            raise FileNotFoundError(f"no corpus for {name}: pass --corpus or set LIT_DOF_CORPUS")
-        model, tokenizer = load_model(self.model_source(row, budget), device=self.device)
-        start = time.time()
-        result = measure(model, tokenizer, corpus)
-        result.update(seconds=time.time() - start, device=self.device_label())
-        if "source" in result:  # recorded without this machine's paths, as the commands are
-            result["source"] = portable([str(result["source"])])
-        atomic_write_json(path, result)
-        return result
-
-    def perplexity(self, row: Row, budget: int) -> dict:
-        """Sliding-window perplexity on the held-out documents of the corpus (``ppl.json``).
-
-        Args:
-            row: the cell's row.
-            budget: its feature budget C.
-
-        Returns:
-            ``ppl.json``'s content.
-
-        Raises:
-            FileNotFoundError: no corpus (``--corpus`` or ``$LIT_DOF_CORPUS``).
-        """
-        return self._measured(row, budget, "ppl.json", self._perplexity)
-
-    def _perplexity(self, model, tokenizer, corpus: str) -> dict:
-        from lit_dof.evaluation.perplexity import heldout_perplexity
-        from lit_dof.students.cache import prefill_cache_nbytes
-
-        result = heldout_perplexity(model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window,
-                                    stride=self.ppl_stride, split=self.ppl_split)  # fmt: skip  # packed args
-        # what decoding keeps per sequence at the scored context (a teacher's KV cache; a student's state)
-        result["state"] = {"context": self.ppl_window, "bytes": prefill_cache_nbytes(model, self.ppl_window)}
-        return result
-
-    def long_context(self, row: Row, budget: int) -> dict:
-        """Perplexity by position at every context of ``long_contexts``, returned and written as ``long.json``
-        (arguments and errors as :meth:`perplexity`): the held-out documents concatenated (EOS between them) and
-        cut into disjoint blocks of that many tokens, ``ppl_tokens`` tokens per context, buckets 0–63 / 64–255 /
-        256–511 / 512–2047 / 2048–4095 / 4096–8191 within the block."""
-        return self._measured(row, budget, "long.json", self._long_context)
-
-    def _long_context(self, model, tokenizer, corpus: str) -> dict:
-        from lit_dof.evaluation.perplexity import long_context_perplexity
-
-        return long_context_perplexity(model, tokenizer, corpus, self.long_contexts, self.ppl_tokens, self.ppl_split)
-
-    def long_document_perplexity(self, row: Row, budget: int) -> dict:
-        """The long-document test set by in-document position, written as ``long_documents.json`` (arguments and
-        errors as :meth:`perplexity`; :func:`lit_dof.evaluation.long_documents.long_document_perplexity`, the first
-        :attr:`long_documents` documents, each truncated to the model's max positions)."""
-        return self._measured(row, budget, "long_documents.json", self._long_documents)
-
-    def _long_documents(self, model, tokenizer, corpus: str) -> dict:
-        from lit_dof.evaluation.long_documents import long_document_perplexity
-
-        return long_document_perplexity(model, tokenizer, corpus, max_documents=self.long_documents)
-
-    # -- the paper's per-task fine-tuning protocol (METHOD.md §4) -----------------------------------------
-    def _finetune_run(self, source: str, task: str, lr: float, folder: Path) -> dict:
-        """One fine-tuning fit (subprocess, in ``folder``); returns its ``finetune.json``."""
-        result_path = folder / "result.json"
-        if result_path.is_file():
-            return json.loads(result_path.read_text())
-        folder.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "lit_dof", "fit", "--config",
-                   str(REPO_CONFIGS / "finetune" / "arc_easy.yaml"), f"--data.init_args.task={task}",
-                   f"--model.init_args.teacher={source}", f"--model.init_args.lr={lr}"]  # fmt: skip  # compact list
-        if self.data_dir:
-            command.append(f"--data.init_args.data_dir={self.data_dir}")
-        if task == "mmlu":  # the paper: MMLU 1 epoch, last
-            command += ["--trainer.max_epochs=1", "--model.init_args.selection=last"]
-            if self.mmlu_per_subject:
-                command.append(f"--data.init_args.mmlu_per_subject={self.mmlu_per_subject}")
-        command += [*self.accelerator_args(), *self.finetune_args]
-        start = time.time()
-        run_logged(command, folder, f"fine-tuning {source} on {task} (lr {lr})")
-        summaries = sorted(folder.glob("runs/*/version_*/finetune.json"), key=os.path.getmtime)
-        result = {
-            **json.loads(summaries[-1].read_text()),
-            "wall_seconds": time.time() - start,
-            "command": portable(command),
-        }
-        atomic_write_json(result_path, result)
-        return result
-
-    def finetune_lr(self, task: str) -> float:
-        """The protocol's learning rate for ``task``: the best of :attr:`finetune_lrs` on the teacher.
-
-        Args:
-            task: a task with training data.
-
-        Returns:
-            The selected learning rate (also written to ``finetune_lr/<task>/selected.json``).
-        """
-        folder = Path(self.out) / "finetune_lr" / task
-        scores = {
-            lr: self._finetune_run(self.teacher_source(), task, lr, folder / f"lr{lr:g}")["score"]
-            for lr in self.finetune_lrs
-        }
-        best = max(scores, key=lambda lr: scores[lr])
-        atomic_write_json(
-            folder / "selected.json", {"task": task, "scores": {f"{k:g}": v for k, v in scores.items()}, "lr": best}
-        )
-        return best
-
-    def finetune(self, row: Row, budget: int, task: str) -> dict:
-        """Fine-tune the cell's model on ``task`` at the teacher-selected learning rate (``finetune/<task>.json``).
-
-        Args:
-            row: the cell's row.
-            budget: its feature budget C.
-            task: a task with training data.
-
-        Returns:
-            ``finetune/<task>.json``'s content.
-        """
-        path = self.cell_dir(row, budget) / "finetune" / f"{task}.json"
-        if path.is_file():
-            return json.loads(path.read_text())
-        lr = self.finetune_lr(task)
-        if row.kind == "teacher":
-            result = self._finetune_run(
-                self.teacher_source(), task, lr, Path(self.out) / "finetune_lr" / task / f"lr{lr:g}"
-            )
-        else:
-            result = self._finetune_run(self.model_source(row, budget), task, lr, path.parent / task)
-        atomic_write_json(path, result)
-        return result
 
 
 def _absolute(path: str | None) -> str | None:

@@ -3,6 +3,8 @@
 Example::
 
     lit-dof compare --rows '[teacher, performer, fix, dof]' --budgets '[64]' --out runs/compare
+    lit-dof compare --rows '[teacher, quickstart]' --controls '[quickstart]' --seeds '[0, 1, 2]' \
+        --stages '[fit, ppl, long_documents, retrieval, eval]' --long_documents 20   # a student beside its controls
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from lit_dof.comparison.cells import Comparison
+from lit_dof.comparison.control_cells import describe_controls
 from lit_dof.comparison.report import write_report
-from lit_dof.comparison.rows import REPO_CONFIGS, ROWS, grid
+from lit_dof.comparison.rows import REPO_CONFIGS, ROWS, control_rows, grid
+from lit_dof.evaluation.retrieval_data import RETRIEVAL_TASKS, RetrievalGrid
 from lit_dof.evaluation.task_data import TASKS, TRAIN_SPLITS
 from lit_dof.progress import Progress
 
@@ -35,6 +39,9 @@ def compare(
     ppl_tokens: int = 16384,
     ppl_split: str = "test",
     long_documents: int | None = None,
+    controls: list[str] = [],  # noqa: B006
+    retrieval_tasks: list[str] = ["passkey"],  # noqa: B006
+    retrieval: RetrievalGrid = RetrievalGrid(),  # noqa: B008
     fit_args: list[str] = [],  # noqa: B006
     finetune_tasks: list[str] = list(TRAIN_SPLITS),  # noqa: B006
     finetune_lrs: list[float] = [1e-5, 3e-5, 1e-4],  # noqa: B006
@@ -52,11 +59,11 @@ def compare(
         budgets: per-layer mean feature dims C (the total budget is L · C).
         out: where the cell directories go.
         report_dir: where comparison.{json,md,png} go (default: ``out``).
-        stages: which of ``fit``, ``ppl``, ``long``, ``long_documents``, ``eval``, ``finetune`` to run now (the report
-            is always rewritten; ``long`` — perplexity by position up to 8192 tokens of context —,
-            ``long_documents`` — the long-document test set by in-document position, ``long_documents.json`` in the
-            cell, not in the report yet — and ``finetune`` — the paper's protocol — are opt-in: they are the
-            costliest stages on a CPU).
+        stages: which of ``fit``, ``ppl``, ``long``, ``long_documents``, ``retrieval``, ``eval``, ``finetune`` to run
+            now (the report is always rewritten; ``long`` — perplexity by position up to 8192 tokens of context —,
+            ``long_documents`` — the long-document test set by in-document position —, ``retrieval`` — the
+            retrieval tasks by greedy generation over contexts × needle depths — and ``finetune`` — the paper's
+            protocol — are opt-in: they are the costliest stages on a CPU).
         tasks: which tasks the ``eval`` stage runs now (the report always shows all seven; missing cells are –).
         base_config: shared recipe (default configs/quickstart.yaml).
         teacher: replaces the base config's teacher (alias, directory, ``.gguf`` file or hub id).
@@ -68,6 +75,13 @@ def compare(
         ppl_split: the documents the ``ppl`` and ``long`` stages score: ``test`` (default; lit_dof.data.splits) or
             ``validation`` (model selection; the records measured before the test split, kept reproducible).
         long_documents: documents of the ``long_documents`` stage (the first ones; default: all of them).
+        controls: student rows shown beside their controls, each measured by every stage as a row of its own
+            (``<row>:window_sinks``, the teacher behind the student's window + sinks; ``<row>:equal_state``, the
+            teacher behind the window of equal decode state; ``<row>:tail_only``, the student's LoRA-merged weights
+            with full attention; lit_dof.evaluation.controls). The teacher-weight controls are measured once per
+            window and shared by every seed.
+        retrieval_tasks: the tasks of the ``retrieval`` stage (lit_dof.evaluation.retrieval_data.RETRIEVAL_TASKS).
+        retrieval: where their examples sit: ``contexts`` (tokens), ``depths`` (0–1), ``trials`` per cell, ``seed``.
         fit_args: extra ``lit-dof fit`` arguments for every student (planner settings,
             ``--model.init_args.planner.init_args.<key>``, only where every row's planner takes them: the
             window-only controls' FixedPlanner takes no DoF settings).
@@ -84,7 +98,8 @@ def compare(
             ``out`` (a lost or cleaned scratch folder; each is marked in the table); ``false``: only ``out``.
 
     Raises:
-        ValueError: an unknown row, stage or device; seeds that are repeated or negative.
+        ValueError: an unknown row, stage, retrieval task or device; seeds that are repeated or negative; a
+            ``controls`` row that is not a selected student row.
     """
     unknown = sorted(set(rows) - set(ROWS))
     if unknown:
@@ -92,9 +107,15 @@ def compare(
     unknown_tasks = sorted(set(tasks) - set(TASKS))
     if unknown_tasks:
         raise ValueError(f"unknown task(s) {unknown_tasks}; known: {', '.join(TASKS)}")
-    bad = sorted(set(stages) - {"fit", "ppl", "long", "long_documents", "eval", "finetune"})
+    bad = sorted(set(stages) - set(STAGES))
     if bad:
-        raise ValueError(f"unknown stage(s) {bad}; use fit, ppl, long, long_documents, eval, finetune")
+        raise ValueError(f"unknown stage(s) {bad}; use {', '.join(STAGES)}")
+    unknown_retrieval = sorted(set(retrieval_tasks) - set(RETRIEVAL_TASKS))
+    if unknown_retrieval:
+        raise ValueError(f"unknown retrieval task(s) {unknown_retrieval}; known: {', '.join(RETRIEVAL_TASKS)}")
+    no_controls = [r for r in controls if r not in rows or ROWS[r].kind != "student"]
+    if no_controls:
+        raise ValueError(f"--controls {no_controls}: name student rows that --rows selects (e.g. quickstart)")
     if ppl_split not in ("test", "validation"):
         raise ValueError(f"ppl_split {ppl_split!r}: use test (the default) or validation")
     if not seeds or len(set(seeds)) != len(seeds) or any(not isinstance(s, int) or s < 0 for s in seeds):
@@ -105,33 +126,51 @@ def compare(
                             data_dir=data_dir or os.environ.get("LIT_DOF_DATA"),
                             eval_limit=eval_limit, mmlu_per_subject=mmlu_per_subject, ppl_tokens=ppl_tokens,
                             ppl_split=ppl_split, long_documents=long_documents,
+                            retrieval_tasks=tuple(retrieval_tasks), retrieval=retrieval,
                             fit_args=tuple(fit_args), finetune_lrs=tuple(finetune_lrs),
                             finetune_args=tuple(finetune_args), device=device,
                             batch_size=eval_batch_size)  # fmt: skip  # packed args
-    selected = [ROWS[name] for name in rows]
+    selected = [r for name in rows for r in [ROWS[name], *(control_rows(ROWS[name]) if name in controls else [])]]
     cells = list(grid(selected, budgets, seeds))
     progress = Progress("compare", len(cells), "cell")  # stderr: cells done / total, elapsed, ETA
     for budget, seed, row in cells:
         seeded = replace(comparison, seed=seed)
         seed_note = f" seed {seed}" if seed and row.kind != "teacher" else ""
         progress.begin(f"C={budget} {row.name}{seed_note} ({', '.join(stages)})")
-        if row.kind != "teacher" and "fit" in stages:
+        if row.kind == "student" and "fit" in stages:
             seeded.fit(row, budget)
-        ready = row.kind == "teacher" or (seeded.cell_dir(row, budget) / "fit.json").is_file()
+        ready = _ready(seeded, row, budget)
         if ready and "ppl" in stages:
             seeded.perplexity(row, budget)
         if ready and "long" in stages:
             seeded.long_context(row, budget)
         if ready and "long_documents" in stages:
             seeded.long_document_perplexity(row, budget)
+        if ready and "retrieval" in stages:
+            seeded.retrieval_stage(row, budget)
         if ready and "eval" in stages:
             seeded.evaluate(row, budget, tasks)
-        if ready and "finetune" in stages:
+        if ready and "finetune" in stages and row.kind != "control":
             for task in finetune_tasks:
                 seeded.finetune(row, budget, task)
     if cells:
         progress.end("every cell; writing the report")
     return write_report(comparison, selected, budgets, Path(report_dir or out), seeds=seeds, carry=carry)
+
+
+STAGES = ("fit", "ppl", "long", "long_documents", "retrieval", "eval", "finetune")
+"""The stages of ``lit-dof compare``, in the order a cell runs them."""
+
+
+def _ready(comparison: Comparison, row, budget: int) -> bool:
+    """Whether a cell can be measured: the teacher always, a student once fitted, a control once its student is
+    fitted and has that control (its ``control.json`` is written here, from the student, the first time)."""
+    if row.kind == "teacher":
+        return True
+    student = ROWS[row.of] if row.kind == "control" else row
+    if not (comparison.cell_dir(student, budget) / "fit.json").is_file():
+        return False
+    return row.kind != "control" or describe_controls(comparison, student, budget)[row.control]["control"] is not None
 
 
 def main(args: list[str] | None = None) -> None:

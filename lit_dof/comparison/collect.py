@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from lit_dof.comparison.artefacts import fit_state, read_cell
+from lit_dof.comparison.control_cells import control_folder, read_control
 from lit_dof.comparison.lookup import with_references
 from lit_dof.comparison.rows import PRIMARY_METRIC, ROWS, Row, grid
 from lit_dof.comparison.summary import mean_of, pair_with_reference, seed_summary
@@ -81,18 +82,23 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
 
     Returns:
         The report: ``budgets``, ``seeds``, ``tasks``, ``primary_metric``, ``cells``, ``pending``, ``carried``,
-        ``seed_summary``.
+        ``not_applicable`` (control rows whose student has no such control, with the reason), ``seed_summary``.
     """
     cells, items = [], []  # items[i][task]: cell i's per-example scores of the task's primary metric
-    pending, carried = [], []  # the table names them instead of silently leaving them out
+    pending, carried, not_applicable = [], [], []  # the table names them instead of silently leaving them out
     earlier = {(c["row"], c["budget"], c.get("seed")): c for c in with_references(previous or {}).get("cells", [])}
     teacher_dir = comparison.cell_dir(ROWS["teacher"], budgets[0]) if "teacher" in [r.name for r in rows] else None
     for budget, seed, row in grid(rows, budgets, seeds):
         cell = comparison.cell_dir(row, budget, seed) if row.kind != "teacher" else teacher_dir
         label = row.name + (f" (seed {seed})" if seed and row.kind != "teacher" else "")
         where = label + ("" if len(budgets) == 1 else f" (C={budget})")
+        control = read_control(control_folder(comparison, row, budget, seed)) if row.kind == "control" else None
+        if control is not None and control["control"] is None:  # the student has no such control
+            not_applicable.append(f"{where} ({control['why']})")
+            continue
         found = read_cell(cell, tasks) if cell is not None and cell.is_dir() else None
-        empty = found is None or (found["fit"] is None and not found["scores"] and found["ppl"] is None)
+        measured = ("fit", "ppl", "long", "long_documents", "scores", "retrieval")
+        empty = found is None or not any(found[k] for k in measured)
         key = (row.name, budget, seed if row.kind != "teacher" else None)
         if empty and key in earlier:
             c, found_items = _carry(earlier[key], tasks)
@@ -103,20 +109,21 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
         if found is None:
             pending.append(where)
             continue
-        if empty and row.kind != "teacher":
-            pending.append(f"{where} ({fit_state(cell)})")  # a fit under way: nothing to show
+        if empty and row.kind != "teacher":  # a fit under way, or a control not measured yet: nothing to show
+            pending.append(f"{where} ({fit_state(cell) if row.kind == 'student' else 'not measured yet'})")
             continue
         items.append(found["items"])
         finetuned = {p.stem: json.loads(p.read_text())["score"] for p in sorted((cell / "finetune").glob("*.json"))}
-        scores, ppl = found["scores"], found["ppl"]
+        scores, ppl, what = found["scores"], found["ppl"], (control or {}).get("control")
         cells.append({"row": row.name, "label": label, "seed": seed if row.kind != "teacher" else None,
-                      "note": row.note, "budget": budget, "kind": row.kind, "fit": found["fit"],
+                      "note": _control_note(row.note, what), "budget": budget, "kind": row.kind, "fit": found["fit"],
                       "reference": row.reference if row.kind != "teacher" and row.reference != row.name else None,
                       "scores": scores, "average": mean_of(s["value"] for s in scores.values())
                       if len(scores) == len(tasks) else None, "ppl": ppl["ppl"] if ppl else None,
                       "ppl_setting": _ppl_setting(ppl), "finetuned": finetuned,
                       "by_position": (ppl or {}).get("by_position"), "long": (found["long"] or {}).get("contexts"),
-                      "state": (ppl or {}).get("state"),
+                      "state": (ppl or {}).get("state"), "control": what,
+                      "long_documents": found["long_documents"], "retrieval": found["retrieval"],
                       "devices": sorted(d for d in found["devices"] if d),
                       "items": {t: encode_items(v) for t, v in found["items"].items()}})  # fmt: skip  # packed args
     teacher = next((c for c in cells if c["kind"] == "teacher"), None)
@@ -144,7 +151,8 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
     if teacher is not None:  # 1 by definition, wherever a gap is defined
         teacher["gap_closed"] = 1.0 if any(c.get("gap_closed") is not None for c in cells if c is not teacher) else None
     report = {"budgets": list(budgets), "seeds": list(seeds), "tasks": list(tasks), "primary_metric": PRIMARY_METRIC,
-              "cells": cells, "pending": pending, "carried": carried}  # fmt: skip  # compact dict
+              "cells": cells, "pending": pending, "carried": carried,
+              "not_applicable": not_applicable}  # fmt: skip  # compact dict
     report["seed_summary"] = seed_summary(report)
     return report
 
@@ -154,3 +162,15 @@ def _ppl_setting(ppl: dict | None) -> str | None:
         return None
     split = f", {ppl['split']} split" if ppl.get("split") else ""  # records before the test split: validation, unsaid
     return f"{ppl['tokens']} tokens, window {ppl['window']}, stride {ppl['stride']}{split}"
+
+
+def _control_note(note: str, control: dict | None) -> str:
+    """A control cell's note: what it is, with its window and its decode state beside its student's."""
+    if not control:
+        return note
+    window = f"window {control['window']} + {control['sink_tokens']} sinks; " if control["window"] is not None else ""
+    mib = 2**20
+    return (
+        f"{note} ({window}decode state {control['state_bytes'] / mib:.2f} MiB vs the student's "
+        f"{control['student_state_bytes'] / mib:.2f} MiB at {control['context']} tokens)"
+    )

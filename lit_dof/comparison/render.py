@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from lit_dof.comparison.beyond_window import retrieval_lines, seed_pair_lines
 from lit_dof.comparison.lookup import (
     cell_key,
     cell_label,
@@ -85,6 +86,8 @@ def markdown(report: dict, header: str = "") -> str:
         lines.append("| " + " | ".join(row) + " |")
     if report.get("pending"):
         lines += ["", "Not measured yet (re-running the command resumes here): " + ", ".join(report["pending"]) + "."]
+    if report.get("not_applicable"):
+        lines += ["", "Controls the students do not have: " + ", ".join(report["not_applicable"]) + "."]
     if report.get("carried"):
         lines += [
             "",
@@ -104,6 +107,8 @@ def markdown(report: dict, header: str = "") -> str:
     lines += seed_table(report)
     lines += curve_table(report)
     lines += _position_sections(report)
+    lines += retrieval_lines(report)
+    lines += seed_pair_lines(report)
     lines += ["", _device_note(report), ""]
     lines.append(
         "Metrics: "
@@ -117,14 +122,16 @@ def markdown(report: dict, header: str = "") -> str:
 def _position_sections(report: dict) -> list[str]:
     """Perplexity by position and at long contexts (:mod:`~lit_dof.evaluation.position_report`), each cell paired
     with the teacher and with its reference row of the same budget and seed."""
-    from lit_dof.evaluation.position_report import long_context_lines, position_lines
+    from lit_dof.evaluation.position_report import long_context_lines, long_document_lines, position_lines
 
     labels = {(c["row"], c["budget"], c.get("seed")): cell_label(c) for c in report["cells"]}  # hand-made: no seed
     teacher = next((cell_label(c) for c in report["cells"] if c["kind"] == "teacher"), None)
     models = [{"label": cell_label(c), "by_position": c.get("by_position"), "long": c.get("long"),
+               "long_documents": c.get("long_documents"),
                "reference": labels.get((c["reference"], c["budget"], c.get("seed"))) if c.get("reference") else None}
               for c in report["cells"]]  # fmt: skip  # compact comprehension
-    return position_lines(models, teacher) + long_context_lines(models, teacher)
+    lines = position_lines(models, teacher) + long_context_lines(models, teacher)
+    return lines + long_document_lines(models, teacher)
 
 
 def _device_note(report: dict) -> str:

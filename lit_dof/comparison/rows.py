@@ -26,9 +26,10 @@ PRIMARY_METRIC = {"piqa": "acc_norm", "logiqa": "acc_norm", "arc_easy": "acc_nor
 @dataclass(frozen=True)
 class Row:
     """One method of the comparison: config files (relative to ``configs/``) and extra CLI arguments
-    composed on top of the base config. ``kind``: ``"teacher"`` (no fit) or ``"student"``. ``reference``: the
-    row it is measured against at the same budget (paired task differences, validation-perplexity ratios):
-    Fix trained with the same loss, so that DoF − Fix isolates the allocation."""
+    composed on top of the base config. ``kind``: ``"teacher"`` (no fit), ``"student"`` or ``"control"`` (no fit:
+    the control ``control`` of the student of row ``of``, :func:`control_rows`). ``reference``: the row it is
+    measured against at the same budget (paired task differences, validation-perplexity ratios): Fix trained with
+    the same loss, so that DoF − Fix isolates the allocation; a control's is its student."""
 
     name: str
     configs: tuple[str, ...] = ()
@@ -36,6 +37,8 @@ class Row:
     kind: str = "student"
     note: str = ""
     reference: str = "fix"
+    control: str | None = None
+    of: str | None = None
 
 
 UNTRAINED = ("--trainer.max_steps=1", "--trainer.val_check_interval=1", "--model.init_args.finetune_fraction=0")
@@ -96,6 +99,37 @@ ROWS: dict[str, Row] = {r.name: r for r in [
         note="λ = 2^-8 · tr(G)/J"),
 ]}  # fmt: skip  # compact comprehension
 """The default rows (``--rows`` picks a subset, in any order)."""
+
+
+CONTROLS = {
+    "window_sinks": "control (a): the teacher behind the student's own window + sinks, no far term",
+    "equal_state": "control (b): the teacher behind the window whose KV cache holds the student's decode state, "
+    "+ its sinks",
+    "tail_only": "control (c): the student's LoRA-merged weights with full softmax attention, no linear part",
+}
+"""The controls every student is shown beside (:func:`lit_dof.evaluation.controls.control_models`), by name."""
+
+
+def control_rows(row: Row) -> list[Row]:
+    """The control rows of a student row: ``<row>:window_sinks`` (a), ``<row>:equal_state`` (b) and
+    ``<row>:tail_only`` (c), each measured against the student (``reference``). Whether the student has a control
+    (a pure linear one has no (a), one without a tail no (c)) is known only once it is fitted.
+
+    Args:
+        row: a student row.
+
+    Returns:
+        The three rows.
+
+    Raises:
+        ValueError: ``row`` is not a student row.
+    """
+    if row.kind != "student":
+        raise ValueError(f"{row.name} is a {row.kind} row: only students have controls")
+    return [
+        Row(f"{row.name}:{name}", kind="control", note=note, reference=row.name, control=name, of=row.name)
+        for name, note in CONTROLS.items()
+    ]
 
 
 def grid(rows: Sequence[Row], budgets: Sequence[int], seeds: Sequence[int]) -> Iterator[tuple[int, int, Row]]:

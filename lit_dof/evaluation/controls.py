@@ -358,7 +358,9 @@ def control_models(
         student: the student.
         teacher: the teacher it was linearised from, in the student's dtype and on its device (left unchanged);
             ``None``: loaded from ``student.config.teacher`` (:func:`lit_dof.load_teacher`).
-        context: context length (tokens) at which bytes are counted (``None``: :func:`full_state_context`).
+        context: context length (tokens) at which bytes are counted (``None``: the shortest at which the student's
+            state and (a)'s and (b)'s have stopped growing, max(:func:`full_state_context`, W' + s + 1); (c)'s
+            full KV cache grows with any context).
         dtype: the dtype of the teacher KV cache that (b) equals (default: the student's; see
             :func:`equal_state_window`).
         sink_tokens: the sinks of (b) (default: the student's own).
@@ -380,15 +382,18 @@ def control_models(
     if tail not in (True, False, "auto"):
         raise ValueError(f"tail must be 'auto', True or False, got {tail!r}")
     teacher = _resolve_teacher(student, teacher)
-    context = _check_context(student, context)
-    state, dtype = decode_state_bytes(student, context), dtype or student.dtype
+    counted = _check_context(student, context)
+    state, dtype = decode_state_bytes(student, counted), dtype or student.dtype
     sinks = options.sink_tokens if sink_tokens is None else sink_tokens
-    record = {"context": context, "student_state_bytes": state}
+    window, kv = _equal_window(student, state, counted, dtype, sinks), str(dtype).removeprefix("torch.")
+    if context is None:  # count every state where it has stopped growing: (b)'s window full too
+        counted = max(counted, window + sinks + 1)
+        state = decode_state_bytes(student, counted)
+    record = {"context": counted, "student_state_bytes": state}
     controls = {}
     if options.enabled:
         note = "no far term (the student's own exact positions)"
         controls["window_sinks"] = _window_control(teacher, student, options.window, options.sink_tokens, note, record)
-    window, kv = _equal_window(student, state, context, dtype, sinks), str(dtype).removeprefix("torch.")
     note = f"its {kv} KV cache holds at most the student's {state} bytes"
     controls["equal_state"] = _window_control(teacher, student, window, sinks, note, record, name="equal_state")
     if tail is True or (tail == "auto" and tuned_parameters(student, teacher)):

@@ -1,8 +1,10 @@
-"""Markdown tables of perplexity by token position (the comparison's ``ppl`` stage, ``by_position``) and at
-long contexts (its ``long`` stage), with ratios paired over blocks (:func:`paired_perplexity_ratio`).
+"""Markdown tables of perplexity by token position (the comparison's ``ppl`` stage, ``by_position``), at long
+contexts (its ``long`` stage) and by in-document position in whole long documents (its ``long_documents`` stage),
+with ratios paired over blocks or documents (:func:`paired_perplexity_ratio`).
 
 Each model is a mapping with ``label``, ``reference`` (the label of the row it is paired with, or ``None``)
-and the ``position_perplexity`` results: ``by_position`` (one result) and ``long`` (context → result).
+and the results: ``by_position`` (one ``position_perplexity`` result), ``long`` (context → result) and
+``long_documents`` (one :func:`~lit_dof.evaluation.long_documents.long_document_perplexity` result).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ def _ratio_text(result: Mapping, reference: Mapping | None, bucket: str | None) 
 
 
 def _ppl_text(bucket: Mapping | None) -> str:
-    return "–" if bucket is None else f"{bucket['ppl']:.2f}"  # another setting's buckets: not this column
+    if bucket is None or bucket.get("ppl") is None:  # another setting's buckets, or one no document reaches
+        return "–"
+    return f"{bucket['ppl']:.2f}"
 
 
 def _table(models: Sequence[Mapping], results: Mapping[str, Mapping], teacher: str | None) -> list[str]:
@@ -77,3 +81,18 @@ def long_context_lines(models: Sequence[Mapping], teacher: str | None) -> list[s
             lines += ["", f"Context {context} tokens ({blocks} block{'s' if blocks != 1 else ''}):", "", *table]
     title = "Long context (the `long` stage: perplexity by position in blocks of concatenated held-out documents):"
     return ["", title, *lines] if lines else []
+
+
+def long_document_lines(models: Sequence[Mapping], teacher: str | None) -> list[str]:
+    """The "Long documents" section (empty when no model has ``long_documents``)."""
+    results = {m["label"]: m["long_documents"] for m in models if m.get("long_documents")}
+    table = _table(models, results, teacher)
+    if not table:
+        return []
+    first = next(iter(results.values()))
+    title = (
+        f"Long documents ({first['documents']} whole documents of the {first.get('split', 'long')} set, each scored "
+        f"from its first token up to {first['max_tokens']} tokens; perplexity by in-document position; ratios: exp "
+        "of the mean per-document NLL difference ± its standard error over documents, paired on the same documents):"
+    )
+    return ["", title, "", *table]

@@ -153,7 +153,8 @@ def test_window_controls_are_the_masked_teacher_and_the_student_without_far_term
     double = control_models(student, tiny_model("llama").double())
     for name, control in double.items():
         info = control_info(control)
-        assert (info.name, info.weights, info.context) == (name, "teacher", 9)
+        full = equal_state_window(student) + WINDOW.sink_tokens + 1  # every state but a full KV cache is full there
+        assert (info.name, info.weights, info.context) == (name, "teacher", full)
         reference = _masked_teacher_logits(monkeypatch, ids, info.window, info.sink_tokens)
         torch.testing.assert_close(control(ids).logits, reference, rtol=1e-10, atol=1e-10)
     info = control_info(double["equal_state"])
@@ -216,7 +217,9 @@ def test_pure_linear_student_gets_an_equal_state_window_without_sinks():
     controls = control_models(student, tiny_model("llama"))
     assert list(controls) == ["equal_state"]  # no window of its own: (a) would attend to nothing
     info = control_info(controls["equal_state"])
-    assert (info.sink_tokens, info.window, info.context) == (0, equal_state_window(student), 1)
+    window = equal_state_window(student)  # bytes counted where its window is full: W' + 0 sinks + 1 tokens
+    assert (info.sink_tokens, info.window, info.context) == (0, window, window + 1)
+    assert info.state_bytes <= info.student_state_bytes == decode_state_bytes(student)
     with_sinks = control_info(control_models(student, tiny_model("llama"), sink_tokens=2)["equal_state"])
     assert (with_sinks.sink_tokens, with_sinks.window) == (2, info.window - 2)
 

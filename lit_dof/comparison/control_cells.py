@@ -1,0 +1,127 @@
+"""The controls of a student cell as cells of their own (``lit-dof compare --controls``): where each one's records
+are, and its ``control.json`` — what the control is (:class:`~lit_dof.evaluation.controls.Control`: window, sinks,
+weights, decode-state bytes beside the student's), or why the student has none.
+
+A control's folder is ``<student cell>/controls/<name>/``. The controls with the teacher's own weights — (a) the
+teacher behind the student's window + sinks, (b) the teacher behind the equal-state window + sinks — depend only on
+that window and those sinks, so their records are measured once in ``<out>/controls/teacher_window<W>_sinks<S>/`` and
+shared by every seed, row and budget with the same window (``control.json`` names the folder). (c), the student's
+own LoRA-merged weights with full attention, keeps its records in its own folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lit_dof.comparison.rows import CONTROLS, ROWS, Row
+from lit_dof.io import atomic_write_json
+
+if TYPE_CHECKING:
+    from lit_dof.comparison.cells import Comparison
+
+CONTROL_FILE = "control.json"
+"""The file in a control's folder saying what it is (``control``: the record, or ``None`` with ``why``) and where
+its records are (``records``: a folder relative to it)."""
+
+
+def control_folder(comparison: Comparison, row: Row, budget: int, seed: int | None = None) -> Path:
+    """``<student cell>/controls/<control>``: the folder of a control row's ``control.json``.
+
+    Args:
+        comparison: the comparison.
+        row: a control row (:func:`~lit_dof.comparison.rows.control_rows`).
+        budget: its feature budget C.
+        seed: its seed (default: the comparison's).
+
+    Returns:
+        The folder (not created).
+    """
+    return comparison.cell_dir(ROWS[row.of], budget, seed) / "controls" / row.control
+
+
+def read_control(folder: Path) -> dict | None:
+    """A control folder's ``control.json`` (``None`` before :func:`describe_controls` wrote it).
+
+    Args:
+        folder: :func:`control_folder`.
+
+    Returns:
+        ``{"control": record or None, "why": str | None, "records": folder relative to ``folder``}`` or ``None``.
+    """
+    path = folder / CONTROL_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def records_folder(comparison: Comparison, row: Row, budget: int, seed: int | None = None) -> Path:
+    """Where a control row's records (``ppl.json``, ``eval/``, ``retrieval/``, …) are: the shared folder of a
+    teacher-weight control, else (and before ``control.json`` exists) its own folder.
+
+    Args:
+        comparison: the comparison.
+        row: a control row.
+        budget: its feature budget C.
+        seed: its seed (default: the comparison's).
+
+    Returns:
+        The folder (not created).
+    """
+    own = control_folder(comparison, row, budget, seed)
+    info = read_control(own)
+    return Path(os.path.normpath(own / info["records"])) if info and info.get("records") else own
+
+
+def shared_folder(comparison: Comparison, window: int, sinks: int) -> Path:
+    """``<out>/controls/teacher_window<W>_sinks<S>``: the records of the teacher behind that window + sinks.
+
+    Args:
+        comparison: the comparison.
+        window: exactly attended tokens besides the sinks.
+        sinks: sink tokens.
+
+    Returns:
+        The folder (not created).
+    """
+    return Path(comparison.out) / "controls" / f"teacher_window{window}_sinks{sinks}"
+
+
+def describe_controls(comparison: Comparison, student_row: Row, budget: int) -> dict[str, dict]:
+    """Write the ``control.json`` of each control of a fitted student cell (loading the student and its teacher
+    once), unless all are written; returns them.
+
+    Args:
+        comparison: the comparison (its seed is the cell's).
+        student_row: a student row whose cell has a ``fit.json``.
+        budget: its feature budget C.
+
+    Returns:
+        ``{control name: control.json's content}`` for every name of :data:`~lit_dof.comparison.rows.CONTROLS`.
+    """
+    folders = {name: comparison.cell_dir(student_row, budget) / "controls" / name for name in CONTROLS}
+    found = {name: read_control(folder) for name, folder in folders.items()}
+    if all(found.values()):
+        return found
+    from lit_dof.evaluation.controls import control_info, control_models
+    from lit_dof.evaluation.loading import load_model
+
+    student, _ = load_model(comparison.model_source(student_row, budget), device=comparison.device)
+    models = control_models(student)
+    for name, folder in folders.items():
+        model = models.get(name)
+        record = control_info(model).to_dict() if model is not None else None
+        records = None
+        if record is not None and record["weights"] == "teacher":
+            records = os.path.relpath(shared_folder(comparison, record["window"], record["sink_tokens"]), folder)
+        why = None if model is not None else _absent_reason(name)
+        found[name] = {"control": record, "why": why, "records": records}
+        atomic_write_json(folder / CONTROL_FILE, found[name])
+    return found
+
+
+def _absent_reason(name: str) -> str:
+    return {
+        "window_sinks": "a pure linear student has no window: the teacher behind it would attend to nothing",
+        "tail_only": "the student's weights are the teacher's (no tail trained them)",
+    }.get(name, "not built for this student")

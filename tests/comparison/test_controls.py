@@ -1,0 +1,106 @@
+"""A student beside its controls in ``lit-dof compare`` (rows ``<row>:window_sinks``, ``:equal_state``,
+``:tail_only``), with the retrieval and long-document stages, over two seeds, on the tiny real teacher."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from transformers import AutoConfig
+
+from lit_dof.comparison.beyond_window import seed_pairs
+from lit_dof.comparison.cli import compare
+from lit_dof.comparison.rows import ROWS, control_rows
+from lit_dof.evaluation.retrieval_data import RetrievalGrid
+from lit_dof.generation import teacher_kv_nbytes
+from tests.comparison.test_comparison import DATA, TINY_FIT
+from tests.conftest import TINYSTORIES, WIKIPEDIA
+
+ROWS_CONTROLS = ("window_sinks", "equal_state", "tail_only")
+WINDOW = ["--model.init_args.sliding_window.window=16", "--model.init_args.sliding_window.sink_tokens=2"]
+
+
+@pytest.fixture(scope="module")
+def controlled(tmp_path_factory):
+    """The quickstart recipe (window 16 + 2 sinks, LoRA tail in the last step) at two seeds beside its controls."""
+    out = tmp_path_factory.mktemp("controls") / "cells"
+    kwargs = dict(rows=["teacher", "quickstart"], controls=["quickstart"], budgets=[16], out=str(out))
+    kwargs.update(teacher=str(TINYSTORIES), corpus=str(WIKIPEDIA), data_dir=str(DATA), fit_args=[*TINY_FIT, *WINDOW])
+    kwargs.update(stages=["fit", "ppl", "long_documents", "retrieval"], seeds=[0, 1], ppl_tokens=300, long_documents=2)
+    kwargs.update(retrieval=RetrievalGrid(contexts=(256, 512), depths=(0.5,), trials=2))
+    return out, kwargs, compare(**kwargs)
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
+def test_controls_are_rows_measured_once_per_window(controlled):
+    out, _, report = controlled
+    cells = {(c["row"], c["seed"]): c for c in report["cells"]}
+    rows = ["quickstart", "quickstart:window_sinks", "quickstart:equal_state", "quickstart:tail_only"]
+    assert set(cells) == {("teacher", None)} | {(row, seed) for row in rows for seed in (0, 1)}
+    config = AutoConfig.from_pretrained(TINYSTORIES)
+    shared = set()
+    for seed, student in ((0, out / "C16" / "quickstart"), (1, out / "C16" / "seed1" / "quickstart")):
+        info = {n: json.loads((student / "controls" / n / "control.json").read_text()) for n in ROWS_CONTROLS}
+        a, b, c = (info[n]["control"] for n in ROWS_CONTROLS)
+        assert (a["window"], a["sink_tokens"], a["weights"]) == (16, 2, "teacher")
+        # (b): the largest window whose fp32 KV cache (window + sinks tokens, closed form) fits in the student's state
+        state = b["student_state_bytes"]
+        assert teacher_kv_nbytes(config, b["window"] + 2, torch.float32) <= state
+        assert teacher_kv_nbytes(config, b["window"] + 3, torch.float32) > state
+        assert b["window"] > a["window"] and c["weights"] == "student" and c["window"] is None
+        assert info["tail_only"]["records"] is None  # the student's own weights: its own records
+        for n in ("window_sinks", "equal_state"):  # the teacher's weights: one folder per window, shared by seeds
+            folder = (student / "controls" / n / info[n]["records"]).resolve()
+            assert folder.parent == (out / "controls").resolve() and (folder / "ppl.json").is_file()
+            shared.add(folder.name)
+        assert (student / "controls" / "tail_only" / "long_documents.json").is_file()
+        assert (
+            cells[("quickstart:window_sinks", seed)]["ppl"]
+            == json.loads((out / "controls" / "teacher_window16_sinks2" / "ppl.json").read_text())["ppl"]
+        )
+    assert "teacher_window16_sinks2" in shared and len(shared) <= 3  # (b)'s window may differ by seed (dims)
+    teacher = cells[("teacher", None)]
+    tail = cells[("quickstart:tail_only", 0)]
+    assert tail["ppl"] != teacher["ppl"] and tail["state"]["bytes"] == teacher["state"]["bytes"]  # full attention
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
+def test_retrieval_and_long_documents_are_reported_and_paired_over_seeds(controlled):
+    out, _, report = controlled
+    student = json.loads((out / "C16" / "quickstart" / "retrieval" / "passkey.json").read_text())
+    assert student["n"] == 4 and set(student["cells"]) == {"256", "512"}
+    assert (out / "C16" / "quickstart" / "retrieval" / "passkey.png").stat().st_size > 0
+    assert all("beyond_window" in e for e in student["examples"])  # the needle at depth 0.5 of 256+ tokens
+    assert all(e["beyond_window"] for e in student["examples"])  # is beyond 16 + 2 exact positions
+    text = (out / "comparison.md").read_text()
+    needles = ["Retrieval (greedy generation", "`passkey`:", "Long documents (2 whole documents"]
+    needles += ["| quickstart:equal_state (seed 1) |", "against its reference and its controls over seeds"]
+    for needle in needles:
+        assert needle in text
+    # over seeds: student / control, the geometric mean of the per-seed ratios of the ppl.json records
+    pairs = {(p["student"], p["other"]): p for p in seed_pairs(report)}
+    assert set(pairs) == {("quickstart", f"quickstart:{n}") for n in ROWS_CONTROLS}
+    records = {}
+    for seed, student_dir in ((0, out / "C16" / "quickstart"), (1, out / "C16" / "seed1" / "quickstart")):
+        control = json.loads((student_dir / "controls" / "equal_state" / "control.json").read_text())
+        other = (student_dir / "controls" / "equal_state" / control["records"]).resolve()
+        records[seed] = [json.loads((d / "ppl.json").read_text())["ppl"] for d in (student_dir, other)]
+    expected = math.exp(sum(math.log(s / o) for s, o in records.values()) / 2)
+    assert pairs[("quickstart", "quickstart:equal_state")]["ppl"]["ratio"] == pytest.approx(expected, rel=1e-12)
+    bucket = pairs[("quickstart", "quickstart:tail_only")]["long_documents"]["0-63"]
+    assert bucket["n"] == 2 and bucket["ratio"] > 0
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
+def test_controls_are_refused_for_rows_that_are_not_selected_students(controlled):
+    _, kwargs, _ = controlled
+    with pytest.raises(ValueError, match="name student rows that --rows selects"):
+        compare(**{**kwargs, "controls": ["teacher"]})
+    with pytest.raises(ValueError, match="name student rows that --rows selects"):
+        compare(**{**kwargs, "controls": ["fix"]})
+    with pytest.raises(ValueError, match="unknown retrieval task"):
+        compare(**{**kwargs, "retrieval_tasks": ["needle"]})
+    with pytest.raises(ValueError, match="only students have controls"):
+        control_rows(ROWS["teacher"])

@@ -1,0 +1,176 @@
+"""README.md's headline numbers, re-derived from the committed records in docs/results (issue #40, "Bars").
+
+Each check loads a record, computes the number the way README.md states it (a ratio, a paired ratio over blocks,
+a paired difference over examples, a range over logged runs), rounds it as the text does and asserts that exact
+string is in README.md: an edit of either the text or the record fails here. No model is loaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from lit_dof.comparison.rows import PRIMARY_METRIC
+from lit_dof.evaluation.perplexity import bucket_ratios
+from lit_dof.evaluation.stats import paired_task_differences
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+SLIDING = RESULTS / "sliding_window"
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def record(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def cell(path: Path, row: str) -> dict:
+    (found,) = [c for c in record(path)["cells"] if c["row"] == row]
+    return found
+
+
+def script(name: str):
+    """A module of scripts/ (not a package), loaded from its file."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PAIRED_TASKS = script("paired_tasks")
+
+
+def in_readme(text: str) -> None:
+    """``text`` occurs in README.md, line breaks in the file read as spaces."""
+    flat = re.sub(r"\s*\n\s*", " ", README)
+    assert text in flat, f"README.md does not say {text!r} (re-derived from docs/results)"
+
+
+def log_speedups(path: Path, context: int) -> list[dict]:
+    """Per run of a ``scripts/bench_decode.py`` log: the code (old/new), and at ``context`` the pure linear and
+    window + linear speedups and cache ratios as the log prints them."""
+    runs, code = [], None
+    pattern = re.compile(
+        rf"L=\s*{context} teacher.*?\| linear .*?speedup\s+([\d.]+)x, cache /\s+([\d.]+)\)"
+        r" \| window\+linear .*?speedup\s+([\d.]+)x, cache /\s+([\d.]+)\)"
+    )
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("code "):
+            code = line.split()[1]
+        match = pattern.search(line)
+        if match:
+            linear, linear_cache, window, window_cache = map(float, match.groups())
+            runs.append({"code": code, "linear": linear, "linear_cache": linear_cache, "window": window,
+                         "window_cache": window_cache})  # fmt: skip  # one record
+    assert runs, f"no L={context} lines in {path}"
+    return runs
+
+
+def test_readme_links_to_docs_results_exist():
+    links = re.findall(r"\]\((docs/results/[^)#\s]*)", README)
+    assert links, "README.md links to no record"
+    missing = [link for link in links if not (ROOT / link).exists()]
+    assert not missing, f"README.md links to missing docs/results paths: {missing}"
+
+
+def test_quickstart_sliding_perplexity_and_ratios():
+    student = record(SLIDING / "quickstart_lora_ppl.json")["ppl"]
+    teacher = record(SLIDING / "teacher_ppl.json")["ppl"]
+    control = record(SLIDING / "swa_sink_ppl.json")["ppl"]
+    in_readme(f"perplexity {student:.2f} against the teacher's {teacher:.2f} ({student / teacher:.2f} ×)")
+    in_readme(f"control's {control:.2f} ({control / teacher:.2f} ×)")
+    in_readme(f"the teacher's full attention stays ahead ({student / teacher:.2f} × its sliding-window perplexity)")
+
+
+def test_quickstart_against_control_by_context():
+    student = record(SLIDING / "quickstart_lora_ppl.json")["by_position"]
+    control = record(SLIDING / "swa_sink_ppl.json")["by_position"]
+    short = bucket_ratios(student, control)["256-511"]
+    long_student = record(SLIDING / "quickstart_lora_long.json")["contexts"]
+    long_control = record(SLIDING / "swa_sink_long.json")["contexts"]
+    mid = bucket_ratios(long_student["4096"], long_control["4096"])["2048-4095"]
+    far = bucket_ratios(long_student["8192"], long_control["8192"])["4096-8191"]
+    in_readme(
+        f"the student is {short['ratio']:.3f} ± {short['stderr']:.3f} × the control at positions 256–511, "
+        f"{mid['ratio']:.3f} ± {mid['stderr']:.3f} × at 2048–4095 and {far['ratio']:.3f} ± {far['stderr']:.3f} × "
+        "at 4096–8191"
+    )
+    gains = [round(100 * (1 - r["ratio"])) for r in (short, mid, far)]
+    in_readme(f"control by {gains[0]}% at positions 256–511, {gains[1]}% at 2048–4095 and {gains[2]}% at 4096–8191")
+    assert set(long_student) == {"512", "2048", "4096", "8192"}
+    in_readme(f"contexts to {max(map(int, long_student))} measured")
+
+
+def test_quickstart_tasks_before_the_lora_tail():
+    student = PAIRED_TASKS.load_items(str(SLIDING / "quickstart_eval.json"))
+    teacher = PAIRED_TASKS.load_items(f"{SLIDING / 'comparison.json'}:teacher")
+    names = [task for task in PRIMARY_METRIC if task in student and task in teacher]
+    assert len(names) == 7
+    per_task, average = paired_task_differences(student, teacher, names)
+    means = [sum(sum(x[t]) / len(x[t]) for t in names) / len(names) for x in (student, teacher)]
+    difference = f"{100 * average['difference']:+.2f}".replace("-", "−")
+    in_readme(f"averaged {means[0]:.3f} against the teacher's {means[1]:.3f} ({difference} ± "
+              f"{100 * average['stderr']:.2f} points, paired per example: all of it LogiQA")  # fmt: skip
+    # "all of it LogiQA; on the other six tasks it scored every example as the teacher did"
+    assert per_task["logiqa"]["difference"] < 0
+    assert all(student[t] == teacher[t] for t in names if t != "logiqa")
+    # the shipped student's seven-task scores have no record: README must not quote them
+    assert "−0.53" not in README and "0.422" not in README
+
+
+def test_pure_linear_student_on_the_same_measure():
+    dof = cell(RESULTS / "comparison.json", "dof")["ppl"]
+    teacher = cell(RESULTS / "comparison.json", "teacher")["ppl"]
+    in_readme(f"is at {dof / teacher:.1f} × the teacher on the same measure ({dof:.1f} vs {teacher:.1f})")
+
+
+def test_status_grids():
+    words = {6: "six", 11: "eleven"}
+    in_readme(f"{words[len(record(RESULTS / 'comparison.json')['cells'])]} rows, seven tasks")
+    in_readme(f"{words[len(record(RESULTS / 'gpu_h100' / 'comparison.json')['cells'])]} rows on an H100")
+    assert len(record(RESULTS / "comparison.json")["tasks"]) == 7
+
+
+def test_cpu_decode_at_32k():
+    runs = log_speedups(SLIDING / "cpu_decode" / "old_vs_new.log", 32768)
+    assert len(runs) == 4
+    linear = sorted(r["linear"] for r in runs)
+    window_now = {f"{r['window']:.1f}" for r in runs if r["code"] == "new"}
+    assert len(window_now) == 1, window_now
+    (cache,) = {round(r["linear_cache"]) for r in runs}
+    (window_cache,) = {round(r["window_cache"]) for r in runs}
+    in_readme(f"context {cache} × fewer cache bytes than the teacher's KV cache and {linear[0]:.1f}–{linear[-1]:.1f} × "
+              "faster per token on 2 CPU cores")  # fmt: skip  # one sentence
+    in_readme(f"window + linear: {window_cache} ×, {window_now.pop()} ×; four runs")
+
+
+def test_gpu_decode():
+    runs = [r for r in log_speedups(SLIDING / "gpu_decode" / "run2_float32_old_vs_new.log", 131072)
+            if r["code"] == "new"]  # fmt: skip  # the table's code
+    assert len(runs) == 2
+    (window,) = {f"{r['window']:.1f}" for r in runs}
+    assert all(abs(r["linear"] - 1) < 0.1 for r in runs)  # "pure linear ≈ the teacher at 131k tokens"
+    in_readme(f"pure linear ≈ the teacher at 131k tokens, window + linear {window} ×")
+    (cache,) = {round(r["linear_cache"]) for r in runs}
+    (window_cache,) = {round(r["window_cache"]) for r in runs}
+    in_readme(f"{cache:,} × and {window_cache} × fewer cache bytes per sequence at 131k")
+    batch = (SLIDING / "gpu_decode" / "run3_bfloat16_batch.log").read_text(encoding="utf-8")
+    match = re.search(r"batch teacher=(\d+) students=(\d+).*\n.*\nL= 32768 teacher .*?([\d.]+) MiB \| linear .*?"
+                      r"speedup\s+([\d.]+)x.*window\+linear .*?speedup\s+([\d.]+)x", batch)  # fmt: skip
+    assert match, "no batched 32k line in run3_bfloat16_batch.log"
+    teachers, students, cache_mib, linear, window_linear = match.groups()
+    in_readme(f"at 32k tokens, {students} student sequences decode {float(linear):.1f} × (pure linear) and "
+              f"{float(window_linear):.1f} × (window + linear) the tokens/s of the teacher's {teachers}, whose cache "
+              f"then fills {float(cache_mib) / 1024:.1f} GiB")  # fmt: skip  # one sentence
+
+
+@pytest.mark.parametrize("path", ["README.md", "docs/results/README.md"])
+def test_no_unrecorded_figures(path):
+    """Figures issue #40 found without a committed record stay out of the two overviews."""
+    text = re.sub(r"\s*\n\s*", " ", (ROOT / path).read_text(encoding="utf-8"))
+    for figure in ("−0.53 ± 0.52", "+0.23 ± 0.31", "4.72", "3.30", "4.9 × the teacher", "4.7 × faster"):
+        assert figure not in text, f"{path} quotes {figure!r}, which no committed record holds"
