@@ -204,6 +204,8 @@ def read_cell(cell: Path, tasks: Sequence[str]) -> dict:
         metric = PRIMARY_METRIC[task]
         scores[task] = {"value": entry.get(metric), "stderr": entry.get(f"{metric}_stderr"), "metric": metric,
                         "n": entry.get("n")}  # fmt: skip  # compact dict
+        if entry.get("beyond_exact") is not None:  # the share of examples past a student's exact positions
+            scores[task]["beyond_exact"] = entry["beyond_exact"]
         if (entry.get("items") or {}).get(metric):
             items[task] = entry["items"][metric]
     found = {"fit": fit, "ppl": ppl, "long": long, "long_documents": documents, "scores": scores, "items": items}

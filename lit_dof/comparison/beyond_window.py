@@ -19,6 +19,32 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.0f}%"
 
 
+def beyond_exact_lines(report: dict) -> list[str]:
+    """The share of each task's examples longer than a cell's exact positions (window + sinks): the only examples
+    on which a window + sinks student, or a control behind a window, can score differently from its teacher; empty
+    when no cell records it.
+
+    Args:
+        report: a report.
+
+    Returns:
+        The lines.
+    """
+    cells = [c for c in report["cells"] if any("beyond_exact" in s for s in c["scores"].values())]
+    if not cells:
+        return []
+    tasks = [t for t in report["tasks"] if any("beyond_exact" in c["scores"].get(t, {}) for c in cells)]
+    title = (
+        "Examples beyond the exact window (the share of each task's examples longer than the model's window + sinks: "
+        "the only ones on which it can score differently from its teacher):"
+    )
+    lines = ["", title, "", "| model | " + " | ".join(tasks) + " |", "|" + "---|" * (len(tasks) + 1)]
+    for c in cells:
+        shares = [_pct(c["scores"].get(t, {}).get("beyond_exact")) for t in tasks]
+        lines.append(f"| {cell_label(c)} | " + " | ".join(shares) + " |")
+    return lines
+
+
 def retrieval_lines(report: dict) -> list[str]:
     """The "Retrieval" section: per task, each cell's exact match overall (± SE over examples) and by context
     (mean over needle depths), the share of needles beyond its window, and its paired difference from its reference

@@ -49,7 +49,7 @@ def _carry(previous: dict, tasks: Sequence[str]) -> tuple[dict, dict]:
     its earlier paired differences kept under ``prior_vs_reference`` for cells stored without items."""
     c = {k: v for k, v in previous.items() if k not in ("items", "gap_closed", "vs_reference", "vs_reference_average")}
     c["scores"] = {t: s for t, s in (previous.get("scores") or {}).items() if t in tasks}
-    c["average"] = mean_of(s["value"] for s in c["scores"].values()) if len(c["scores"]) == len(tasks) else None
+    c["average"] = seven_task_average(c["scores"], tasks)
     c["carried"] = True
     if previous.get("vs_reference"):
         c["prior_vs_reference"] = {k: previous.get(k) for k in ("vs_reference", "vs_reference_average")}
@@ -118,8 +118,8 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
         cells.append({"row": row.name, "label": label, "seed": seed if row.kind != "teacher" else None,
                       "note": _control_note(row.note, what), "budget": budget, "kind": row.kind, "fit": found["fit"],
                       "reference": row.reference if row.kind != "teacher" and row.reference != row.name else None,
-                      "scores": scores, "average": mean_of(s["value"] for s in scores.values())
-                      if len(scores) == len(tasks) else None, "ppl": ppl["ppl"] if ppl else None,
+                      "scores": scores, "average": seven_task_average(scores, tasks),
+                      "ppl": ppl["ppl"] if ppl else None,
                       "ppl_setting": _ppl_setting(ppl), "finetuned": finetuned,
                       "by_position": (ppl or {}).get("by_position"), "long": (found["long"] or {}).get("contexts"),
                       "state": (ppl or {}).get("state"), "control": what,
@@ -155,6 +155,23 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
               "not_applicable": not_applicable}  # fmt: skip  # compact dict
     report["seed_summary"] = seed_summary(report)
     return report
+
+
+def seven_task_average(scores: dict, tasks: Sequence[str]) -> float | None:
+    """The mean primary metric over the report's zero-shot tasks (the seven, or those of them the report shows), when
+    every one is scored; an extra task (5-shot MMLU) is shown beside it, not averaged.
+
+    Args:
+        scores: a cell's ``{task: {"value", ...}}``.
+        tasks: the report's tasks.
+
+    Returns:
+        The average, or ``None``.
+    """
+    averaged = [t for t in tasks if t in TASKS]
+    if not averaged or any(t not in scores for t in averaged):
+        return None
+    return mean_of(scores[t]["value"] for t in averaged)
 
 
 def _ppl_setting(ppl: dict | None) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from lit_dof.comparison.beyond_window import retrieval_lines, seed_pair_lines
+from lit_dof.comparison.beyond_window import beyond_exact_lines, retrieval_lines, seed_pair_lines
 from lit_dof.comparison.lookup import (
     cell_key,
     cell_label,
@@ -15,6 +15,7 @@ from lit_dof.comparison.lookup import (
     with_references,
 )
 from lit_dof.comparison.summary import mean_of
+from lit_dof.evaluation.task_data import TASKS
 
 
 def _fmt(value, digits=3):
@@ -103,6 +104,7 @@ def markdown(report: dict, header: str = "") -> str:
             if c.get("finetuned"):
                 scores = [_fmt(c["finetuned"].get(t)) for t in finetuned_tasks]
                 lines.append(f"| {cell_label(c)} | " + " | ".join(scores) + " |")
+    lines += beyond_exact_lines(report)
     lines += paired_table(report)
     lines += seed_table(report)
     lines += curve_table(report)
@@ -110,9 +112,11 @@ def markdown(report: dict, header: str = "") -> str:
     lines += retrieval_lines(report)
     lines += seed_pair_lines(report)
     lines += ["", _device_note(report), ""]
+    extra = [t for t in tasks if t not in TASKS]  # shown, not averaged
     lines.append(
         "Metrics: "
         + ", ".join(f"{t} {m}" for t, m in report["primary_metric"].items() if t in tasks)
+        + (". avg: the seven zero-shot tasks (not " + ", ".join(extra) + ")" if extra else "")
         + ". gap closed = (avg − Performer avg) / (teacher avg − Performer avg). ppl: sliding-window "
         "perplexity on held-out Wikipedia documents" + _ppl_note(report) + "."
     )

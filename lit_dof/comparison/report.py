@@ -11,6 +11,7 @@ from lit_dof.comparison.collect import collect
 from lit_dof.comparison.plots import plot
 from lit_dof.comparison.render import markdown
 from lit_dof.comparison.rows import Row
+from lit_dof.evaluation.task_data import EXTRA_TASKS, TASKS
 from lit_dof.io import atomic_write_json, atomic_write_text
 
 
@@ -45,11 +46,27 @@ def write_report(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[
             raise _not_a_report(report_dir, error) from error
         if not isinstance(cells, list):
             raise _not_a_report(report_dir, "no 'cells' list")
-    report = collect(comparison, rows, budgets, seeds=seeds, previous=previous)
+    report = collect(comparison, rows, budgets, report_tasks(comparison, previous), seeds=seeds, previous=previous)
     atomic_write_json(report_dir / "comparison.json", report)
     atomic_write_text(report_dir / "comparison.md", markdown(report, header) + "\n")
     plot(report, report_dir / "comparison.png")
     return report
+
+
+def report_tasks(comparison: Comparison, previous: dict | None = None) -> list[str]:
+    """The report's task columns: the seven zero-shot tasks, then each extra task (5-shot MMLU) that a cell under
+    ``comparison.out`` or the earlier report has.
+
+    Args:
+        comparison: where the cells are.
+        previous: the earlier ``comparison.json`` (``None``: none).
+
+    Returns:
+        The task names, in order.
+    """
+    earlier = set((previous or {}).get("tasks") or [])
+    found = [t for t in EXTRA_TASKS if t in earlier or next(Path(comparison.out).rglob(f"eval/{t}.json"), None)]
+    return [*TASKS, *found]
 
 
 def _not_a_report(report_dir: Path, why: object) -> ValueError:

@@ -19,7 +19,7 @@ DEFAULT_PLANNER = "lit_dof.pipeline.planner.DoFPlanner"
 """The planner of a student module whose configs name none."""
 
 PRIMARY_METRIC = {"piqa": "acc_norm", "logiqa": "acc_norm", "arc_easy": "acc_norm", "arc_challenge": "acc_norm",
-                  "winogrande": "acc", "wsc273": "acc", "mmlu": "acc"}  # fmt: skip  # compact dict
+                  "winogrande": "acc", "wsc273": "acc", "mmlu": "acc", "mmlu_5shot": "acc"}  # fmt: skip  # compact dict
 """The metric shown per task (lm-eval's usual headline: acc_norm where defined for multi-word choices)."""
 
 

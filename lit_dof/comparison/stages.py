@@ -47,7 +47,9 @@ class EvaluationStages:
 
     def evaluate(self, row: Row, budget: int, tasks: Sequence[str] = TASKS) -> dict:
         """Zero-shot results of the cell's model, one ``eval/<task>.json`` per task (finished tasks skipped; the
-        answered requests of an unfinished one are kept in ``eval/cache``, so a killed task resumes).
+        answered requests of an unfinished one are kept in ``eval/cache``, so a killed task resumes), with the
+        share of the task's examples longer than the model's exact positions (``beyond_exact``: the only ones a
+        window + sinks student can score differently from its teacher; ``None`` for full attention).
 
         Args:
             row: the cell's row.
@@ -58,6 +60,7 @@ class EvaluationStages:
             ``{task: eval/<task>.json's content}``.
         """
         from lit_dof.evaluation.harness import evaluate_model
+        from lit_dof.evaluation.retrieval import beyond_exact_share, exact_positions
 
         folder = self.cell_dir(row, budget) / "eval"
         todo = [t for t in tasks if not (folder / f"{t}.json").is_file()]
@@ -68,9 +71,10 @@ class EvaluationStages:
                                         batch_size=self.batch_size,
                                         mmlu_per_subject=self.mmlu_per_subject,
                                         cache_dir=folder / "cache")  # fmt: skip  # packed args
-                atomic_write_json(
-                    folder / f"{task}.json", {**result["tasks"][task], "provenance": result["provenance"]}
-                )
+                entry = {**result["tasks"][task], "provenance": result["provenance"]}
+                exact = entry["provenance"]["exact_positions"] = exact_positions(model)
+                entry["beyond_exact"] = beyond_exact_share(entry.get("tokens") or [], exact)  # those it can get wrong
+                atomic_write_json(folder / f"{task}.json", entry)
         return {t: json.loads((folder / f"{t}.json").read_text()) for t in tasks}
 
     def retrieval_stage(self, row: Row, budget: int) -> dict:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 
 from lit_dof.comparison.lookup import cell_key
 from lit_dof.evaluation.stats import paired_task_differences
+from lit_dof.evaluation.task_data import TASKS
 
 
 def mean_of(values: Iterable[float | None]) -> float | None:
@@ -25,8 +26,9 @@ def mean_of(values: Iterable[float | None]) -> float | None:
 
 def pair_with_reference(c: dict, items: dict, reference: dict, tasks: Sequence[str]) -> None:
     """Set ``c["vs_reference"]`` (per task, the paired difference of the per-example scores ± its standard
-    error) and, with every task paired, ``c["vs_reference_average"]`` (tasks are disjoint example sets: SE
-    √(Σ SE²) / n), as :func:`~lit_dof.evaluation.stats.paired_task_differences` computes them.
+    error) and, with every one of the seven zero-shot tasks paired, ``c["vs_reference_average"]`` over them (tasks
+    are disjoint example sets: SE √(Σ SE²) / n; an extra task such as 5-shot MMLU is paired but not averaged), as
+    :func:`~lit_dof.evaluation.stats.paired_task_differences` computes them.
 
     Args:
         c: the report cell to update.
@@ -34,7 +36,8 @@ def pair_with_reference(c: dict, items: dict, reference: dict, tasks: Sequence[s
         reference: the reference cell's per-example scores by task.
         tasks: the report's tasks.
     """
-    c["vs_reference"], average = paired_task_differences(items, reference, tasks)
+    c["vs_reference"], _ = paired_task_differences(items, reference, tasks)
+    _, average = paired_task_differences(items, reference, [t for t in tasks if t in TASKS])  # the seven's average
     if average is not None:
         c["vs_reference_average"] = average
 

@@ -28,7 +28,8 @@ def controlled(tmp_path_factory):
     out = tmp_path_factory.mktemp("controls") / "cells"
     kwargs = dict(rows=["teacher", "quickstart"], controls=["quickstart"], budgets=[16], out=str(out))
     kwargs.update(teacher=str(TINYSTORIES), corpus=str(WIKIPEDIA), data_dir=str(DATA), fit_args=[*TINY_FIT, *WINDOW])
-    kwargs.update(stages=["fit", "ppl", "long_documents", "retrieval"], seeds=[0, 1], ppl_tokens=300, long_documents=2)
+    kwargs.update(stages=["fit", "ppl", "long_documents", "retrieval", "eval"], seeds=[0, 1], ppl_tokens=300)
+    kwargs.update(long_documents=2, tasks=["wsc273", "mmlu_5shot"], eval_limit=4)
     kwargs.update(retrieval=RetrievalGrid(contexts=(256, 512), depths=(0.5,), trials=2))
     return out, kwargs, compare(**kwargs)
 
@@ -104,3 +105,24 @@ def test_controls_are_refused_for_rows_that_are_not_selected_students(controlled
         compare(**{**kwargs, "retrieval_tasks": ["needle"]})
     with pytest.raises(ValueError, match="only students have controls"):
         control_rows(ROWS["teacher"])
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
+def test_tasks_say_which_examples_reach_past_the_window_and_5_shot_mmlu_is_a_column(controlled):
+    out, _, report = controlled
+    assert report["tasks"][-1] == "mmlu_5shot" and "wsc273" in report["tasks"]
+    teacher = json.loads((out / "C16" / "teacher" / "eval" / "mmlu_5shot.json").read_text())
+    assert teacher["beyond_exact"] is None and teacher["provenance"]["exact_positions"] is None  # full attention
+    for cell, exact in ((out / "C16" / "quickstart", 18), (out / "controls" / "teacher_window16_sinks2", 18)):
+        for task in ("wsc273", "mmlu_5shot"):
+            record = json.loads((cell / "eval" / f"{task}.json").read_text())
+            assert record["provenance"]["exact_positions"] == exact
+            assert record["beyond_exact"] == sum(t > exact for t in record["tokens"]) / len(record["tokens"])
+    five_shot = json.loads((out / "C16" / "quickstart" / "eval" / "mmlu_5shot.json").read_text())
+    assert five_shot["beyond_exact"] == 1.0  # five examples before the question: every prompt is past 18 tokens
+    text = (out / "comparison.md").read_text()
+    assert "Examples beyond the exact window" in text and "| quickstart | " in text
+    assert "avg: the seven zero-shot tasks (not mmlu_5shot)" in text
+    cells = {(c["row"], c["seed"]): c for c in report["cells"]}
+    assert cells[("quickstart", 0)]["average"] is None  # two of the seven tasks: no average
+    assert set(cells[("quickstart:window_sinks", 1)]["vs_reference"]) == {"wsc273", "mmlu_5shot"}  # paired per task
