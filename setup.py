@@ -7,7 +7,11 @@ cannot add such a mapped package to automatically discovered ones, hence this fi
 
 from setuptools import find_namespace_packages, setup
 
+# Its folders (configs/methods, configs/models/gpt2, ...) are listed as packages too: setuptools ships data files
+# only from listed packages, and warns that it will stop shipping them otherwise.
+CONFIGS = ["lit_dof.configs", *(f"lit_dof.configs.{name}" for name in find_namespace_packages(where="configs"))]
+
 setup(
-    packages=[*find_namespace_packages(include=["lit_dof*"]), "lit_dof.configs"],
+    packages=[*find_namespace_packages(include=["lit_dof*"]), *CONFIGS],
     package_dir={"lit_dof.configs": "configs"},
 )

@@ -138,8 +138,8 @@ def main(args: Sequence[str] | None = None) -> None:
 
     Raises:
         SystemExit: ``--help``, ``--version``, a usage error, or a command's own exit; code 1 with the ``pip
-            install`` line on stderr when the command needs an optional dependency that is not installed, or with
-            the message of a :class:`~lit_dof.errors.CommandError`.
+            install 'lit-dof[EXTRA]'`` line on stderr when the command needs an optional dependency that is not
+            installed (:mod:`lit_dof.extras`), or with the message of a :class:`~lit_dof.errors.CommandError`.
     """
     argv = sys.argv[1:] if args is None else list(args)
     command = argv[0] if argv else None
@@ -163,12 +163,22 @@ def main(args: Sequence[str] | None = None) -> None:
     if os.environ.get("LIT_DOF_TUNE_ALLOCATOR", "1") != "0":
         tune_cpu_allocator()
     from lit_dof.errors import CommandError
-    from lit_dof.evaluation.extra import MissingExtraError
+    from lit_dof.extras import MissingExtraError, missing_extra
 
     try:
         run_command(command, argv, lightning_args=None if args is None else argv)
     except MissingExtraError as exc:  # an optional dependency is missing: say which extra, without a traceback
+        if verbose:
+            traceback.print_exc()
         print(f"{PROG}: {exc}", file=sys.stderr)
+        raise SystemExit(1) from exc
+    except ImportError as exc:  # a package of an extra imported where no check named the extra first
+        extra = missing_extra(exc)
+        if extra is None:
+            raise
+        if verbose:
+            traceback.print_exc()
+        print(f"{PROG}: {extra}", file=sys.stderr)
         raise SystemExit(1) from exc
     except CommandError as exc:  # its message says it all: one line, the traceback only when asked for
         if verbose:
@@ -189,10 +199,18 @@ def run_command(command: str, argv: list[str], lightning_args: list[str] | None)
         lightning_args: what LightningCLI parses (``None``: ``sys.argv``).
 
     Raises:
-        MissingExtraError: the command needs lm-eval and the ``eval`` extra is not installed.
+        MissingExtraError: the command needs lm-eval and the ``eval`` extra is not installed, or it is ``fit`` (or
+            validate / test / predict) without the ``train`` extra (its help and ``--print_config`` need none).
     """
     entry = TABLE[command].entry if command in TABLE else None
     if entry is None:
+        from lit_dof.extras import TRAIN_MODULES, require_all
+
+        options = {arg.split("=")[0] for arg in argv}
+        if not {"-h", "--help", "--help-model", "--print_config"} & options and not any(
+            option.endswith(".help") for option in options
+        ):
+            require_all(TRAIN_MODULES, f"{PROG} {command}", "train")
         from lit_dof.pipeline.cli import build_cli
 
         build_cli(lightning_args)

@@ -194,9 +194,15 @@ def generate(
         torch.cuda.synchronize(where)
     start = time.perf_counter()
     with torch.no_grad():
-        out = loaded.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=do_sample, **sampling,
-                              streamer=streamer, pad_token_id=pad,
-                              return_dict_in_generate=True)  # fmt: skip  # packed args
+        out = loaded.generate(
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            do_sample=do_sample,
+            **sampling,
+            streamer=streamer,
+            pad_token_id=pad,
+            return_dict_in_generate=True,
+        )
     if where.type == "cuda":
         torch.cuda.synchronize(where)
     seconds = time.perf_counter() - start
@@ -218,9 +224,17 @@ def generate(
         file=sys.stderr,
         flush=True,
     )
-    return {"text": text, "tokens": new, "prompt_tokens": inputs["input_ids"].shape[1], "seconds": seconds,
-            "tokens_per_second": rate, "cache_bytes": cache_bytes, "context_tokens": context,
-            "teacher_kv_bytes": teacher_bytes, "student": student}  # fmt: skip  # compact dict
+    return {
+        "text": text,
+        "tokens": new,
+        "prompt_tokens": inputs["input_ids"].shape[1],
+        "seconds": seconds,
+        "tokens_per_second": rate,
+        "cache_bytes": cache_bytes,
+        "context_tokens": context,
+        "teacher_kv_bytes": teacher_bytes,
+        "student": student,
+    }
 
 
 def with_bare_flags(args: list[str], flags: tuple[str, ...] = BARE_FLAGS) -> list[str]:

@@ -37,8 +37,15 @@ class Progress:
         ValueError: ``total < 0``.
     """
 
-    def __init__(self, command: str, total: int, unit: str, stream: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic, min_seconds: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        command: str,
+        total: int,
+        unit: str,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        min_seconds: float = 1.0,
+    ) -> None:
         if total < 0:
             raise ValueError(f"total must be >= 0, got {total}")
         self.command, self.total, self.unit, self.stream = command, total, unit, stream

@@ -4,15 +4,15 @@ and its ratio to other models' records, paired block by block.
 Measures the sliding-window perplexity (window 512, stride 256) of the first ``--tokens`` tokens of one split of
 the corpus — ``--split test`` (the default), or ``validation`` for model selection and for the records measured
 before the test split existed (docs/results) — and the perplexity by position in blocks of 512 tokens
-(:func:`lit_dof.evaluation.perplexity.heldout_perplexity`), or reads such a record back (a ``.json`` as MODEL).
+(:func:`lit_dof.evaluation.position_perplexity.heldout_perplexity`), or reads such a record back (a ``.json`` as MODEL).
 With ``--contexts 512 2048 4096 8192`` it measures the long-context record instead (the ``long`` stage,
-:func:`~lit_dof.evaluation.perplexity.long_context_perplexity`); such a record is paired context by context.
+:func:`~lit_dof.evaluation.position_perplexity.long_context_perplexity`); such a record is paired context by context.
 With ``--long_documents`` it measures the long-document test set by in-document position
 (:func:`~lit_dof.evaluation.long_documents.long_document_perplexity`; ``--max_documents``, ``--max_tokens``); such a
 record is paired document by document. Then, for every ``--against`` record measured on the same tokens and split
 (a cell's ``ppl.json``, the records in docs/results), it prints the ratio of the sliding-window perplexities and
 the paired ratio of the block (document) perplexities ± its standard error over blocks (documents)
-(:func:`~lit_dof.evaluation.perplexity.paired_perplexity_ratio`), for every position and per bucket.
+(:func:`~lit_dof.evaluation.position_perplexity.paired_perplexity_ratio`), for every position and per bucket.
 
 Usage: python scripts/heldout_ppl.py runs/quickstart/version_0/student --corpus <corpus> --split validation \
            --against docs/results/sliding_window/teacher_ppl.json docs/results/sliding_window/swa_sink_ppl.json \
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from lit_dof.data.splits import recorded_split
 from lit_dof.evaluation.long_documents import long_document_perplexity
-from lit_dof.evaluation.perplexity import bucket_ratios, heldout_perplexity, long_context_perplexity
+from lit_dof.evaluation.position_perplexity import bucket_ratios, heldout_perplexity, long_context_perplexity
 from lit_dof.io import atomic_write_json
 
 

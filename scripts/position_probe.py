@@ -126,7 +126,7 @@ def block_nll(student, blocks: torch.Tensor, shift: int, mode: str, first: int, 
 
 def long_context(student, tokens: torch.Tensor, contexts, unrotate_period: float | None) -> dict:
     """Student vs control by position at each context (blocks from position 0); paired ratios, as printed."""
-    from lit_dof.evaluation.perplexity import paired_perplexity_ratio, position_edges, position_perplexity
+    from lit_dof.evaluation.position_perplexity import paired_perplexity_ratio, position_edges, position_perplexity
 
     result = {}
     for context in contexts:

@@ -24,7 +24,7 @@ if [[ "${1:-}" == "--smoke" ]]; then
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 fi
 if [[ "${LIT_DOF_SKIP_SETUP:-0}" != 1 ]]; then
-  source scripts/setup_venv.sh
+  source scripts/setup_venv.sh eval  # eval: for the `lit-dof eval` printed at the end
 fi
 started=$SECONDS
 .venv/bin/lit-dof fit "${configs[@]}" "$@"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv (if missing), install lit-dof with its test and eval (lm-eval) extras, and run the test suite.
+# Create .venv (if missing), install lit-dof with every extra (setup_venv.sh's train, plots and gguf; test, eval and
+# gpu), and run the test suite.
 # Usage: scripts/test.sh [pytest args...]
 # Env: PYTHON (interpreter), TORCH_VERSION (default 2.13.0), TEST_WORKERS (pytest-xdist workers, default: one per
 # core; 0 runs in this process). A file's tests stay on one worker (--dist loadfile: module fixtures run once).

@@ -45,13 +45,14 @@ def test_copy_never_overwrites(tmp_path):
 
 
 def test_wheel_ships_the_configs_and_resolves_them_installed(tmp_path):
-    """A non-editable install carries every file of configs/ as lit_dof.configs and finds them there."""
+    """A non-editable install carries every file of configs/ as lit_dof.configs and finds them there, and every data
+    file of the package (the lm-eval task YAMLs)."""
     pytest.importorskip("setuptools")
     src = tmp_path / "src"
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
     for name in ("lit_dof", "configs"):
         shutil.copytree(REPO / name, src / name, ignore=ignore)
-    for name in ("pyproject.toml", "setup.py", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy(REPO / name, src / name)
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
@@ -63,8 +64,16 @@ def test_wheel_ships_the_configs_and_resolves_them_installed(tmp_path):
         if p.suffix in (".yaml", ".json")
     }
     with zipfile.ZipFile(wheel) as archive:
-        packaged = {n.removeprefix("lit_dof/configs/") for n in archive.namelist() if n.startswith("lit_dof/configs/")}
+        names = set(archive.namelist())
+    packaged = {n.removeprefix("lit_dof/configs/") for n in names if n.startswith("lit_dof/configs/")}
     assert shipped <= packaged
+    data = {
+        p.relative_to(REPO).as_posix()
+        for p in (REPO / "lit_dof").rglob("*")
+        if p.is_file() and p.suffix not in (".py", ".pyc")
+    }
+    assert any(name.startswith("lit_dof/evaluation/lm_eval_tasks/") for name in data)
+    assert data <= names
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path / "site"), str(wheel)],
         check=True,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lit_dof.comparison.rows import PRIMARY_METRIC
-from lit_dof.evaluation.perplexity import bucket_ratios
+from lit_dof.evaluation.position_perplexity import bucket_ratios
 from lit_dof.evaluation.stats import paired_task_differences
 
 ROOT = Path(__file__).resolve().parents[1]

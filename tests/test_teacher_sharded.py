@@ -44,9 +44,8 @@ def _load_and_probe(rank: int, dtype: torch.dtype, loads: list, path: str) -> No
 
     from lit_dof.attention import LearnedPRF
     from lit_dof.dof.report import collect_samples
-    from lit_dof.pipeline.planner import _pad_sharded_forwards
     from lit_dof.students.modeling import linearize
-    from lit_dof.teacher.sharded import load_sharded_teacher, reshard
+    from lit_dof.teacher.sharded import load_sharded_teacher, pad_sharded_forwards, reshard
 
     loads.clear()
     teacher, tokenizer = load_sharded_teacher(str(TINYSTORIES), init_device_mesh("cpu", (2,)), dtype=dtype)
@@ -58,7 +57,7 @@ def _load_and_probe(rank: int, dtype: torch.dtype, loads: list, path: str) -> No
     # DoF capture: 3 keyed batches, global batch g on rank g % 2; rank 1 pads one forward
     keys = list(range(rank, 3, 2))
     reservoir, tokens = collect_samples(teacher, [IDS[:, : 6 + g] for g in keys], 16, keys=keys, progress=False)
-    _pad_sharded_forwards(teacher, 2 - len(keys), torch.device("cpu"))
+    pad_sharded_forwards(teacher, 2 - len(keys), torch.device("cpu"))
     reservoir.all_gather()
     reshard(teacher)
     linearize(teacher, LearnedPRF, 4, seed=0)  # as configure_model does next: its post_init must not re-init

@@ -146,16 +146,27 @@ def summarise_fit(cell: Path, attempts: list[dict], command: list[str]) -> dict:
     steps = int(config["trainer"]["max_steps"])
     data = config["data"]["init_args"]
     total = sum(layer_mean_dims(dims)) if dims else None  # per-head dims count as their mean per layer
-    record = {"student": str((run / "student").relative_to(cell)), "feature_dims": dims, "total_features": total,
-              "steps": steps, "tokens": steps * int(data["batch_size"]) * int(data["seq_len"]),
-              "wall_seconds": sum(a["seconds"] for a in attempts), "attempts": len(attempts),
-              "command": portable(command), "val_curve": validation_curve(cell)}  # fmt: skip  # compact dict
+    record = {
+        "student": str((run / "student").relative_to(cell)),
+        "feature_dims": dims,
+        "total_features": total,
+        "steps": steps,
+        "tokens": steps * int(data["batch_size"]) * int(data["seq_len"]),
+        "wall_seconds": sum(a["seconds"] for a in attempts),
+        "attempts": len(attempts),
+        "command": portable(command),
+        "val_curve": validation_curve(cell),
+    }
     record["strategy"] = allocation_strategy(config)
     dof_path = run / "dof.json"
     if dof_path.is_file():
         dof = json.loads(dof_path.read_text())
-        record.update(lam=dof.get("lam"), lam_rule=dof.get("lam_rule"), relative_to=dof.get("relative_to"),
-                      num_samples=dof.get("num_samples"))  # fmt: skip  # packed args
+        record.update(
+            lam=dof.get("lam"),
+            lam_rule=dof.get("lam_rule"),
+            relative_to=dof.get("relative_to"),
+            num_samples=dof.get("num_samples"),
+        )
     return record
 
 
@@ -202,8 +213,12 @@ def read_cell(cell: Path, tasks: Sequence[str]) -> dict:
         entry = json.loads(path.read_text())
         devices.add(_eval_device(entry.get("provenance") or {}))
         metric = PRIMARY_METRIC[task]
-        scores[task] = {"value": entry.get(metric), "stderr": entry.get(f"{metric}_stderr"), "metric": metric,
-                        "n": entry.get("n")}  # fmt: skip  # compact dict
+        scores[task] = {
+            "value": entry.get(metric),
+            "stderr": entry.get(f"{metric}_stderr"),
+            "metric": metric,
+            "n": entry.get("n"),
+        }
         if entry.get("beyond_exact") is not None:  # the share of examples past a student's exact positions
             scores[task]["beyond_exact"] = entry["beyond_exact"]
         if (entry.get("items") or {}).get(metric):

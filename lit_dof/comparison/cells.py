@@ -145,8 +145,10 @@ class Comparison(EvaluationStages, FinetuneProtocol):
         command = [sys.executable, "-m", "lit_dof", "fit"]
         command += [word for config in configs for word in ("--config", str(config))]
         dof = planner_class(configs, [*self.fit_args, *row.args]).rsplit(".", 1)[-1] != FixedPlanner.__name__
-        command += [f"--model.init_args.teacher={self.teacher_source()}",
-                    f"{PLANNER_ARGS}.{'budget' if dof else 'feature_dim'}={budget}"]  # fmt: skip  # compact list
+        command += [
+            f"--model.init_args.teacher={self.teacher_source()}",
+            f"{PLANNER_ARGS}.{'budget' if dof else 'feature_dim'}={budget}",
+        ]
         command += [*self.accelerator_args(), *self.seed_args(dof), *self.fit_args, *row.args]
         if self.corpus:
             command.append(f"--data.init_args.path={self.corpus}")

@@ -122,16 +122,25 @@ def compare(
         raise ValueError(f"ppl_split {ppl_split!r}: use test (the default) or validation")
     if not seeds or len(set(seeds)) != len(seeds) or any(not isinstance(s, int) or s < 0 for s in seeds):
         raise ValueError(f"seeds {seeds}: give distinct integers ≥ 0 (e.g. [0, 1, 2])")
-    comparison = Comparison(out=Path(out),
-                            base_config=Path(base_config) if base_config else REPO_CONFIGS / "quickstart.yaml",
-                            teacher=teacher, corpus=corpus or os.environ.get("LIT_DOF_CORPUS"),
-                            data_dir=data_dir or os.environ.get("LIT_DOF_DATA"),
-                            eval_limit=eval_limit, mmlu_per_subject=mmlu_per_subject, ppl_tokens=ppl_tokens,
-                            ppl_split=ppl_split, long_documents=long_documents,
-                            retrieval_tasks=tuple(retrieval_tasks), retrieval=retrieval,
-                            fit_args=tuple(fit_args), finetune_lrs=tuple(finetune_lrs),
-                            finetune_args=tuple(finetune_args), device=device,
-                            batch_size=eval_batch_size)  # fmt: skip  # packed args
+    comparison = Comparison(
+        out=Path(out),
+        base_config=Path(base_config) if base_config else REPO_CONFIGS / "quickstart.yaml",
+        teacher=teacher,
+        corpus=corpus or os.environ.get("LIT_DOF_CORPUS"),
+        data_dir=data_dir or os.environ.get("LIT_DOF_DATA"),
+        eval_limit=eval_limit,
+        mmlu_per_subject=mmlu_per_subject,
+        ppl_tokens=ppl_tokens,
+        ppl_split=ppl_split,
+        long_documents=long_documents,
+        retrieval_tasks=tuple(retrieval_tasks),
+        retrieval=retrieval,
+        fit_args=tuple(fit_args),
+        finetune_lrs=tuple(finetune_lrs),
+        finetune_args=tuple(finetune_args),
+        device=device,
+        batch_size=eval_batch_size,
+    )
     selected = [r for name in rows for r in [ROWS[name], *(control_rows(ROWS[name]) if name in controls else [])]]
     cells = list(grid(selected, budgets, seeds))
     progress = Progress("compare", len(cells), "cell")  # stderr: cells done / total, elapsed, ETA

@@ -59,8 +59,14 @@ def _carry(previous: dict, tasks: Sequence[str]) -> tuple[dict, dict]:
     return c, items
 
 
-def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], tasks: Sequence[str] = TASKS,
-            seeds: Sequence[int] = (0,), previous: dict | None = None) -> dict:  # fmt: skip  # packed signature
+def collect(
+    comparison: Comparison,
+    rows: Sequence[Row],
+    budgets: Sequence[int],
+    tasks: Sequence[str] = TASKS,
+    seeds: Sequence[int] = (0,),
+    previous: dict | None = None,
+) -> dict:
     """Every finished part of every cell (missing parts are ``None``); ``pending`` names the selected rows with
     no cell yet or with a fit still under way (nothing to show). Cells of one budget and seed are compared
     with each other (gap closed, paired differences); ``seed_summary`` (:func:`seed_summary`) pools the seeds.
@@ -115,17 +121,31 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
         items.append(found["items"])
         finetuned = {p.stem: json.loads(p.read_text())["score"] for p in sorted((cell / "finetune").glob("*.json"))}
         scores, ppl, what = found["scores"], found["ppl"], (control or {}).get("control")
-        cells.append({"row": row.name, "label": label, "seed": seed if row.kind != "teacher" else None,
-                      "note": _control_note(row.note, what), "budget": budget, "kind": row.kind, "fit": found["fit"],
-                      "reference": row.reference if row.kind != "teacher" and row.reference != row.name else None,
-                      "scores": scores, "average": seven_task_average(scores, tasks),
-                      "ppl": ppl["ppl"] if ppl else None,
-                      "ppl_setting": _ppl_setting(ppl), "finetuned": finetuned,
-                      "by_position": (ppl or {}).get("by_position"), "long": (found["long"] or {}).get("contexts"),
-                      "state": (ppl or {}).get("state"), "control": what,
-                      "long_documents": found["long_documents"], "retrieval": found["retrieval"],
-                      "devices": sorted(d for d in found["devices"] if d),
-                      "items": {t: encode_items(v) for t, v in found["items"].items()}})  # fmt: skip  # packed args
+        cells.append(
+            {
+                "row": row.name,
+                "label": label,
+                "seed": seed if row.kind != "teacher" else None,
+                "note": _control_note(row.note, what),
+                "budget": budget,
+                "kind": row.kind,
+                "fit": found["fit"],
+                "reference": row.reference if row.kind != "teacher" and row.reference != row.name else None,
+                "scores": scores,
+                "average": seven_task_average(scores, tasks),
+                "ppl": ppl["ppl"] if ppl else None,
+                "ppl_setting": _ppl_setting(ppl),
+                "finetuned": finetuned,
+                "by_position": (ppl or {}).get("by_position"),
+                "long": (found["long"] or {}).get("contexts"),
+                "state": (ppl or {}).get("state"),
+                "control": what,
+                "long_documents": found["long_documents"],
+                "retrieval": found["retrieval"],
+                "devices": sorted(d for d in found["devices"] if d),
+                "items": {t: encode_items(v) for t, v in found["items"].items()},
+            }
+        )
     teacher = next((c for c in cells if c["kind"] == "teacher"), None)
     for budget, seed in ((b, s) for b in budgets for s in seeds):
         group = [(c, found) for c, found in zip(cells, items) if c["budget"] == budget and c["seed"] == seed]
@@ -150,9 +170,16 @@ def collect(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int],
                 c.update({k: v for k, v in prior.items() if v is not None})  # same measurements, no items to re-pair
     if teacher is not None:  # 1 by definition, wherever a gap is defined
         teacher["gap_closed"] = 1.0 if any(c.get("gap_closed") is not None for c in cells if c is not teacher) else None
-    report = {"budgets": list(budgets), "seeds": list(seeds), "tasks": list(tasks), "primary_metric": PRIMARY_METRIC,
-              "cells": cells, "pending": pending, "carried": carried,
-              "not_applicable": not_applicable}  # fmt: skip  # compact dict
+    report = {
+        "budgets": list(budgets),
+        "seeds": list(seeds),
+        "tasks": list(tasks),
+        "primary_metric": PRIMARY_METRIC,
+        "cells": cells,
+        "pending": pending,
+        "carried": carried,
+        "not_applicable": not_applicable,
+    }
     report["seed_summary"] = seed_summary(report)
     return report
 

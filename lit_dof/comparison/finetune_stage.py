@@ -24,9 +24,17 @@ class FinetuneProtocol:
         if result_path.is_file():
             return json.loads(result_path.read_text())
         folder.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "lit_dof", "fit", "--config",
-                   str(REPO_CONFIGS / "finetune" / "arc_easy.yaml"), f"--data.init_args.task={task}",
-                   f"--model.init_args.teacher={source}", f"--model.init_args.lr={lr}"]  # fmt: skip  # compact list
+        command = [
+            sys.executable,
+            "-m",
+            "lit_dof",
+            "fit",
+            "--config",
+            str(REPO_CONFIGS / "finetune" / "arc_easy.yaml"),
+            f"--data.init_args.task={task}",
+            f"--model.init_args.teacher={source}",
+            f"--model.init_args.lr={lr}",
+        ]
         if self.data_dir:
             command.append(f"--data.init_args.data_dir={self.data_dir}")
         if task == "mmlu":  # the paper: MMLU 1 epoch, last

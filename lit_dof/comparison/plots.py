@@ -78,8 +78,14 @@ def figure(report: dict) -> Figure:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7 if scored else 6)
     else:
-        ax.text(0.5, 0.5, "no seven-task averages yet" if scored else "no perplexities yet", ha="center",
-                va="center", transform=ax.transAxes)  # fmt: skip  # packed args
+        ax.text(
+            0.5,
+            0.5,
+            "no seven-task averages yet" if scored else "no perplexities yet",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     bx.set_xlabel("optimizer step")
     bx.set_ylabel("held-out perplexity (validation)")
     bx.set_yscale("log")
@@ -91,8 +97,12 @@ def figure(report: dict) -> Figure:
             reference = reference_curve(c, curves)
             shared = [(step, value / reference[step]) for step, value in c["fit"]["val_curve"] if step in reference]
             if shared:
-                cx.plot(*zip(*shared), marker="o", color=colors[c["row"]],
-                        label=f"{cell_label(c)} / {c['reference']} (C={c['budget']})")  # fmt: skip  # packed args
+                cx.plot(
+                    *zip(*shared),
+                    marker="o",
+                    color=colors[c["row"]],
+                    label=f"{cell_label(c)} / {c['reference']} (C={c['budget']})",
+                )
         cx.axhline(1.0, color="k", linestyle="--", label="reference (Fix, same loss)")
         cx.set_xlabel("optimizer step")
         cx.set_ylabel("validation perplexity / reference's (same step)")

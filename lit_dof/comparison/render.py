@@ -57,8 +57,19 @@ def markdown(report: dict, header: str = "") -> str:
     tasks = report["tasks"]
     scored = has_scores(report)  # a perplexity-only study (the λ study) drops the task columns
     lines = [header] if header else []
-    columns = ["method", *(tasks + ["avg", "gap closed"] if scored else []), "ppl", "C", "Σ M", "state", "λ", "J",
-               "tokens", "fit wall", "note"]  # fmt: skip  # compact list
+    columns = [
+        "method",
+        *(tasks + ["avg", "gap closed"] if scored else []),
+        "ppl",
+        "C",
+        "Σ M",
+        "state",
+        "λ",
+        "J",
+        "tokens",
+        "fit wall",
+        "note",
+    ]
     lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for c in report["cells"]:
         fit = c["fit"] or {}
@@ -79,11 +90,19 @@ def markdown(report: dict, header: str = "") -> str:
             if scored
             else []
         )
-        row = [cell_label(c), *scores, _fmt(c["ppl"], 1), str(c["budget"]) if c["kind"] != "teacher" else "–",
-               _fmt_total(fit.get("total_features")), _fmt_bytes(c.get("state")), lam_text,
-               str(fit.get("num_samples") or "–") if uses_dof else "–",
-               _fmt_tokens(fit.get("tokens")),
-               f"{wall / 60:.0f} min" if wall else "–", c["note"]]  # fmt: skip  # compact list
+        row = [
+            cell_label(c),
+            *scores,
+            _fmt(c["ppl"], 1),
+            str(c["budget"]) if c["kind"] != "teacher" else "–",
+            _fmt_total(fit.get("total_features")),
+            _fmt_bytes(c.get("state")),
+            lam_text,
+            str(fit.get("num_samples") or "–") if uses_dof else "–",
+            _fmt_tokens(fit.get("tokens")),
+            f"{wall / 60:.0f} min" if wall else "–",
+            c["note"],
+        ]
         lines.append("| " + " | ".join(row) + " |")
     if report.get("pending"):
         lines += ["", "Not measured yet (re-running the command resumes here): " + ", ".join(report["pending"]) + "."]
@@ -97,9 +116,16 @@ def markdown(report: dict, header: str = "") -> str:
         ]
     finetuned_tasks = sorted({t for c in report["cells"] for t in c.get("finetuned", {})})
     if finetuned_tasks:
-        lines += ["", ("Fine-tuned per task (METHOD.md §4; accuracy of the best epoch, MMLU: last; learning rate "
-                       "from the teacher's grid):"), "", "| method | " + " | ".join(finetuned_tasks) + " |",
-                  "|" + "---|" * (len(finetuned_tasks) + 1)]  # fmt: skip  # markdown table
+        lines += [
+            "",
+            (
+                "Fine-tuned per task (METHOD.md §4; accuracy of the best epoch, MMLU: last; learning rate "
+                "from the teacher's grid):"
+            ),
+            "",
+            "| method | " + " | ".join(finetuned_tasks) + " |",
+            "|" + "---|" * (len(finetuned_tasks) + 1),
+        ]
         for c in report["cells"]:
             if c.get("finetuned"):
                 scores = [_fmt(c["finetuned"].get(t)) for t in finetuned_tasks]
@@ -130,10 +156,16 @@ def _position_sections(report: dict) -> list[str]:
 
     labels = {(c["row"], c["budget"], c.get("seed")): cell_label(c) for c in report["cells"]}  # hand-made: no seed
     teacher = next((cell_label(c) for c in report["cells"] if c["kind"] == "teacher"), None)
-    models = [{"label": cell_label(c), "by_position": c.get("by_position"), "long": c.get("long"),
-               "long_documents": c.get("long_documents"),
-               "reference": labels.get((c["reference"], c["budget"], c.get("seed"))) if c.get("reference") else None}
-              for c in report["cells"]]  # fmt: skip  # compact comprehension
+    models = [
+        {
+            "label": cell_label(c),
+            "by_position": c.get("by_position"),
+            "long": c.get("long"),
+            "long_documents": c.get("long_documents"),
+            "reference": labels.get((c["reference"], c["budget"], c.get("seed"))) if c.get("reference") else None,
+        }
+        for c in report["cells"]
+    ]
     lines = position_lines(models, teacher) + long_context_lines(models, teacher)
     return lines + long_document_lines(models, teacher)
 
@@ -191,9 +223,17 @@ def seed_table(report: dict) -> list[str]:
             f" ± {fmt.format(s['stderr']).lstrip('+')} (n={s['n']})" if s.get("stderr") is not None else " (n=1)"
         )
 
-    columns = ["method", "vs", "C", "seeds", *(["avg"] if scored else []), "ppl", "ppl / vs, per seed",
-               "ppl / vs, over seeds", *(["− vs, per seed",
-               "− vs, over seeds"] if scored else [])]  # fmt: skip  # compact list
+    columns = [
+        "method",
+        "vs",
+        "C",
+        "seeds",
+        *(["avg"] if scored else []),
+        "ppl",
+        "ppl / vs, per seed",
+        "ppl / vs, over seeds",
+        *(["− vs, per seed", "− vs, over seeds"] if scored else []),
+    ]
     legend = (
         f"{'avg, ppl' if scored else 'ppl'}: mean ± standard deviation over the seeds; ppl / vs: perplexity "
         "divided by the reference row's of the same seed"
@@ -203,9 +243,16 @@ def seed_table(report: dict) -> list[str]:
     lines = ["", f"Over seeds ({legend}):", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for s in summary:
         ratios = ", ".join(f"{r:.3f} (s{seed})" for seed, r in s["ppl_ratio_per_seed"].items()) or "–"
-        cells = [s["row"], s["reference"] or "–", str(s["budget"]), ", ".join(map(str, s["seeds"])),
-                 *([spread(s["average"], 3)] if scored else []), spread(s["ppl"], 1), ratios,
-                 over(s["ppl_ratio"], "{:.3f}")]  # fmt: skip  # compact list
+        cells = [
+            s["row"],
+            s["reference"] or "–",
+            str(s["budget"]),
+            ", ".join(map(str, s["seeds"])),
+            *([spread(s["average"], 3)] if scored else []),
+            spread(s["ppl"], 1),
+            ratios,
+            over(s["ppl_ratio"], "{:.3f}"),
+        ]
         if scored:  # in points
             points = s["vs_reference"] and {
                 k: v if k == "n" or v is None else 100 * v for k, v in s["vs_reference"].items()
@@ -252,11 +299,17 @@ def paired_table(report: dict) -> list[str]:
 def _paired_rows(report: dict, paired: list[dict]) -> list[str]:
     """The markdown table of :func:`paired_table` for the ``paired`` cells."""
     tasks = [t for t in report["tasks"] if any(t in c["vs_reference"] for c in paired)]
-    lines = ["", ("Difference from the reference row (`vs`: Fix with the same loss) at the same budget, on the same "
-                  "examples (points of the primary metric, ± paired standard error; – where either cell lacks "
-                  "per-example scores; avg: over the tasks, standard error √(Σ SE²) / number of tasks):"), "",
-             "| method | vs | C | " + " | ".join(tasks) + " | avg |",
-             "|" + "---|" * (len(tasks) + 4)]  # fmt: skip  # markdown table
+    lines = [
+        "",
+        (
+            "Difference from the reference row (`vs`: Fix with the same loss) at the same budget, on the same "
+            "examples (points of the primary metric, ± paired standard error; – where either cell lacks "
+            "per-example scores; avg: over the tasks, standard error √(Σ SE²) / number of tasks):"
+        ),
+        "",
+        "| method | vs | C | " + " | ".join(tasks) + " | avg |",
+        "|" + "---|" * (len(tasks) + 4),
+    ]
     for c in paired:
         diffs = [c["vs_reference"].get(t) for t in tasks] + [c.get("vs_reference_average")]
         lines.append(
@@ -288,18 +341,29 @@ def curve_table(report: dict, tail: int = 5) -> list[str]:
         return []
     steps = sorted({step for c in curved for step, _ in c["fit"]["val_curve"]})
     curves = validation_curves(report)
-    lines = ["", "Validation perplexity during the fit (held-out blocks; step = optimizer step index):", "",
-             "| method | vs | C | Σ M | dims | " + " | ".join(str(s) for s in steps) +
-             f" | / vs (last) | / vs (mean of last {tail}) |",
-             "|" + "---|" * (len(steps) + 7)]  # fmt: skip  # markdown table
+    lines = [
+        "",
+        "Validation perplexity during the fit (held-out blocks; step = optimizer step index):",
+        "",
+        "| method | vs | C | Σ M | dims | "
+        + " | ".join(str(s) for s in steps)
+        + f" | / vs (last) | / vs (mean of last {tail}) |",
+        "|" + "---|" * (len(steps) + 7),
+    ]
     for c in curved:
         curve, dims = dict(c["fit"]["val_curve"]), c["fit"].get("feature_dims") or []
         heads = [m for layer in dims for m in (layer if isinstance(layer, list) else [layer])]  # per-head dims too
         reference = reference_curve(c, curves)
         ratios = [curve[s] / reference[s] for s in steps if s in curve and s in reference]
-        cells = [cell_label(c), c.get("reference") or "–", str(c["budget"]), _fmt_total(c["fit"].get("total_features")),
-                 f"{min(heads)}…{max(heads)}" if heads else "–",
-                 *[_fmt(curve.get(s), 1) for s in steps], _fmt(ratios[-1] if ratios else None),
-                 _fmt(mean_of(ratios[-tail:]) if len(ratios) >= tail else None)]  # fmt: skip  # compact list
+        cells = [
+            cell_label(c),
+            c.get("reference") or "–",
+            str(c["budget"]),
+            _fmt_total(c["fit"].get("total_features")),
+            f"{min(heads)}…{max(heads)}" if heads else "–",
+            *[_fmt(curve.get(s), 1) for s in steps],
+            _fmt(ratios[-1] if ratios else None),
+            _fmt(mean_of(ratios[-tail:]) if len(ratios) >= tail else None),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines

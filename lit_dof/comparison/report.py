@@ -15,9 +15,15 @@ from lit_dof.evaluation.task_data import EXTRA_TASKS, TASKS
 from lit_dof.io import atomic_write_json, atomic_write_text
 
 
-def write_report(comparison: Comparison, rows: Sequence[Row], budgets: Sequence[int], report_dir: Path,
-                 header: str = "", seeds: Sequence[int] = (0,),
-                 carry: bool = True) -> dict:  # fmt: skip  # packed signature
+def write_report(
+    comparison: Comparison,
+    rows: Sequence[Row],
+    budgets: Sequence[int],
+    report_dir: Path,
+    header: str = "",
+    seeds: Sequence[int] = (0,),
+    carry: bool = True,
+) -> dict:
     """``comparison.json``, ``comparison.md`` and ``comparison.png`` in ``report_dir`` (atomic). With ``carry``,
     cells of the ``comparison.json`` already there that have no run directory now are kept (:func:`collect`).
 

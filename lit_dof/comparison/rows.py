@@ -18,8 +18,16 @@ PLANNER_ARGS = "--model.init_args.planner.init_args"
 DEFAULT_PLANNER = "lit_dof.pipeline.planner.DoFPlanner"
 """The planner of a student module whose configs name none."""
 
-PRIMARY_METRIC = {"piqa": "acc_norm", "logiqa": "acc_norm", "arc_easy": "acc_norm", "arc_challenge": "acc_norm",
-                  "winogrande": "acc", "wsc273": "acc", "mmlu": "acc", "mmlu_5shot": "acc"}  # fmt: skip  # compact dict
+PRIMARY_METRIC = {
+    "piqa": "acc_norm",
+    "logiqa": "acc_norm",
+    "arc_easy": "acc_norm",
+    "arc_challenge": "acc_norm",
+    "winogrande": "acc",
+    "wsc273": "acc",
+    "mmlu": "acc",
+    "mmlu_5shot": "acc",
+}
 """The metric shown per task (lm-eval's usual headline: acc_norm where defined for multi-word choices)."""
 
 
@@ -42,62 +50,124 @@ class Row:
 
 
 UNTRAINED = ("--trainer.max_steps=1", "--trainer.val_check_interval=1", "--model.init_args.finetune_fraction=0")
-ROWS: dict[str, Row] = {r.name: r for r in [
-    Row("teacher", kind="teacher", note="softmax attention"),
-    Row("performer", ("methods/performer.yaml",), UNTRAINED, note="FAVOR+, untrained"),
-    Row("fix", ("methods/fix.yaml",), note="learned PRF, uniform M, softmax loss"),
-    Row("dof", ("methods/dof.yaml",), note="learned PRF, DoF allocation (λ auto), softmax loss"),
-    Row("dof_clip", ("methods/dof_clip.yaml",), note="DoF capped at C, softmax loss"),
-    Row("dof_head", ("methods/dof_head.yaml",), note="learned PRF, DoF dims per KV head, softmax loss"),
-    Row("fix_l2", ("methods/fix.yaml", "methods/l2.yaml"), note="L2 kernel loss"),
-    Row("dof_l2", ("methods/dof.yaml", "methods/l2.yaml"), note="L2 kernel loss", reference="fix_l2"),
-    Row("dof_clip_l2", ("methods/dof_clip.yaml", "methods/l2.yaml"), note="L2 kernel loss", reference="fix_l2"),
-    Row("direct", ("methods/dof.yaml", "methods/direct.yaml"), note="end-to-end next-token loss, DoF dims"),
-    Row("dijiang", ("methods/dijiang.yaml",), note="DCT features, uniform M"),
-    Row("hedgehog", ("methods/hedgehog.yaml",), note="softmax-of-linear features, uniform M"),
-    # Sliding-window rows: the untrained controls (the teacher behind a 64-token window, with and without 4
-    # attention sinks) and the window + linear recipes measured against the window-plus-sink control.
-    Row("swa_only", ("methods/swa_only.yaml",), note="window 64, nothing trained", reference="swa_sink"),
-    Row("swa_sink", ("methods/swa_sink.yaml",), note="window 64 + 4 sinks, nothing trained", reference="swa_sink"),
-    Row("swa_linear", ("methods/swa_linear.yaml",), note="window 64 + learned PRF far term, DoF dims",
-        reference="swa_sink"),
-    Row("swa_sink_linear", ("methods/swa_sink_linear.yaml",), note="window 64 + 4 sinks + learned PRF far term, "
-        "DoF dims", reference="swa_sink"),
-    Row("swa_sink_linear_shift", ("methods/swa_sink_linear.yaml",), ("--model.init_args.position_shift=7680",),
-        note="swa_sink_linear trained at random absolute positions (offsets up to 7680)", reference="swa_sink"),
-    Row("swa_sink_linear_2k", ("methods/swa_sink_linear.yaml",),
-        ("--data.init_args.seq_len=2048", "--data.init_args.batch_size=1", "--trainer.max_steps=400",
-         "--trainer.val_check_interval=200", "--model.init_args.position_shift=auto"),
-        note="swa_sink_linear trained on 2048-token blocks at random absolute positions (same tokens, half the "
-        "steps)", reference="swa_sink"),
-    Row("swa_sink_linear_decay", ("methods/swa_sink_linear_decay.yaml",), note="swa_sink_linear with far terms "
-        "decaying past the window (τ = 128 tokens)", reference="swa_sink"),
-    Row("swa_sink_linear_decay_shift", ("methods/swa_sink_linear_decay.yaml",),
-        ("--model.init_args.position_shift=7680",), note="swa_sink_linear_decay trained at random absolute "
-        "positions (offsets up to 7680)", reference="swa_sink"),
-    Row("swa_sink_linear_norope", ("methods/swa_sink_linear_norope.yaml",), note="swa_sink_linear with the far "
-        "term's maps on un-rotated q/k (position-free far term)", reference="swa_sink"),
-    Row("swa_sink_linear_decay_norope", ("methods/swa_sink_linear_decay.yaml",),
-        ("--model.init_args.sliding_window.far_rope=false",), note="swa_sink_linear_decay with the far term's maps "
-        "on un-rotated q/k", reference="swa_sink"),
-    # The field's recipe (LoLCATs: window + Hedgehog maps, output-matching transfer, LoRA tail) and LoRA on a
-    # pure linear student.
-    Row("lolcats", ("methods/lolcats.yaml",), note="window 64 + Hedgehog far term, block-output loss, LoRA tail, "
-        "DoF dims", reference="swa_sink"),
-    Row("lora", ("methods/lora.yaml",), note="pure linear, learned PRF, DoF dims, LoRA tail"),
-    Row("quickstart", note="the quickstart: window 64 + 4 sinks + a decaying, position-free PRF far term, DoF "
-        "dims, LoRA r = 8 on q/k/v/o in its tail", reference="swa_sink"),
-    Row("quickstart_nolora", args=("--model.init_args.lora=null",), note="the quickstart without its LoRA tail (the "
-        "quickstart until 2026-11-26)", reference="swa_sink"),
-    Row("quickstart_dof_head", (), (f"{PLANNER_ARGS}.strategy=dof_head", f"{PLANNER_ARGS}.multiple_of=8"),
-        note="the quickstart with per-KV-head DoF dims (its far term's)", reference="swa_sink"),
-    # The λ study (METHOD.md §2): DoF at fixed absolute λ and with the relative rule, next to "dof" (auto).
-    Row("dof_lam2^48", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=281474976710656",), note="λ = 2^48"),
-    Row("dof_lam2^56", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=72057594037927936",), note="λ = 2^56"),
-    Row("dof_lam2^64", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=18446744073709551616",), note="λ = 2^64"),
-    Row("dof_rel_trace", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.relative_to=trace", f"{PLANNER_ARGS}.lam=0.00390625"),
-        note="λ = 2^-8 · tr(G)/J"),
-]}  # fmt: skip  # compact comprehension
+ROWS: dict[str, Row] = {
+    r.name: r
+    for r in [
+        Row("teacher", kind="teacher", note="softmax attention"),
+        Row("performer", ("methods/performer.yaml",), UNTRAINED, note="FAVOR+, untrained"),
+        Row("fix", ("methods/fix.yaml",), note="learned PRF, uniform M, softmax loss"),
+        Row("dof", ("methods/dof.yaml",), note="learned PRF, DoF allocation (λ auto), softmax loss"),
+        Row("dof_clip", ("methods/dof_clip.yaml",), note="DoF capped at C, softmax loss"),
+        Row("dof_head", ("methods/dof_head.yaml",), note="learned PRF, DoF dims per KV head, softmax loss"),
+        Row("fix_l2", ("methods/fix.yaml", "methods/l2.yaml"), note="L2 kernel loss"),
+        Row("dof_l2", ("methods/dof.yaml", "methods/l2.yaml"), note="L2 kernel loss", reference="fix_l2"),
+        Row("dof_clip_l2", ("methods/dof_clip.yaml", "methods/l2.yaml"), note="L2 kernel loss", reference="fix_l2"),
+        Row("direct", ("methods/dof.yaml", "methods/direct.yaml"), note="end-to-end next-token loss, DoF dims"),
+        Row("dijiang", ("methods/dijiang.yaml",), note="DCT features, uniform M"),
+        Row("hedgehog", ("methods/hedgehog.yaml",), note="softmax-of-linear features, uniform M"),
+        # Sliding-window rows: the untrained controls (the teacher behind a 64-token window, with and without 4
+        # attention sinks) and the window + linear recipes measured against the window-plus-sink control.
+        Row("swa_only", ("methods/swa_only.yaml",), note="window 64, nothing trained", reference="swa_sink"),
+        Row("swa_sink", ("methods/swa_sink.yaml",), note="window 64 + 4 sinks, nothing trained", reference="swa_sink"),
+        Row(
+            "swa_linear",
+            ("methods/swa_linear.yaml",),
+            note="window 64 + learned PRF far term, DoF dims",
+            reference="swa_sink",
+        ),
+        Row(
+            "swa_sink_linear",
+            ("methods/swa_sink_linear.yaml",),
+            note="window 64 + 4 sinks + learned PRF far term, DoF dims",
+            reference="swa_sink",
+        ),
+        Row(
+            "swa_sink_linear_shift",
+            ("methods/swa_sink_linear.yaml",),
+            ("--model.init_args.position_shift=7680",),
+            note="swa_sink_linear trained at random absolute positions (offsets up to 7680)",
+            reference="swa_sink",
+        ),
+        Row(
+            "swa_sink_linear_2k",
+            ("methods/swa_sink_linear.yaml",),
+            (
+                "--data.init_args.seq_len=2048",
+                "--data.init_args.batch_size=1",
+                "--trainer.max_steps=400",
+                "--trainer.val_check_interval=200",
+                "--model.init_args.position_shift=auto",
+            ),
+            note="swa_sink_linear trained on 2048-token blocks at random absolute positions (same tokens, half the "
+            "steps)",
+            reference="swa_sink",
+        ),
+        Row(
+            "swa_sink_linear_decay",
+            ("methods/swa_sink_linear_decay.yaml",),
+            note="swa_sink_linear with far terms decaying past the window (τ = 128 tokens)",
+            reference="swa_sink",
+        ),
+        Row(
+            "swa_sink_linear_decay_shift",
+            ("methods/swa_sink_linear_decay.yaml",),
+            ("--model.init_args.position_shift=7680",),
+            note="swa_sink_linear_decay trained at random absolute positions (offsets up to 7680)",
+            reference="swa_sink",
+        ),
+        Row(
+            "swa_sink_linear_norope",
+            ("methods/swa_sink_linear_norope.yaml",),
+            note="swa_sink_linear with the far term's maps on un-rotated q/k (position-free far term)",
+            reference="swa_sink",
+        ),
+        Row(
+            "swa_sink_linear_decay_norope",
+            ("methods/swa_sink_linear_decay.yaml",),
+            ("--model.init_args.sliding_window.far_rope=false",),
+            note="swa_sink_linear_decay with the far term's maps on un-rotated q/k",
+            reference="swa_sink",
+        ),
+        # The field's recipe (LoLCATs: window + Hedgehog maps, output-matching transfer, LoRA tail) and LoRA on a
+        # pure linear student.
+        Row(
+            "lolcats",
+            ("methods/lolcats.yaml",),
+            note="window 64 + Hedgehog far term, block-output loss, LoRA tail, DoF dims",
+            reference="swa_sink",
+        ),
+        Row("lora", ("methods/lora.yaml",), note="pure linear, learned PRF, DoF dims, LoRA tail"),
+        Row(
+            "quickstart",
+            note="the quickstart: window 64 + 4 sinks + a decaying, position-free PRF far term, DoF "
+            "dims, LoRA r = 8 on q/k/v/o in its tail",
+            reference="swa_sink",
+        ),
+        Row(
+            "quickstart_nolora",
+            args=("--model.init_args.lora=null",),
+            note="the quickstart without its LoRA tail (the quickstart until 2026-11-26)",
+            reference="swa_sink",
+        ),
+        Row(
+            "quickstart_dof_head",
+            (),
+            (f"{PLANNER_ARGS}.strategy=dof_head", f"{PLANNER_ARGS}.multiple_of=8"),
+            note="the quickstart with per-KV-head DoF dims (its far term's)",
+            reference="swa_sink",
+        ),
+        # The λ study (METHOD.md §2): DoF at fixed absolute λ and with the relative rule, next to "dof" (auto).
+        Row("dof_lam2^48", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=281474976710656",), note="λ = 2^48"),
+        Row("dof_lam2^56", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=72057594037927936",), note="λ = 2^56"),
+        Row("dof_lam2^64", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=18446744073709551616",), note="λ = 2^64"),
+        Row(
+            "dof_rel_trace",
+            ("methods/dof.yaml",),
+            (f"{PLANNER_ARGS}.relative_to=trace", f"{PLANNER_ARGS}.lam=0.00390625"),
+            note="λ = 2^-8 · tr(G)/J",
+        ),
+    ]
+}
 """The default rows (``--rows`` picks a subset, in any order)."""
 
 

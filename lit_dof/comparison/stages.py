@@ -67,10 +67,16 @@ class EvaluationStages:
         if todo:
             model, tokenizer = self.load(row, budget)
             for task in todo:  # one task at a time: a kill loses at most one task's work
-                result = evaluate_model(model, tokenizer, [task], data_dir=self.data_dir, limit=self.eval_limit,
-                                        batch_size=self.batch_size,
-                                        mmlu_per_subject=self.mmlu_per_subject,
-                                        cache_dir=folder / "cache")  # fmt: skip  # packed args
+                result = evaluate_model(
+                    model,
+                    tokenizer,
+                    [task],
+                    data_dir=self.data_dir,
+                    limit=self.eval_limit,
+                    batch_size=self.batch_size,
+                    mmlu_per_subject=self.mmlu_per_subject,
+                    cache_dir=folder / "cache",
+                )
                 entry = {**result["tasks"][task], "provenance": result["provenance"]}
                 exact = entry["provenance"]["exact_positions"] = exact_positions(model)
                 entry["beyond_exact"] = beyond_exact_share(entry.get("tokens") or [], exact)  # those it can get wrong
@@ -153,11 +159,18 @@ class EvaluationStages:
         return self._measured(row, budget, "ppl.json", self._perplexity)
 
     def _perplexity(self, model, tokenizer, corpus: str) -> dict:
-        from lit_dof.evaluation.perplexity import heldout_perplexity
+        from lit_dof.evaluation.position_perplexity import heldout_perplexity
         from lit_dof.students.cache import prefill_cache_nbytes
 
-        result = heldout_perplexity(model, tokenizer, corpus, max_tokens=self.ppl_tokens, window=self.ppl_window,
-                                    stride=self.ppl_stride, split=self.ppl_split)  # fmt: skip  # packed args
+        result = heldout_perplexity(
+            model,
+            tokenizer,
+            corpus,
+            max_tokens=self.ppl_tokens,
+            window=self.ppl_window,
+            stride=self.ppl_stride,
+            split=self.ppl_split,
+        )
         # what decoding keeps per sequence at the scored context (a teacher's KV cache; a student's state)
         result["state"] = {"context": self.ppl_window, "bytes": prefill_cache_nbytes(model, self.ppl_window)}
         return result
@@ -170,7 +183,7 @@ class EvaluationStages:
         return self._measured(row, budget, "long.json", self._long_context)
 
     def _long_context(self, model, tokenizer, corpus: str) -> dict:
-        from lit_dof.evaluation.perplexity import long_context_perplexity
+        from lit_dof.evaluation.position_perplexity import long_context_perplexity
 
         return long_context_perplexity(model, tokenizer, corpus, self.long_contexts, self.ppl_tokens, self.ppl_split)
 

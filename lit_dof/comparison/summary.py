@@ -96,9 +96,18 @@ def seed_summary(report: dict) -> list[dict]:
                 differences[c["seed"]] = c["vs_reference_average"]["difference"]
             if reference and c["ppl"] is not None and reference["ppl"]:
                 ratios[c["seed"]] = c["ppl"] / reference["ppl"]
-        summary.append({"row": row, "budget": budget, "seeds": [c["seed"] for c in group],
-                        "reference": group[0]["reference"], "average": spread_of([c["average"] for c in group]),
-                        "ppl": spread_of([c["ppl"] for c in group]),
-                        "vs_reference_per_seed": differences, "vs_reference": _over_seeds(differences),
-                        "ppl_ratio_per_seed": ratios, "ppl_ratio": _over_seeds(ratios)})  # fmt: skip  # packed args
+        summary.append(
+            {
+                "row": row,
+                "budget": budget,
+                "seeds": [c["seed"] for c in group],
+                "reference": group[0]["reference"],
+                "average": spread_of([c["average"] for c in group]),
+                "ppl": spread_of([c["ppl"] for c in group]),
+                "vs_reference_per_seed": differences,
+                "vs_reference": _over_seeds(differences),
+                "ppl_ratio_per_seed": ratios,
+                "ppl_ratio": _over_seeds(ratios),
+            }
+        )
     return summary

@@ -200,8 +200,10 @@ class WikipediaDataModule(L.LightningDataModule):
             ("shuffle_seed", 0 if shuffle_seed is None else shuffle_seed, 0),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= {least}; set "
-                                 f"--data.init_args.{name} to such a value")  # fmt: skip  # packed args
+                raise ValueError(
+                    f"{name}={value!r} is invalid: it must be an integer >= {least}; set "
+                    f"--data.init_args.{name} to such a value"
+                )
         self.save_hyperparameters()
         self.tokenizer_name = tokenizer
         self.path = path or os.environ.get(CORPUS_ENV) or None
@@ -235,8 +237,14 @@ class WikipediaDataModule(L.LightningDataModule):
             self.tokenizer = load_tokenizer(self.tokenizer_name)
         if self.path is not None and not self._checked:  # before the teacher loads (configure_model comes later)
             _, world = self._rank()
-            check_corpus(self.path, self.tokenizer, seq_len=self.seq_len, val_every=self.val_every,
-                         train_blocks=self.batch_size * world, val_blocks=self.val_blocks)  # fmt: skip  # packed args
+            check_corpus(
+                self.path,
+                self.tokenizer,
+                seq_len=self.seq_len,
+                val_every=self.val_every,
+                train_blocks=self.batch_size * world,
+                val_blocks=self.val_blocks,
+            )
             self._checked = True
 
     @property

@@ -25,6 +25,7 @@ from typing import Callable, Iterator
 from lit_dof.data.corpus import is_heldout
 from lit_dof.data.splits import check_split, document_split
 from lit_dof.errors import CommandError
+from lit_dof.extras import require
 
 CORPUS_ENV = "LIT_DOF_CORPUS"
 
@@ -182,8 +183,9 @@ class HubDocuments:
 
         Raises:
             CorpusUnavailableError: the dataset cannot be streamed (offline, unknown name, …); says how to use a
-                local file.
+                local file. MissingExtraError: the datasets package is not installed (the ``train`` extra).
         """
+        require("datasets", f"streaming the hub corpus {self.dataset}")
         try:
             from datasets import load_dataset
 

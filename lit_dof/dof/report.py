@@ -263,10 +263,19 @@ def dof_report(
     config = model.config.get_text_config(decoder=True)
     return DoFReport(
         model=name or getattr(model.config, "name_or_path", "") or type(model).__name__,
-        model_type=config.model_type, head_size=head_size, pooling=pooling,
-        lam=lam_value, lam_rule=rule, relative_to=relative_to, num_samples=num_samples, tokens=tokens,
+        model_type=config.model_type,
+        head_size=head_size,
+        pooling=pooling,
+        lam=lam_value,
+        lam_rule=rule,
+        relative_to=relative_to,
+        num_samples=num_samples,
+        tokens=tokens,
         head_dof=[next(it_heads) if ok else None for ok in lin],
         layer_dof=[next(it_layers) if ok else None for ok in lin],
-        linearizable=lin, allocations=allocations, warnings=caught,
-        seconds={"dof": time.perf_counter() - start}, versions=library_versions(),
-    )  # fmt: skip  # packed args
+        linearizable=lin,
+        allocations=allocations,
+        warnings=caught,
+        seconds={"dof": time.perf_counter() - start},
+        versions=library_versions(),
+    )

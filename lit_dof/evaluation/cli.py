@@ -124,8 +124,15 @@ def evaluate(
     if not builtin:
         check_task_data(tasks, data_dir, fix=DATA_FIX)
     loaded, tokenizer = load_model(model, device=where, dtype=parameters)
-    settings = {"tasks": tasks, "data_dir": data_dir, "limit": limit, "batch_size": batch_size,
-                "mmlu_per_subject": mmlu_per_subject, "builtin": builtin, "retrieval": retrieval}  # fmt: skip
+    settings = {
+        "tasks": tasks,
+        "data_dir": data_dir,
+        "limit": limit,
+        "batch_size": batch_size,
+        "mmlu_per_subject": mmlu_per_subject,
+        "builtin": builtin,
+        "retrieval": retrieval,
+    }
     others = {}
     if controls:
         from lit_dof.evaluation.controls import control_info, control_models
@@ -141,8 +148,7 @@ def evaluate(
     for name, control in others.items():
         print(f"\ncontrol {name}: {control_info(control).description}")
         where_cache, where_figures = (os.path.join(d, name) if d else None for d in (cache_dir, figures))
-        entry = _evaluate_one(control, tokenizer, f"{model} [{name}]", settings, where_cache,
-                              where_figures)  # fmt: skip  # packed args
+        entry = _evaluate_one(control, tokenizer, f"{model} [{name}]", settings, where_cache, where_figures)
         results["controls"][name] = {"control": control_info(control).to_dict(), **entry}
     if output:
         atomic_write_json(output, results)
@@ -153,10 +159,18 @@ def _evaluate_one(loaded, tokenizer, label: str, settings: dict, cache_dir: str 
     """Evaluate one loaded model, print its table (and wall time), draw its retrieval heatmaps."""
     from lit_dof.evaluation.harness import evaluate_model
 
-    results = evaluate_model(loaded, tokenizer, settings["tasks"], data_dir=settings["data_dir"],
-                             limit=settings["limit"], batch_size=settings["batch_size"],
-                             mmlu_per_subject=settings["mmlu_per_subject"], builtin=settings["builtin"],
-                             cache_dir=cache_dir, retrieval=settings["retrieval"])  # fmt: skip  # packed args
+    results = evaluate_model(
+        loaded,
+        tokenizer,
+        settings["tasks"],
+        data_dir=settings["data_dir"],
+        limit=settings["limit"],
+        batch_size=settings["batch_size"],
+        mmlu_per_subject=settings["mmlu_per_subject"],
+        builtin=settings["builtin"],
+        cache_dir=cache_dir,
+        retrieval=settings["retrieval"],
+    )
     results["provenance"]["model"] = label
     results["provenance"]["dtype"] = str(next(loaded.parameters()).dtype).removeprefix("torch.")
     exact = results["provenance"]["exact_positions"] = exact_positions(loaded)

@@ -1,12 +1,13 @@
-"""The controls every student is shown beside: its decode-state bytes and the teacher at the same memory.
+"""The controls every student is shown beside: the teacher at the student's window and at the same memory, and the
+student's own weights without a linear part.
 
-:func:`decode_state_bytes` measures what a generation cache holds per sequence (:func:`closed_form_state_bytes`
-counts it from the shapes); :func:`equal_state_window` gives the window W' whose teacher KV cache (W' + s tokens)
-fits in those bytes; :func:`control_models` builds ``window_sinks`` (a), the teacher behind the student's own
-window + sinks without a far term, ``equal_state`` (b), the teacher behind W' + s — both
-:func:`~lit_dof.students.linearize` of the teacher with ``SlidingWindow(far_term=False)`` — and ``tail_only``
-(c), the student's (LoRA-merged) weights with full softmax attention in a plain model of the teacher's class.
-Each is an ordinary causal LM (forward, ``generate``, perplexity, lm-eval) with a :class:`Control` record.
+The bytes come from :mod:`lit_dof.students.state_bytes` (re-exported here: :func:`decode_state_bytes`,
+:func:`closed_form_state_bytes`, :func:`equal_state_window`, :func:`full_state_context`). :func:`control_models`
+builds ``window_sinks`` (a), the teacher behind the student's own window + sinks without a far term,
+``equal_state`` (b), the teacher behind W' + s — both :func:`~lit_dof.students.linearize` of the teacher with
+``SlidingWindow(far_term=False)`` — and ``tail_only`` (c), the student's (LoRA-merged) weights with full softmax
+attention in a plain model of the teacher's class. Each is an ordinary causal LM (forward, ``generate``,
+perplexity, lm-eval) with a :class:`Control` record.
 
 Pure linear students (window 0): (a) would be the teacher attending to nothing, so it is left out; (b) is the
 teacher behind W' tokens and the student's 0 sinks, unless ``sink_tokens`` asks for some (StreamingLLM's 4
@@ -22,14 +23,32 @@ from typing import Literal
 import torch
 from torch import nn
 
-from lit_dof.attention import CausalLinearAttention, LearnedPRF, SlidingWindow, SlidingWindowLinearAttention
-from lit_dof.attention.layers.grouped import HeadGroupedAttention
-from lit_dof.students.cache import prefill_cache_nbytes
+from lit_dof.attention import LearnedPRF, SlidingWindow
 from lit_dof.students.lora import merged_state_dict
 from lit_dof.students.modeling import LitDofForCausalLM, linearize
-from lit_dof.students.surgery import linear_layer_mask, linear_modules
-from lit_dof.teacher.families import attention_layers, text_config
+from lit_dof.students.state_bytes import (
+    closed_form_state_bytes,
+    counted_context,
+    decode_state_bytes,
+    equal_state_window,
+    full_state_context,
+    student_window,
+    window_for_bytes,
+)
 from lit_dof.teacher.loading import load_teacher
+
+__all__ = [
+    "CONTROL_ATTRIBUTE",
+    "Control",
+    "closed_form_state_bytes",
+    "control_info",
+    "control_models",
+    "decode_state_bytes",
+    "equal_state_window",
+    "full_state_context",
+    "tail_only_model",
+    "tuned_parameters",
+]
 
 CONTROL_ATTRIBUTE = "lit_dof_control"
 """The attribute under which a control model carries its :class:`Control` record."""
@@ -70,188 +89,6 @@ class Control:
 def control_info(model: nn.Module) -> Control | None:
     """The :class:`Control` record of a model made by :func:`control_models`, or ``None`` for any other model."""
     return getattr(model, CONTROL_ATTRIBUTE, None)
-
-
-def _inner(model: nn.Module) -> nn.Module:
-    """The transformers model holding the attention modules (a student's wrapped teacher, or ``model``)."""
-    return model.model if isinstance(model, LitDofForCausalLM) else model
-
-
-def _groups(twin: nn.Module) -> list[CausalLinearAttention]:
-    return list(twin.groups) if isinstance(twin, HeadGroupedAttention) else [twin]
-
-
-def full_state_context(model: nn.Module) -> int:
-    """The shortest context (tokens) from which the linear layers' decode state stops growing: w + s + 1 for a
-    sliding-window student (window and sinks full, a key folded into the linear state), else 1 (a pure linear
-    student, or any other causal LM of a supported family)."""
-    twins = [g for t in linear_modules(_inner(model)).values() for g in _groups(t)]
-    return max([1] + [g.window + g.sink_tokens + 1 for g in twins if isinstance(g, SlidingWindowLinearAttention)])
-
-
-def _check_context(model: nn.Module, context: int | None) -> int:
-    if context is None:
-        return full_state_context(model)
-    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
-        raise ValueError(f"context must be a number of tokens >= 1 (or None for a full window), got {context!r}")
-    return context
-
-
-def _kv_held(config, tokens: int) -> list[int]:
-    """Tokens a ``DynamicCache`` keeps per layer at ``tokens`` tokens of context: all of them, or at most
-    ``sliding_window − 1`` in a ``sliding_attention`` layer (as :func:`lit_dof.generation.teacher_kv_nbytes`)."""
-    layer_types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
-    window = getattr(config, "sliding_window", None)
-    return [min(tokens, window - 1) if kind == "sliding_attention" and window else tokens for kind in layer_types]
-
-
-def _twin_bytes(twin: nn.Module, tokens: int, head_dim: int, kv_size: int, feature_size: int) -> int:
-    """One linear layer's decode state per sequence after ``tokens`` tokens (bytes; see the closed form)."""
-    total = 0
-    for group in _groups(twin):
-        heads, features = group.feature_map.num_heads, group.feature_map.feature_dim  # H (Hk, or Hq unshared), M
-        linear = heads * features * (head_dim + 2) * 4  # kv (H, M, D) + k_sum, log_scale (H, M): float32
-        if not isinstance(group, SlidingWindowLinearAttention):
-            total += linear
-            continue
-        window, sinks = min(group.window, tokens), min(group.sink_tokens, tokens)
-        total += heads * (window + sinks) * 2 * head_dim * kv_size + window + sinks  # keys, values; bool flags
-        if group.far_term:  # the window's key log-features, and the far keys' linear state once there is one
-            total += heads * window * features * feature_size
-            total += linear if tokens > group.window + group.sink_tokens else 0
-    return total
-
-
-def closed_form_state_bytes(model: nn.Module, context: int | None = None, *, dtype: torch.dtype | None = None) -> int:
-    """The decode state per sequence at ``context`` tokens (bytes), counted from the model's shapes.
-
-    Per attention layer (H: the feature map's heads — Hk with maps shared per KV head, else Hq; M its features;
-    d = D the head size; b = min(w, T) window and s' = min(s, T) sink tokens; e the size of ``dtype``):
-
-    * pure linear layer: the linear state (H, M, D) + 2 × (H, M) in float32, H·M·(D + 2)·4;
-    * sliding-window layer: the window's and sinks' keys and values H·(b + s')·2d·e, a bool flag per buffered
-      token (b + s'), and with a far term the window's key log-features H·b·M·4 (8 for float64) plus the linear
-      state once a key has left the window (T > w + s);
-    * softmax layer (a hybrid's, a teacher-side sliding layer, every layer of a plain model): the KV cache
-      2·Hk·d·held·e, held = T (min(T, sliding_window − 1) in a teacher-side sliding layer).
-
-    So from T ≥ :func:`full_state_context` on, a student without softmax layers holds the same bytes at any
-    context; only the keys and values follow its dtype (log-features and linear state are float32).
-
-    Args:
-        model: a student, or any causal LM of a supported family (its layers then all count as softmax).
-        context: context length T (tokens); ``None``: :func:`full_state_context`.
-        dtype: the dtype of the keys and values (default: the model's weights').
-
-    Returns:
-        bytes per sequence.
-
-    Raises:
-        ValueError: ``context`` < 1. UnsupportedModelError: a model of an unsupported family.
-    """
-    context = _check_context(model, context)
-    inner, dtype = _inner(model), dtype or model.dtype
-    kv_size, feature_size = torch.empty((), dtype=dtype).element_size(), 8 if dtype == torch.float64 else 4
-    held, twins, linear = _kv_held(text_config(inner), context), linear_modules(inner), linear_layer_mask(inner)
-    return sum(
-        _twin_bytes(twins[a.index], context, a.head_dim, kv_size, feature_size)
-        if linear[a.index]
-        else 2 * a.num_kv_heads * a.head_dim * held[a.index] * kv_size
-        for a in attention_layers(inner)
-    )
-
-
-def decode_state_bytes(model: nn.Module, context: int | None = None, *, measure: bool = True) -> int:
-    """What ``model``'s generation cache holds per sequence at ``context`` tokens (bytes, in the model's dtype):
-    window/sink keys and values and the linear state per linear layer, the KV cache per softmax layer.
-
-    Measured through the real ``Cache`` after a prefill of min(context, :func:`full_state_context`) tokens (one
-    forward on the model's device), plus the growth from there to ``context`` in closed form (only layers that
-    keep a KV cache still grow; :func:`closed_form_state_bytes`): a long context costs no long forward.
-
-    Args:
-        model: a student, or any causal LM of a supported family (a teacher, a control).
-        context: context length T (tokens); ``None``: :func:`full_state_context`, from which a student without
-            softmax layers holds the same bytes at any context.
-        measure: ``False``: the closed form alone (no forward; e.g. for a model on the meta device).
-
-    Returns:
-        bytes per sequence.
-
-    Raises:
-        ValueError: ``context`` < 1 (or as :func:`closed_form_state_bytes`).
-    """
-    context = _check_context(model, context)
-    if not measure:
-        return closed_form_state_bytes(model, context)
-    short = min(context, full_state_context(model))
-    growth = closed_form_state_bytes(model, context) - closed_form_state_bytes(model, short)
-    return prefill_cache_nbytes(model, short) + growth
-
-
-def _student_window(student: LitDofForCausalLM) -> SlidingWindow:
-    if not isinstance(student, LitDofForCausalLM):
-        raise TypeError(f"expected a lit-dof student, got {type(student).__name__}: load one with load_student(DIR)")
-    return SlidingWindow.from_dict(student.config.window_options)
-
-
-def equal_state_window(
-    student: LitDofForCausalLM,
-    context: int | None = None,
-    *,
-    dtype: torch.dtype | None = None,
-    sink_tokens: int | None = None,
-    measure: bool = True,
-) -> int:
-    """The window W' such that the teacher's KV cache for W' + s tokens takes at most the student's decode-state
-    bytes and for W' + 1 + s more (rounded down). With softmax layers in the student, W' + s counts its linear
-    layers only (the control keeps those softmax layers' KV cache as the student does).
-
-    E.g. the quickstart student (SmolLM2-135M, window 64 + 4 sinks) holds 6,150,960 bytes: the float32 teacher
-    KV cache of 133 tokens (46,080 bytes each), W' = 129.
-
-    Args:
-        student: the student.
-        context: context length (tokens) at which the state is counted (``None``: :func:`full_state_context`).
-        dtype: the dtype in which the teacher's KV cache is counted. Default ``None``: the student's own, so the
-            control, which runs in it (:func:`control_models`), holds no more than the student; ``torch.float32``
-            counts a full-precision teacher (issue #40's figure; the same for an fp32 student).
-        sink_tokens: s (default: the student's own; 0 for a pure linear student).
-        measure: measure the student's state through its cache (``False``: the closed form only).
-
-    Returns:
-        W' (tokens).
-
-    Raises:
-        TypeError: ``student`` is not a lit-dof student.
-        ValueError: the state holds the teacher KV cache of at most s tokens (pass fewer ``sink_tokens``), or
-            the student has no linear layers.
-    """
-    options = _student_window(student)
-    sinks = options.sink_tokens if sink_tokens is None else sink_tokens
-    context = _check_context(student, context)
-    state = decode_state_bytes(student, context, measure=measure)
-    return _equal_window(student, state, context, dtype or student.dtype, sinks)
-
-
-def _equal_window(student: LitDofForCausalLM, state: int, context: int, dtype: torch.dtype, sinks: int) -> int:
-    """W' for ``state`` bytes: n tokens of teacher KV in the linear layers, softmax layers as at ``context``."""
-    if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
-        raise ValueError(f"sink_tokens must be an integer >= 0, got {sinks!r}")
-    inner, size = _inner(student), torch.empty((), dtype=dtype).element_size()
-    held, linear = _kv_held(text_config(inner), context), linear_layer_mask(inner)
-    kv = {layer.index: 2 * layer.num_kv_heads * layer.head_dim * size for layer in attention_layers(inner)}  # /token
-    per_token = sum(b for i, b in kv.items() if linear[i])
-    fixed = sum(b * held[i] for i, b in kv.items() if not linear[i])
-    if per_token == 0:
-        raise ValueError("the student has no linear layers (every layer runs softmax): it has no equal-state window")
-    window = max(0, state - fixed) // per_token - sinks
-    if window < 1:
-        raise ValueError(
-            f"the student's decode state ({state} bytes) holds the {dtype} teacher KV cache of at most {sinks} "
-            f"tokens, so no window is left beside {sinks} sink tokens: pass fewer sink_tokens"
-        )
-    return window
 
 
 def tuned_parameters(student: LitDofForCausalLM, teacher: nn.Module) -> list[str]:
@@ -304,16 +141,29 @@ def _shared_copy(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model, {id(t): t for t in (*model.parameters(), *model.buffers())})
 
 
-def _window_control(teacher: nn.Module, student: LitDofForCausalLM, window: int, sinks: int, note: str,
-                    record: dict, name: str = "window_sinks") -> nn.Module:  # fmt: skip
+def _window_control(
+    teacher: nn.Module,
+    student: LitDofForCausalLM,
+    window: int,
+    sinks: int,
+    note: str,
+    record: dict,
+    name: str = "window_sinks",
+) -> nn.Module:
     """The teacher behind an exact window + sinks, no far term (the student's softmax layers stay softmax)."""
     control = linearize(
-        _shared_copy(teacher), LearnedPRF, 1, sliding_window=SlidingWindow(window=window, sink_tokens=sinks,
-        far_term=False), softmax_layers=student.config.softmax_layers, chunk_size=student.config.chunk_size, seed=0,
-    )  # fmt: skip  # packed args; LearnedPRF(M=1) is never called without a far term
+        _shared_copy(teacher),
+        LearnedPRF,
+        1,
+        sliding_window=SlidingWindow(window=window, sink_tokens=sinks, far_term=False),
+        softmax_layers=student.config.softmax_layers,
+        chunk_size=student.config.chunk_size,
+        seed=0,
+    )  # LearnedPRF(M=1) is never called without a far term
     text = f"teacher, exact window {window} + {sinks} sinks: {note}"
-    return _labelled(control.eval(), name=name, description=text, window=window, sink_tokens=sinks, weights="teacher",
-                     **record)  # fmt: skip
+    return _labelled(
+        control.eval(), name=name, description=text, window=window, sink_tokens=sinks, weights="teacher", **record
+    )
 
 
 def tail_only_model(student: LitDofForCausalLM, teacher: nn.Module) -> nn.Module:
@@ -378,14 +228,14 @@ def control_models(
             left at the equal state (:func:`equal_state_window`); a ``tail`` other than the three values.
         TeacherNotFoundError: the recorded teacher cannot be loaded (:func:`lit_dof.load_teacher`).
     """
-    options = _student_window(student)
+    options = student_window(student)
     if tail not in (True, False, "auto"):
         raise ValueError(f"tail must be 'auto', True or False, got {tail!r}")
     teacher = _resolve_teacher(student, teacher)
-    counted = _check_context(student, context)
+    counted = counted_context(student, context)
     state, dtype = decode_state_bytes(student, counted), dtype or student.dtype
     sinks = options.sink_tokens if sink_tokens is None else sink_tokens
-    window, kv = _equal_window(student, state, counted, dtype, sinks), str(dtype).removeprefix("torch.")
+    window, kv = window_for_bytes(student, state, counted, dtype, sinks), str(dtype).removeprefix("torch.")
     if context is None:  # count every state where it has stopped growing: (b)'s window full too
         counted = max(counted, window + sinks + 1)
         state = decode_state_bytes(student, counted)
@@ -398,6 +248,13 @@ def control_models(
     controls["equal_state"] = _window_control(teacher, student, window, sinks, note, record, name="equal_state")
     if tail is True or (tail == "auto" and tuned_parameters(student, teacher)):
         text = "the student's weights (LoRA tail merged), full softmax attention, no linear part"
-        controls["tail_only"] = _labelled(tail_only_model(student, teacher), name="tail_only", description=text,
-                                          window=None, sink_tokens=0, weights="student", **record)  # fmt: skip
+        controls["tail_only"] = _labelled(
+            tail_only_model(student, teacher),
+            name="tail_only",
+            description=text,
+            window=None,
+            sink_tokens=0,
+            weights="student",
+            **record,
+        )
     return controls

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from types import ModuleType
 
-INSTALL_HINT = "pip install 'lit-dof[eval]'"
+from lit_dof.extras import MissingExtraError, install_hint
+
+INSTALL_HINT = install_hint("eval")
 """How to install the optional zero-shot evaluation dependency (lm-eval)."""
 
-
-class MissingExtraError(ImportError):
-    """An optional dependency is not installed; the message says which extra provides it."""
+__all__ = ["INSTALL_HINT", "MissingExtraError", "require_lm_eval"]
 
 
 def require_lm_eval(feature: str) -> ModuleType:

@@ -48,9 +48,16 @@ class TaskFinetuning(L.LightningModule):
             ``warmup_steps``, or nothing to train.
     """
 
-    def __init__(self, teacher: str = DEFAULT_TEACHER, trainable: Trainable = "all", lr: float = 1e-5,
-                 optimizer: OptimizerCallable | None = None, warmup_steps: int = 10, seq_len: int = 512,
-                 selection: Literal["best", "last"] = "best") -> None:  # fmt: skip  # packed signature
+    def __init__(
+        self,
+        teacher: str = DEFAULT_TEACHER,
+        trainable: Trainable = "all",
+        lr: float = 1e-5,
+        optimizer: OptimizerCallable | None = None,
+        warmup_steps: int = 10,
+        seq_len: int = 512,
+        selection: Literal["best", "last"] = "best",
+    ) -> None:
         super().__init__()
         check_trainable(trainable)
         if selection not in ("best", "last"):
@@ -132,8 +139,15 @@ class TaskFinetuning(L.LightningModule):
         self.log("val/acc", acc, prog_bar=True)
         self.log("val/acc_norm", acc_norm)
         if not self.trainer.sanity_checking:
-            self.history.append({"epoch": self.current_epoch, "step": self.global_step, "acc": acc,
-                                 "acc_norm": acc_norm, "examples": int(sums[2])})  # fmt: skip  # packed args
+            self.history.append(
+                {
+                    "epoch": self.current_epoch,
+                    "step": self.global_step,
+                    "acc": acc,
+                    "acc_norm": acc_norm,
+                    "examples": int(sums[2]),
+                }
+            )
 
     def configure_optimizers(self):
         """The ``optimizer`` (default AdamW) over the trainable parameters at ``lr``, warmed up linearly over
@@ -150,9 +164,16 @@ class TaskFinetuning(L.LightningModule):
         best = max(self.history, key=lambda h: h["acc"]) if self.history else None
         last = self.history[-1] if self.history else None
         chosen = best if self.selection == "best" else last
-        return {"history": self.history, "best": best, "last": last, "selection": self.selection,
-                "score": chosen["acc"] if chosen else None, "lr": self.lr, "trainable": self.trainable,
-                "model": self.teacher_name}  # fmt: skip  # compact dict
+        return {
+            "history": self.history,
+            "best": best,
+            "last": last,
+            "selection": self.selection,
+            "score": chosen["acc"] if chosen else None,
+            "lr": self.lr,
+            "trainable": self.trainable,
+            "model": self.teacher_name,
+        }
 
     def on_fit_end(self) -> None:
         """Write :meth:`summary` to ``<log_dir>/finetune.json`` on rank 0, atomically."""

@@ -36,10 +36,18 @@ class MultipleChoiceDataModule(L.LightningDataModule):
         ValueError: a task without training data; FileNotFoundError: missing files.
     """
 
-    def __init__(self, task: str = "arc_easy", data_dir: str | None = None, tokenizer: str = DEFAULT_TEACHER,
-                 batch_size: int = 4, seq_len: int = 512, train_limit: int | None = None,
-                 eval_limit: int | None = None, mmlu_per_subject: int | None = None,
-                 seed: int = 0) -> None:  # fmt: skip  # packed signature
+    def __init__(
+        self,
+        task: str = "arc_easy",
+        data_dir: str | None = None,
+        tokenizer: str = DEFAULT_TEACHER,
+        batch_size: int = 4,
+        seq_len: int = 512,
+        train_limit: int | None = None,
+        eval_limit: int | None = None,
+        mmlu_per_subject: int | None = None,
+        seed: int = 0,
+    ) -> None:
         super().__init__()
         self.task, self.tokenizer_name, self.batch_size, self.seq_len = task, tokenizer, batch_size, seq_len
         self.data_dir = data_dir or os.environ.get("LIT_DOF_DATA")
@@ -62,9 +70,13 @@ class MultipleChoiceDataModule(L.LightningDataModule):
 
     def _loader(self, docs, shuffle: bool) -> DataLoader:
         generator = torch.Generator().manual_seed(self.seed)
-        return DataLoader(docs, batch_size=self.batch_size, shuffle=shuffle, generator=generator,
-                          collate_fn=lambda b: collate_choices(b, self.tokenizer,
-                          self.seq_len))  # fmt: skip  # packed args
+        return DataLoader(
+            docs,
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            generator=generator,
+            collate_fn=lambda b: collate_choices(b, self.tokenizer, self.seq_len),
+        )
 
     def train_dataloader(self) -> DataLoader:
         """Training documents, shuffled with the seeded generator, every option of a document in one batch."""

@@ -47,9 +47,14 @@ KNOWN_TASKS = (*TASKS, *EXTRA_TASKS, *RETRIEVAL_TASKS)
 """Every task name :func:`evaluate_model` accepts without ``builtin``."""
 
 
-def task_manager(data_dir: str | os.PathLike | None = None, mmlu_per_subject: int | None = None, *,
-                 tokenizer: str | None = None, max_length: int | None = None,
-                 retrieval: RetrievalGrid | None = None):  # fmt: skip  # packed signature
+def task_manager(
+    data_dir: str | os.PathLike | None = None,
+    mmlu_per_subject: int | None = None,
+    *,
+    tokenizer: str | None = None,
+    max_length: int | None = None,
+    retrieval: RetrievalGrid | None = None,
+):
     """An lm-eval ``TaskManager`` that knows only the shipped tasks; ``data_dir`` (default ``$LIT_DOF_DATA``),
     ``mmlu_per_subject`` and, for the retrieval tasks, the tokenizer's name or folder, the model's ``max_length``
     and the retrieval grid reach the loaders as task metadata.
@@ -130,16 +135,26 @@ def evaluate_model(
     config = getattr(model.config, "text_config", None) or model.config
     max_length = max_length or getattr(config, "max_position_embeddings", None) or 2048
     lm = HFLM(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size, max_length=max_length)
-    manager = None if builtin else task_manager(data_dir, mmlu_per_subject, tokenizer=tokenizer.name_or_path,
-                                                max_length=max_length, retrieval=retrieval)  # fmt: skip
+    manager = (
+        None
+        if builtin
+        else task_manager(
+            data_dir, mmlu_per_subject, tokenizer=tokenizer.name_or_path, max_length=max_length, retrieval=retrieval
+        )
+    )
     use_cache = request_cache(cache_dir, model, batch_size=batch_size, max_length=max_length) if cache_dir else None
     start = time.perf_counter()
     model.eval()
     with torch.no_grad():
         raw = lm_eval.simple_evaluate(
-            model=lm, tasks=names, task_manager=manager, limit=limit, num_fewshot=0,
-            log_samples=True, use_cache=use_cache,
-        )  # fmt: skip  # packed args
+            model=lm,
+            tasks=names,
+            task_manager=manager,
+            limit=limit,
+            num_fewshot=0,
+            log_samples=True,
+            use_cache=use_cache,
+        )
     seconds = time.perf_counter() - start
     results = {}
     for task, name in zip(tasks, names):
@@ -162,8 +177,14 @@ def evaluate_model(
             entry["tokens"] = [_example_tokens(tokenizer, sample["arguments"]) for sample in samples]
         results[task] = entry
     device = device_label(next(model.parameters()).device)
-    info = provenance(tasks=list(tasks), limit=limit, batch_size=batch_size, mmlu_per_subject=mmlu_per_subject,
-                      seconds=seconds, device=device)  # fmt: skip  # packed args
+    info = provenance(
+        tasks=list(tasks),
+        limit=limit,
+        batch_size=batch_size,
+        mmlu_per_subject=mmlu_per_subject,
+        seconds=seconds,
+        device=device,
+    )
     if any(task in RETRIEVAL_TASKS for task in tasks):
         grid = retrieval or RetrievalGrid()
         info["retrieval"] = {**dataclasses.asdict(grid), "contexts": list(grid.contexts), "depths": list(grid.depths)}
@@ -198,6 +219,11 @@ def _retrieval_entry(samples: list[dict], items: dict[str, list[float]]) -> dict
 def provenance(**extra) -> dict:
     """Versions and machine of a measurement, plus ``extra`` (wall time in seconds, settings)."""
     versions = library_versions(("lit-dof", "lm_eval", "transformers", "torch", "datasets", "lightning"))
-    return {"versions": versions, "python": platform.python_version(), "machine": platform.machine(),
-            "cpu_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(),
-            **extra}  # fmt: skip  # compact dict
+    return {
+        "versions": versions,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+        **extra,
+    }

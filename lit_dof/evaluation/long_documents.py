@@ -1,18 +1,18 @@
 """Perplexity of whole long documents by in-document position: the long-document test set
 (:mod:`lit_dof.data.splits`, never trained on nor used for validation), each document scored as one sequence
 from its first token, so that position p of a bucket is p tokens into a real article — long-range modelling,
-not robustness to a prefix of unrelated text (what :func:`~lit_dof.evaluation.perplexity.long_context_perplexity`
-measures with concatenated short documents).
+not robustness to a prefix of unrelated text (what
+:func:`~lit_dof.evaluation.position_perplexity.long_context_perplexity` measures with concatenated short documents).
 
 Each document's tokens (no special tokens, no EOS) are truncated to ``max_tokens`` (default: the model's
 ``max_position_embeddings``, at most the last bucket edge) and scored in one forward by
-:func:`~lit_dof.evaluation.perplexity.position_perplexity` (one block of the document's length). Bucket
+:func:`~lit_dof.evaluation.position_perplexity.position_perplexity` (one block of the document's length). Bucket
 ``[a, b)`` holds the predictions of positions a..b−1 counted from the document's start (position 0 is never
 predicted); a document shorter than b fills the bucket partly, one shorter than a + 1 not at all. Per bucket, the
 perplexity is exp(total NLL / total tokens) over documents, with the standard error of its log over documents
 (the documents are the unit, not the tokens: :func:`~lit_dof.evaluation.stats.weighted_mean`); two models'
-records pair document by document (:func:`~lit_dof.evaluation.perplexity.paired_perplexity_ratio`,
-:func:`~lit_dof.evaluation.perplexity.bucket_ratios`: student / teacher, student / control).
+records pair document by document (:func:`~lit_dof.evaluation.position_perplexity.paired_perplexity_ratio`,
+:func:`~lit_dof.evaluation.position_perplexity.bucket_ratios`: student / teacher, student / control).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from lit_dof.evaluation.perplexity import position_perplexity
+from lit_dof.evaluation.position_perplexity import position_perplexity
 from lit_dof.evaluation.stats import weighted_mean
 
 DOCUMENT_EDGES = (0, 64, 512, 2048, 4096, 8192)
@@ -76,9 +76,15 @@ def _summary(nll: list, tokens: list[int]) -> dict:
     else:  # one document (its own mean) or none
         mean, stderr = next((v for v, t in zip(nll, tokens) if t), None), None
     ppl = math.exp(mean) if mean is not None else None
-    return {"ppl": ppl, "stderr_log": stderr, "stderr": ppl * stderr if stderr is not None else None,
-            "tokens": sum(tokens), "documents": documents, "block_nll": nll,
-            "block_tokens": tokens}  # fmt: skip  # compact dict
+    return {
+        "ppl": ppl,
+        "stderr_log": stderr,
+        "stderr": ppl * stderr if stderr is not None else None,
+        "tokens": sum(tokens),
+        "documents": documents,
+        "block_nll": nll,
+        "block_tokens": tokens,
+    }
 
 
 def long_document_perplexity(
@@ -160,7 +166,18 @@ def long_document_perplexity(
         for k, (a, b) in enumerate(zip(edges, edges[1:]))
     }
     command = portable(command if command is not None else [sys.executable, *sys.argv])
-    return {"kind": "long_documents", "split": split, "split_rule": split_rule(split, val_every),
-            "source": str(source), "documents": len(per_document), "max_documents": max_documents, "block": limit,
-            "max_tokens": limit, "edges": edges, "document_tokens": lengths, **overall, "buckets": buckets,
-            "provenance": {"versions": library_versions(), "command": command}}  # fmt: skip  # compact dict
+    return {
+        "kind": "long_documents",
+        "split": split,
+        "split_rule": split_rule(split, val_every),
+        "source": str(source),
+        "documents": len(per_document),
+        "max_documents": max_documents,
+        "block": limit,
+        "max_tokens": limit,
+        "edges": edges,
+        "document_tokens": lengths,
+        **overall,
+        "buckets": buckets,
+        "provenance": {"versions": library_versions(), "command": command},
+    }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from lit_dof.evaluation.perplexity import paired_perplexity_ratio
+from lit_dof.evaluation.position_perplexity import paired_perplexity_ratio
 
 
 def _ratio_text(result: Mapping, reference: Mapping | None, bucket: str | None) -> str:
@@ -37,8 +37,15 @@ def _table(models: Sequence[Mapping], results: Mapping[str, Mapping], teacher: s
     if not shown:
         return []
     buckets = list(results[shown[0]["label"]]["buckets"])
-    columns = ["model", "ppl", *buckets, "/ teacher", *(f"/ teacher {b}" for b in buckets[-1:]), "/ reference",
-               *(f"/ reference {b}" for b in buckets[-1:])]  # fmt: skip  # compact list
+    columns = [
+        "model",
+        "ppl",
+        *buckets,
+        "/ teacher",
+        *(f"/ teacher {b}" for b in buckets[-1:]),
+        "/ reference",
+        *(f"/ reference {b}" for b in buckets[-1:]),
+    ]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     by_label = {m["label"]: m for m in shown}
     for m in shown:
@@ -46,10 +53,15 @@ def _table(models: Sequence[Mapping], results: Mapping[str, Mapping], teacher: s
         base = results.get(teacher) if teacher and m["label"] != teacher else None
         reference = results.get(m.get("reference")) if m.get("reference") in by_label else None
         last = buckets[-1]
-        cells = [m["label"], f"{result['ppl']:.2f}", *(_ppl_text(result["buckets"].get(b)) for b in buckets),
-                 _ratio_text(result, base, None), _ratio_text(result, base, last),
-                 f"{_ratio_text(result, reference, None)} ({m['reference']})" if reference else "–",
-                 _ratio_text(result, reference, last)]  # fmt: skip  # compact list
+        cells = [
+            m["label"],
+            f"{result['ppl']:.2f}",
+            *(_ppl_text(result["buckets"].get(b)) for b in buckets),
+            _ratio_text(result, base, None),
+            _ratio_text(result, base, last),
+            f"{_ratio_text(result, reference, None)} ({m['reference']})" if reference else "–",
+            _ratio_text(result, reference, last),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

@@ -30,8 +30,15 @@ from lit_dof.errors import CommandError
 TASKS = ("piqa", "logiqa", "arc_easy", "arc_challenge", "winogrande", "wsc273", "mmlu")
 """The seven task names, in the paper's column order."""
 
-EXPECTED_COUNTS = {"piqa": 1838, "logiqa": 651, "arc_easy": 2376, "arc_challenge": 1172, "winogrande": 1267,
-                   "wsc273": 273, "mmlu": 14042}  # fmt: skip  # compact dict
+EXPECTED_COUNTS = {
+    "piqa": 1838,
+    "logiqa": 651,
+    "arc_easy": 2376,
+    "arc_challenge": 1172,
+    "winogrande": 1267,
+    "wsc273": 273,
+    "mmlu": 14042,
+}
 """Evaluation-set sizes of the original releases (SOURCES.md)."""
 
 
@@ -85,9 +92,13 @@ def arc(data_dir: str | Path, subset: str = "Easy", split: str = "Test") -> list
     docs = []
     for d in _jsonl(_file(data_dir, f"arc/ARC-{subset}-{split}.jsonl")):
         labels = [c["label"] for c in d["question"]["choices"]]
-        docs.append({"query": f"Question: {d['question']['stem']}\nAnswer:",
-                     "choices": [c["text"] for c in d["question"]["choices"]],
-                     "gold": labels.index(d["answerKey"])})  # fmt: skip  # packed args
+        docs.append(
+            {
+                "query": f"Question: {d['question']['stem']}\nAnswer:",
+                "choices": [c["text"] for c in d["question"]["choices"]],
+                "gold": labels.index(d["answerKey"]),
+            }
+        )
     return docs
 
 
@@ -106,9 +117,13 @@ def winogrande(data_dir: str | Path, split: str = "dev") -> list[dict]:
     docs = []
     for d in _jsonl(_file(data_dir, f"winogrande/{split}.jsonl")):
         blank = d["sentence"].index("_")
-        docs.append({"contexts": [d["sentence"][:blank] + d["option1"], d["sentence"][:blank] + d["option2"]],
-                     "continuation": d["sentence"][blank + 1 :].strip(),
-                     "gold": int(d["answer"]) - 1})  # fmt: skip  # packed args
+        docs.append(
+            {
+                "contexts": [d["sentence"][:blank] + d["option1"], d["sentence"][:blank] + d["option2"]],
+                "continuation": d["sentence"][blank + 1 :].strip(),
+                "gold": int(d["answer"]) - 1,
+            }
+        )
     return docs
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import sys
 
 from lit_dof.devices import device_errors_exit
-from lit_dof.hybrid.run import ORDERINGS, HybridSearch
+from lit_dof.hybrid.orderings import ORDERINGS
+from lit_dof.hybrid.run import HybridSearch
 from lit_dof.io import portable
 from lit_dof.precision import DtypeName
 

@@ -9,12 +9,18 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from lit_dof.extras import require
 from lit_dof.hybrid.search import Tolerance
 from lit_dof.hybrid.state import hybrid_key
 from lit_dof.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
-NAMES = {"greedy": "greedy search", "dof": "DoF-guided (low DoF first)", "loss": "local-loss-guided (low loss first)",
-         "uniform": "uniform interleaving", "random": "random (seeded)"}  # fmt: skip  # compact dict
+NAMES = {
+    "greedy": "greedy search",
+    "dof": "DoF-guided (low DoF first)",
+    "loss": "local-loss-guided (low loss first)",
+    "uniform": "uniform interleaving",
+    "random": "random (seeded)",
+}
 
 
 def tolerance_of(data: dict) -> Tolerance:
@@ -45,8 +51,12 @@ def ordering_costs(data: dict) -> dict[str, dict]:
             "greedy": (data["search"]["evaluations"], timing.get("search", 0.0) + timing.get("local_loss", 0.0)),
             "loss": (0, timing.get("local_loss", 0.0)),
         }.get(name, (0, 0.0))
-        costs[name] = {"search_evaluations": choose[0], "search_seconds": choose[1],
-                       "heldout_evaluations": len(keys), "heldout_seconds": curve_seconds}  # fmt: skip  # compact dict
+        costs[name] = {
+            "search_evaluations": choose[0],
+            "search_seconds": choose[1],
+            "heldout_evaluations": len(keys),
+            "heldout_seconds": curve_seconds,
+        }
     return costs
 
 
@@ -92,9 +102,13 @@ def markdown(data: dict, command: str | None = None) -> str:
     ]
     if command:
         lines += ["", "Command:", "", f"    {command}"]
-    lines += ["", "## Greedy search", "",
-              "| round | layer chosen | search score | linear layers | evaluations | seconds |",
-              "|---|---|---|---|---|---|"]  # fmt: skip  # markdown table
+    lines += [
+        "",
+        "## Greedy search",
+        "",
+        "| round | layer chosen | search score | linear layers | evaluations | seconds |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in data["rounds"]:
         chosen = r["chosen"] if r["passed"] else "— (none passes: stop)"
         best_failed = tolerance.best(r["scores"].values())
@@ -113,10 +127,16 @@ def markdown(data: dict, command: str | None = None) -> str:
     confirm = data.get("confirm")
     if confirm:
         teacher_confirm = confirm["scores"]["teacher"]["score"]
-        lines += ["", f"## Confirmation on {confirm['items']} validation items the search did not use", "",
-                  f"Teacher {fmt(teacher_confirm)}, threshold {fmt(confirm['threshold'])}. The search's hybrids, most "
-                  "linear first, until one passes; that one is exported as `most_linear`.", "",
-                  "| linear layers | confirmation score | passes |", "|---|---|---|"]  # fmt: skip  # markdown table
+        lines += [
+            "",
+            f"## Confirmation on {confirm['items']} validation items the search did not use",
+            "",
+            f"Teacher {fmt(teacher_confirm)}, threshold {fmt(confirm['threshold'])}. The search's hybrids, most "
+            "linear first, until one passes; that one is exported as `most_linear`.",
+            "",
+            "| linear layers | confirmation score | passes |",
+            "|---|---|---|",
+        ]
         for r in reversed([r for r in data["rounds"] if r["passed"]]):
             entry = confirm["scores"].get(hybrid_key(r["linear"]))
             if entry is None:
@@ -125,10 +145,14 @@ def markdown(data: dict, command: str | None = None) -> str:
             lines.append(f"| {len(r['linear'])} | {fmt(entry['score'])} | {verdict} |")
         minutes = data["timing"].get("confirm", 0) / 60
         lines += ["", f"Confirmation: {len(confirm['scores'])} evaluations in {minutes:.1f} min."]
-    lines += ["", "## Exported hybrids (held-out items)", "",
-              "| hybrid | linear layers | which | held-out score | within tolerance |",
-              "|---|---|---|---|---|",
-              f"| teacher | 0/{L} | – | {fmt(data['teacher_heldout'])} | – |"]  # fmt: skip  # markdown table
+    lines += [
+        "",
+        "## Exported hybrids (held-out items)",
+        "",
+        "| hybrid | linear layers | which | held-out score | within tolerance |",
+        "|---|---|---|---|---|",
+        f"| teacher | 0/{L} | – | {fmt(data['teacher_heldout'])} | – |",
+    ]
     shown = [(f"{name} (`{entry['path']}`)", entry["linear"]) for name, entry in data["exported"].items()]
     if confirm and search["most_linear"] != data["exported"]["most_linear"]["linear"]:
         shown.append(("the search's most linear, before confirmation (not exported)", search["most_linear"]))
@@ -141,11 +165,17 @@ def markdown(data: dict, command: str | None = None) -> str:
     verify = data.get("verify")
     if verify:
         scores = verify["scores"]
-        lines += ["", f"## Verification on {verify['items']} held-out items", "",
-                  f"The teacher and the exported hybrids once more, on more items than the orderings' curves "
-                  f"(threshold {fmt(verify['threshold'])}).", "",
-                  "| hybrid | linear layers | score | within tolerance |", "|---|---|---|---|",
-                  f"| teacher | 0/{L} | {fmt(scores['teacher']['score'])} | – |"]  # fmt: skip  # markdown table
+        lines += [
+            "",
+            f"## Verification on {verify['items']} held-out items",
+            "",
+            f"The teacher and the exported hybrids once more, on more items than the orderings' curves "
+            f"(threshold {fmt(verify['threshold'])}).",
+            "",
+            "| hybrid | linear layers | score | within tolerance |",
+            "|---|---|---|---|",
+            f"| teacher | 0/{L} | {fmt(scores['teacher']['score'])} | – |",
+        ]
         for name, entry in data["exported"].items():
             score = scores[hybrid_key(entry["linear"])]["score"]
             lines.append(
@@ -155,10 +185,15 @@ def markdown(data: dict, command: str | None = None) -> str:
         lines += ["", f"Verification: {len(scores)} evaluations in {data['timing'].get('verify', 0) / 60:.1f} min."]
     counts = [str(k) for k in data["counts"]]
     costs = ordering_costs(data)
-    lines += ["", "## Orderings at equal numbers of linear layers (held-out items)", "",
-              "| ordering | " + " | ".join(f"{k} linear" for k in counts)
-              + " | evaluations to choose | time to choose (s) | held-out evaluations | time to score (s) |",
-              "|---|" + "---|" * (len(counts) + 4)]  # fmt: skip  # markdown table
+    lines += [
+        "",
+        "## Orderings at equal numbers of linear layers (held-out items)",
+        "",
+        "| ordering | "
+        + " | ".join(f"{k} linear" for k in counts)
+        + " | evaluations to choose | time to choose (s) | held-out evaluations | time to score (s) |",
+        "|---|" + "---|" * (len(counts) + 4),
+    ]
     for name, curve in data["curves"].items():
         cells = [fmt(curve[k]) if k in curve else "–" for k in counts]
         c = costs[name]
@@ -184,7 +219,12 @@ def markdown(data: dict, command: str | None = None) -> str:
 
 
 def plot(data: dict) -> bytes:
-    """PNG bytes: held-out score vs number of linear layers, one line per ordering."""
+    """PNG bytes: held-out score vs number of linear layers, one line per ordering.
+
+    Raises:
+        MissingExtraError: matplotlib is not installed (the ``plots`` extra).
+    """
+    require("matplotlib", "the hybrid report's figure")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

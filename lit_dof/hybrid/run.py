@@ -42,16 +42,9 @@ from lit_dof.hybrid import report
 from lit_dof.hybrid.bank import bank_recipe, check_bank, layer_dof
 from lit_dof.hybrid.items import Items, task_items, text_blocks
 from lit_dof.hybrid.local import local_losses
+from lit_dof.hybrid.orderings import ORDERINGS, all_orders, default_counts
 from lit_dof.hybrid.scoring import METRICS, HybridScorer, choice_batches
-from lit_dof.hybrid.search import (
-    SearchResult,
-    Tolerance,
-    dof_order,
-    greedy_replacement,
-    loss_order,
-    random_order,
-    uniform_order,
-)
+from lit_dof.hybrid.search import SearchResult, Tolerance, greedy_replacement
 from lit_dof.hybrid.state import SEARCH_FILE, SearchState
 from lit_dof.hybrid.workspace import RoundLog, Workspace
 from lit_dof.io import library_versions
@@ -59,15 +52,6 @@ from lit_dof.precision import DtypeName
 from lit_dof.progress import Progress
 from lit_dof.students import load_student
 from lit_dof.teacher.loading import load_tokenizer
-
-ORDERINGS = ("greedy", "dof", "loss", "uniform", "random")
-"""The orderings the held-out comparison can draw, in report order."""
-
-
-def default_counts(most_linear: int, num_layers: int) -> list[int]:
-    """Four evenly spaced counts of linear layers up to the greedy search's most-linear hybrid (at least 4)."""
-    top = max(most_linear, min(4, num_layers))
-    return sorted({max(1, round(top * j / 4)) for j in range(1, 5)})
 
 
 def _on(batches: list[dict], device: torch.device) -> list[dict]:
@@ -136,12 +120,22 @@ class HybridSearch:
     def settings(self) -> dict:
         """What the numbers in ``search.json`` depend on; a resumed run must have the same. ``dtype`` is there
         only when not ``auto``, so records written before the option resume."""
-        return {"bank": str(self.bank), "task": None if self.perplexity else self.task, "metric": self.metric,
-                "corpus": str(self.corpus) if self.perplexity else None, "search_items": self.search_items,
-                "heldout_items": self.heldout_items, "tolerance": self.tolerance, "relative": self.relative,
-                "shortlist": self.shortlist, "shortlist_k": self.shortlist_k, "max_linear": self.max_linear,
-                "prefix_cache": self.prefix_cache, "seed": self.seed,
-                **({"dtype": self.dtype} if self.dtype != "auto" else {})}  # fmt: skip  # compact dict
+        return {
+            "bank": str(self.bank),
+            "task": None if self.perplexity else self.task,
+            "metric": self.metric,
+            "corpus": str(self.corpus) if self.perplexity else None,
+            "search_items": self.search_items,
+            "heldout_items": self.heldout_items,
+            "tolerance": self.tolerance,
+            "relative": self.relative,
+            "shortlist": self.shortlist,
+            "shortlist_k": self.shortlist_k,
+            "max_linear": self.max_linear,
+            "prefix_cache": self.prefix_cache,
+            "seed": self.seed,
+            **({"dtype": self.dtype} if self.dtype != "auto" else {}),
+        }
 
     def task_data_dir(self) -> str:
         """``data_dir``, else ``$LIT_DOF_DATA``.
@@ -241,10 +235,16 @@ class HybridSearch:
         saved = ws.state.saved_rounds()
         rounds = Progress("hybrid", min(self.max_linear or len(ws.candidates), len(ws.candidates)), "round")
         rounds.done = len(saved)  # recorded by an earlier run: replayed, not scored
-        result = greedy_replacement(ws.candidates, scorer, ws.rule, shortlist=shortlist, max_linear=self.max_linear,
-                                    teacher_score=data["teacher_search_score"], resume=saved,
-                                    on_round=RoundLog(ws.state, logger, ws.num_layers,
-                                                      rounds))  # fmt: skip  # packed args
+        result = greedy_replacement(
+            ws.candidates,
+            scorer,
+            ws.rule,
+            shortlist=shortlist,
+            max_linear=self.max_linear,
+            teacher_score=data["teacher_search_score"],
+            resume=saved,
+            on_round=RoundLog(ws.state, logger, ws.num_layers, rounds),
+        )
         data["search"] = {k: v for k, v in result.to_json().items() if k != "rounds"}
         data["search"]["evaluations"] = data.get("search_evaluations", 0)
         data["search"]["seconds"] = data["timing"].get("search", 0.0)
@@ -307,10 +307,7 @@ class HybridSearch:
         """Stage 5: the teacher, the hybrids and each ordering's first ``k`` layers on the held-out items."""
         data = ws.state.data
         greedy_sequence = [r["chosen"] for r in data["rounds"] if r["passed"]]
-        layers = ws.candidates
-        orders = {"greedy": greedy_sequence, "dof": dof_order(dof), "loss": loss_order(loss),
-                  "uniform": uniform_order(layers), "random": random_order(layers,
-                  self.seed)}  # fmt: skip  # compact dict
+        orders = all_orders(greedy_sequence, dof, loss, ws.candidates, self.seed)
         data["orders"] = {name: orders[name] for name in self.orderings}
         counts = self.counts or default_counts(len(greedy_sequence), len(ws.candidates))
         data["counts"] = counts

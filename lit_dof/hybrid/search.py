@@ -1,5 +1,5 @@
 """Which attention layers to make linear: the greedy replacement search of Distill-then-Replace (Xia et al.,
-arXiv 2601.11667, §3.2; METHOD.md §6) and the orderings that need no search.
+arXiv 2601.11667, §3.2; METHOD.md §6); the orderings that need no search are :mod:`lit_dof.hybrid.orderings`.
 
 Everything here is model-agnostic: a **scorer** maps a set of linear layers (``frozenset[int]``; the
 empty set is the teacher) to a task score, e.g. accuracy on validation items or perplexity on a text.
@@ -13,7 +13,6 @@ that passed. Rounds are reported to a callback as they finish and can be replaye
 
 from __future__ import annotations
 
-import random
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -114,10 +113,16 @@ class SearchResult:
 
     def to_json(self) -> dict:
         """The result as JSON: layer sets as sorted lists, rounds as dicts."""
-        return {"teacher_score": self.teacher_score, "threshold": self.threshold,
-                "rounds": [asdict(r) for r in self.rounds], "best": sorted(self.best), "best_score": self.best_score,
-                "most_linear": sorted(self.most_linear), "most_linear_score": self.most_linear_score,
-                "evaluations": self.evaluations}  # fmt: skip  # compact dict
+        return {
+            "teacher_score": self.teacher_score,
+            "threshold": self.threshold,
+            "rounds": [asdict(r) for r in self.rounds],
+            "best": sorted(self.best),
+            "best_score": self.best_score,
+            "most_linear": sorted(self.most_linear),
+            "most_linear_score": self.most_linear_score,
+            "evaluations": self.evaluations,
+        }
 
 
 def greedy_replacement(
@@ -159,9 +164,14 @@ def greedy_replacement(
         teacher_score = scorer(frozenset())
         evaluations += 1
     # Until a swap passes, both answers are the teacher itself.
-    result = SearchResult(teacher_score=teacher_score, threshold=tolerance.threshold(teacher_score),
-                          best=frozenset(), best_score=teacher_score, most_linear=frozenset(),
-                          most_linear_score=teacher_score)  # fmt: skip  # packed args
+    result = SearchResult(
+        teacher_score=teacher_score,
+        threshold=tolerance.threshold(teacher_score),
+        best=frozenset(),
+        best_score=teacher_score,
+        most_linear=frozenset(),
+        most_linear_score=teacher_score,
+    )
     found_hybrid = False
     current: frozenset = frozenset()
 
@@ -197,10 +207,15 @@ def greedy_replacement(
             if tolerance.better(scores[c], scores[chosen]):
                 chosen = c
         passed = tolerance.passes(scores[chosen], teacher_score)
-        round_ = Round(index=len(result.rounds), scores=scores, chosen=chosen if passed else None,
-                       score=scores[chosen] if passed else None,
-                       linear=sorted(current | {chosen}) if passed else sorted(current),
-                       passed=passed, evaluations=len(candidates))  # fmt: skip  # packed args
+        round_ = Round(
+            index=len(result.rounds),
+            scores=scores,
+            chosen=chosen if passed else None,
+            score=scores[chosen] if passed else None,
+            linear=sorted(current | {chosen}) if passed else sorted(current),
+            passed=passed,
+            evaluations=len(candidates),
+        )
         record(round_)
         if on_round is not None:
             on_round(round_)
@@ -208,40 +223,3 @@ def greedy_replacement(
             break
     result.evaluations = evaluations
     return result
-
-
-# -- orderings that need no search ---------------------------------------------------------------------------
-def dof_order(layer_dof: dict[int, float]) -> list[int]:
-    """Lowest DoF first (the paper's finding that low-DoF layers need few features suggests they linearise
-    best); ties by layer index."""
-    return sorted(layer_dof, key=lambda i: (layer_dof[i], i))
-
-
-def loss_order(local_loss: dict[int, float]) -> list[int]:
-    """Lowest local distillation loss first (the best-approximated layers)."""
-    return sorted(local_loss, key=lambda i: (local_loss[i], i))
-
-
-def uniform_order(layers: Sequence[int]) -> list[int]:
-    """Evenly interleaved: each prefix of the order spreads its layers as uniformly as possible over the
-    stack (a bit-reversal-like refinement: ends and middle first, then the gaps between them)."""
-    layers = list(layers)
-    n = len(layers)
-    order: list[int] = []
-    chosen: set[int] = set()
-    for k in range(1, n + 1):
-        # positions of k evenly spaced layers; add the ones not chosen yet, nearest-to-centre first
-        targets = [round(j * (n - 1) / max(1, k - 1)) if k > 1 else (n - 1) // 2 for j in range(k)]
-        for t in sorted(targets, key=lambda t: abs(t - (n - 1) / 2)):
-            if t not in chosen:
-                chosen.add(t)
-                order.append(layers[t])
-    order += [layers[i] for i in range(n) if i not in chosen]
-    return order
-
-
-def random_order(layers: Sequence[int], seed: int = 0) -> list[int]:
-    """A seeded random permutation."""
-    order = list(layers)
-    random.Random(seed).shuffle(order)
-    return order

@@ -43,8 +43,9 @@ class RoundLog:
     """``on_round`` of the greedy search: records each finished round with its wall time, logs the passed ones to
     TensorBoard and, with ``progress``, prints the round (k of at most n, its choice, elapsed time, ETA) on stderr."""
 
-    def __init__(self, state: SearchState, logger: TensorBoardLogger, num_layers: int,
-                 progress: Progress | None = None) -> None:  # fmt: skip  # packed signature
+    def __init__(
+        self, state: SearchState, logger: TensorBoardLogger, num_layers: int, progress: Progress | None = None
+    ) -> None:
         self.state, self.logger, self.num_layers, self.progress = state, logger, num_layers, progress
         self.started = time.perf_counter()
 
@@ -57,9 +58,15 @@ class RoundLog:
         self.state.add_round(round_, time.perf_counter() - self.started)
         if round_.passed:
             fraction = len(round_.linear) / self.num_layers
-            self.logger.log_metrics({"search/score": round_.score, "search/linear_fraction": fraction,
-                                     "search/chosen_layer": round_.chosen, "search/evaluations": round_.evaluations},
-                                    step=len(round_.linear))  # fmt: skip  # packed args
+            self.logger.log_metrics(
+                {
+                    "search/score": round_.score,
+                    "search/linear_fraction": fraction,
+                    "search/chosen_layer": round_.chosen,
+                    "search/evaluations": round_.evaluations,
+                },
+                step=len(round_.linear),
+            )
             self.logger.save()
         if self.progress is not None:
             done = f"layer {round_.chosen} linear, score {round_.score:.4f}" if round_.passed else "no swap passes"

@@ -84,9 +84,17 @@ class TeacherCapture(L.LightningModule):
         out = self.output_dir or log_dir or "."
         os.makedirs(out, exist_ok=True)
         lam = self.lam if self.lam == "auto" else float(self.lam)
-        report = dof_report(self.teacher, self.reservoir, self.tokens, lam, relative_to=self.relative_to,
-                            pooling=self.pooling, target_fraction=self.target_fraction, seed=self.seed,
-                            name=self.teacher_name)  # fmt: skip  # packed args
+        report = dof_report(
+            self.teacher,
+            self.reservoir,
+            self.tokens,
+            lam,
+            relative_to=self.relative_to,
+            pooling=self.pooling,
+            target_fraction=self.target_fraction,
+            seed=self.seed,
+            name=self.teacher_name,
+        )
         report.save(os.path.join(out, "dof.json"))
         with atomic_file(os.path.join(out, "qk_samples.pt")) as handle:
             torch.save({i: v.clone() for i, v in self.reservoir.vectors.items()}, handle)

@@ -149,10 +149,9 @@ class LitDofCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except ValueError as exc:
-            cause = exc.__cause__
-            if not str(exc).startswith("Does not validate against any of the Union subtypes") or cause is None:
+            if _constructor_error(exc) is exc:
                 raise
-            raise cause from None
+            raise _constructor_error(exc) from None
 
     def _parse_ckpt_path(self) -> None:
         """Keep the parsed settings as given: LightningCLI would replace the model's with a checkpoint file's
@@ -228,9 +227,19 @@ def build_cli(args=None, run: bool = True, cli_class: type[LitDofCLI] = LitDofCL
     )
 
 
+def _constructor_error(exc: ValueError) -> ValueError:
+    """The constructor's own error inside jsonargparse's "Does not validate against any of the Union subtypes"
+    (which lists it beside the ``None`` alternative and the whole namespace), else ``exc`` itself."""
+    cause = exc.__cause__
+    if str(exc).startswith("Does not validate against any of the Union subtypes") and isinstance(cause, ValueError):
+        return cause
+    return exc
+
+
 class _ConfigOnlyCLI(LitDofCLI):
-    """The ``fit`` parser of :class:`LitDofCLI` that parses and stops: nothing is instantiated (no trainer,
-    no model, no data), no seed is set."""
+    """The ``fit`` parser of :class:`LitDofCLI` that parses and instantiates what the parser instantiates — the
+    model (which loads its teacher only at ``configure_model``), the data module, the trainer's callbacks and
+    strategy — as the fit does, but builds no trainer and sets no seed."""
 
     def _set_seed(self) -> None:
         pass
@@ -239,15 +248,29 @@ class _ConfigOnlyCLI(LitDofCLI):
         pass
 
     def instantiate_classes(self) -> None:
-        pass
+        """``config_init``: the namespace with the model and data module instantiated (LightningCLI's first step).
+
+        Raises:
+            ValueError, TypeError: a constructor's error, unwrapped as :meth:`LitDofCLI.instantiate_classes` does.
+        """
+        try:
+            parser = self.parser  # jsonargparse ≥ 4.49 names LightningCLI's instantiate_classes "instantiate"
+            instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes
+            self.config_init = instantiate(self.config)
+        except ValueError as exc:
+            if _constructor_error(exc) is exc:
+                raise
+            raise _constructor_error(exc) from None
 
 
 def parse_fit_config(args: list[str]):
     """Parse ``args`` as ``lit-dof fit`` would (the same ``--config`` files and overrides, no subcommand) and
-    return the namespace, instantiating nothing.
+    return the namespace with the model and data module instantiated by the same composition (no teacher is
+    loaded, no trainer built: ``trainer`` holds its settings).
 
     Raises:
         SystemExit: a parse error (jsonargparse prints it).
+        ValueError, TypeError: a constructor refuses its settings (as ``lit-dof fit`` would).
     """
     import warnings
 
@@ -266,7 +289,7 @@ def parse_fit_config(args: list[str]):
             parser_kwargs=parser_kwargs,
             parser_class=LitDofArgumentParser,
         )
-    return cli.config
+    return cli.config_init
 
 
 def plan_main(args: list[str]) -> str:
@@ -277,11 +300,11 @@ def plan_main(args: list[str]) -> str:
         the printed plan; its last line is ``plan peak_gpu_gib=<x> host_gib=<y>``.
 
     Raises:
-        SystemExit: a parse error, or a :class:`~lit_dof.pipeline.plan.PlanError` (message on stderr, code 2).
+        SystemExit: a parse error, or a :class:`~lit_dof.pipeline.architecture.PlanError` (message on stderr, code 2).
     """
     import sys
 
-    from lit_dof.pipeline.plan import PlanError
+    from lit_dof.pipeline.architecture import PlanError
     from lit_dof.pipeline.plan_report import format_plan, plan_config
 
     try:

@@ -42,6 +42,11 @@ class DirectDistillation(LayerwiseDistillation):
         check_number("logit_kd", logit_kd, minimum=0.0, example=0.0, what="weight of the teacher-logit KL term")
         self.trainable, self.logit_kd = check_trainable(trainable), logit_kd
 
+    @property
+    def end_to_end_fraction(self) -> float:
+        """Every step trains end to end: 1."""
+        return 1.0
+
     def trainable_parameters(self):
         """(name, parameter) pairs trained end to end: every parameter (``all``), the linear layers' attention
         blocks (``attention``) or the inherited default, the twins' feature maps (``feature_maps``)."""

@@ -125,9 +125,17 @@ class LayerwiseDistillation(StudentModule):
             isinstance(position_shift, bool) or not isinstance(position_shift, int) or position_shift < 0
         ):
             raise ValueError(f"position_shift must be an integer >= 0 or 'auto', got {position_shift!r}")
-        check_schedule(lr_z=lr_z, lr_alpha=lr_alpha, lr=lr, lr_lora=lr_lora, warmup_steps=warmup_steps,
-                       min_lr_ratio=min_lr_ratio, finetune_lr_ratio=finetune_lr_ratio, kd_temperature=kd_temperature,
-                       query_rows=query_rows)  # fmt: skip  # packed args
+        check_schedule(
+            lr_z=lr_z,
+            lr_alpha=lr_alpha,
+            lr=lr,
+            lr_lora=lr_lora,
+            warmup_steps=warmup_steps,
+            min_lr_ratio=min_lr_ratio,
+            finetune_lr_ratio=finetune_lr_ratio,
+            kd_temperature=kd_temperature,
+            query_rows=query_rows,
+        )
         self.save_hyperparameters(ignore=list(self.NOT_HYPERPARAMETERS))
         self.layer_loss = layer_loss
         self.lr_z, self.lr_alpha, self.lr, self.lr_lora = lr_z, lr_alpha, lr, lr_lora
@@ -178,6 +186,11 @@ class LayerwiseDistillation(StudentModule):
     def _total_steps(self) -> int:
         return max(1, int(self.trainer.estimated_stepping_batches)) if self._trainer is not None else 1000
 
+    @property
+    def end_to_end_fraction(self) -> float:
+        """The share of the optimizer steps that train end to end (``finetune_fraction``, the tail)."""
+        return self.finetune_fraction
+
     def finetune_start(self) -> int:
         """First optimizer step of the end-to-end tail (= total steps when there is none)."""
         total = self._total_steps()
@@ -222,8 +235,12 @@ class LayerwiseDistillation(StudentModule):
         out = None
         with torch.no_grad(), self.student.teacher_mode(), recording:  # root forward (FSDP)
             try:
-                out = self.student(batch["input_ids"], attention_mask=batch.get("attention_mask"),
-                                   position_ids=positions, use_cache=False).logits  # fmt: skip  # packed args
+                out = self.student(
+                    batch["input_ids"],
+                    attention_mask=batch.get("attention_mask"),
+                    position_ids=positions,
+                    use_cache=False,
+                ).logits
             except _CapturedAll:
                 pass
         return out, captured
@@ -375,7 +392,8 @@ class LayerwiseDistillation(StudentModule):
             return None  # e.g. Performer: nothing to train (validation and export still run)
         factory = self.optimizer_factory or functools.partial(torch.optim.Adam, betas=(0.9, 0.99))
         optimizer = factory(params)
-        schedule = phase_schedule(self._total_steps(), self.finetune_start(), self.warmup_steps, self.min_lr_ratio,
-                                  self.finetune_lr_ratio)  # fmt: skip  # packed args
+        schedule = phase_schedule(
+            self._total_steps(), self.finetune_start(), self.warmup_steps, self.min_lr_ratio, self.finetune_lr_ratio
+        )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -160,9 +160,16 @@ class StudentModule(L.LightningModule):
 
             reshard(teacher)  # the root keeps its parameters gathered after the DoF forwards
         seed = torch.initial_seed() if self.seed is None else self.seed
-        self.student = linearize(teacher, self.feature_map, self.plan.feature_dims, softmax_layers=self.softmax_layers,
-                                 share_kv_maps=self.share_kv_maps, chunk_size=self.chunk_size, seed=seed,
-                                 sliding_window=self.sliding_window)  # fmt: skip  # packed args
+        self.student = linearize(
+            teacher,
+            self.feature_map,
+            self.plan.feature_dims,
+            softmax_layers=self.softmax_layers,
+            share_kv_maps=self.share_kv_maps,
+            chunk_size=self.chunk_size,
+            seed=seed,
+            sliding_window=self.sliding_window,
+        )
         self.student.requires_grad_(False)
         if self.lora is not None:
             self._check_lora_strategy()
@@ -184,8 +191,7 @@ class StudentModule(L.LightningModule):
         from lit_dof.teacher.sharded import load_sharded_teacher
 
         device = self._trainer.strategy.root_device if self._trainer is not None else "cpu"
-        teacher, self.tokenizer = load_sharded_teacher(self.teacher_name, mesh, dtype=dtype,
-                                                       device=device)  # fmt: skip  # packed args
+        teacher, self.tokenizer = load_sharded_teacher(self.teacher_name, mesh, dtype=dtype, device=device)
         return teacher
 
     def check_teacher(self, teacher: torch.nn.Module) -> None:

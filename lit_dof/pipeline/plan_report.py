@@ -1,41 +1,49 @@
-"""From a parsed ``lit-dof fit`` config to a printed memory plan (:mod:`lit_dof.pipeline.plan` does the counting).
+"""From the objects of a ``lit-dof fit`` command line to a printed memory plan (:mod:`lit_dof.pipeline.plan` counts).
 
-:func:`settings_from_config` reads what matters for memory from the namespace the ``fit`` parser produces
-(nothing is instantiated), :func:`plan_config` adds the teacher's meta-device architecture and the phases,
-:func:`format_plan` prints them; ``lit-dof plan`` (:func:`lit_dof.pipeline.cli.plan_main`) is the three in a row.
+``lit-dof plan`` (:func:`lit_dof.pipeline.cli.plan_main`) instantiates the fit's model and data module through the
+fit's own parser (:func:`lit_dof.pipeline.cli.parse_fit_config`; a model loads its teacher only at
+``configure_model``, so nothing heavy happens). :func:`plan_config` builds the teacher on the meta device and asks
+the fit's objects for what decides memory (:func:`settings_from_config`): the planner its feature dims
+(:meth:`~lit_dof.pipeline.planner.FeatureDimPlanner.outlook`, the fit's own allocation), the LoRA settings their
+adapters' bytes; the layer loss, the feature map and the sliding window are asked by :func:`plan_phases` for their
+terms. :func:`format_plan` prints the phases.
 """
 
 from __future__ import annotations
 
-import os
+from torch import nn
 
-from lit_dof.attention.layers.window_options import SlidingWindow
-from lit_dof.pipeline.plan import (
-    GIB,
-    Architecture,
-    Phase,
-    PlanError,
-    RunSettings,
-    architecture,
-    plan_phases,
-    resolve_teacher_config,
-)
-from lit_dof.students.layer_losses import LEGACY_LOSS_NAMES, layer_loss_name
-from lit_dof.teacher import DEFAULT_TEACHER
+from lit_dof.pipeline.allocation import AttentionShape
+from lit_dof.pipeline.architecture import Architecture, PlanError, architecture, resolve_teacher_config
+from lit_dof.pipeline.plan import GIB, Phase, RunSettings, plan_phases
+from lit_dof.pipeline.planner import StudentSpec
 
 
-def settings_from_config(config) -> RunSettings:
-    """:class:`RunSettings` from a parsed ``lit-dof fit`` config (the jsonargparse namespace of the ``fit``
-    parser: ``trainer``, ``model`` with its ``planner``, ``data``), without instantiating anything.
+def settings_from_config(config, teacher: nn.Module) -> RunSettings:
+    """:class:`RunSettings` of a ``lit-dof fit`` command line, from the objects the fit builds.
+
+    Args:
+        config: the fit parser's namespace with the model and data module instantiated
+            (:func:`lit_dof.pipeline.cli.parse_fit_config`); ``trainer`` holds the trainer's settings.
+        teacher: the teacher built on the meta device (the planner's layout; LoRA is injected into it to count its
+            adapters, so pass a copy you no longer need).
 
     Raises:
-        PlanError: ``--trainer.devices`` not a count of GPUs (``-1``/``"auto"`` depend on the machine), or a
-            model class that is not a training phase.
+        PlanError: ``--trainer.devices`` not a count of GPUs (``-1``/``"auto"`` depend on the machine), a model that
+            is not a distillation phase (a :class:`~lit_dof.pipeline.layerwise.LayerwiseDistillation`), a data module
+            without ``batch_size``/``seq_len``/``val_blocks``, or settings its planner refuses.
     """
+    from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+
+    from lit_dof.pipeline.layerwise import LayerwiseDistillation
     from lit_dof.precision import resolve_dtype
 
-    trainer, model = config.trainer, config.model
-    margs, dargs = _args(model), _args(config.data)
+    trainer, model, data = config.trainer, config.model, config.data
+    if not isinstance(model, LayerwiseDistillation):
+        raise PlanError(
+            "lit-dof plan covers the distillation phases (LayerwiseDistillation and its subclasses, e.g. "
+            f"DirectDistillation), not {type(model).__name__}"
+        )
     accelerator = str(trainer.accelerator or "auto")
     accelerator = "gpu" if accelerator == "auto" else accelerator
     devices = trainer.devices
@@ -50,89 +58,64 @@ def settings_from_config(config) -> RunSettings:
         devices = 1
     elif isinstance(devices, str) and "," in devices:
         devices = len([x for x in devices.split(",") if x.strip()])
-    strategy = trainer.strategy
-    name = getattr(strategy, "class_path", None) or str(strategy)
-    sharding = ("ModelParallelStrategy", "ShardedDataParallelStrategy", "FSDPStrategy")
-    sharded = name.rsplit(".", 1)[-1] in sharding or name.startswith("fsdp")
-    class_path = getattr(model, "class_path", "")
-    if not class_path.endswith(("LayerwiseDistillation", "DirectDistillation")):
-        raise PlanError(
-            f"lit-dof plan covers the distillation phases (LayerwiseDistillation, DirectDistillation), "
-            f"not {class_path or 'a model without class_path'}"
-        )
-    planner = margs.get("planner")
-    pargs = _args(planner)
-    fixed = str(getattr(planner, "class_path", "")).endswith("FixedPlanner")  # else a DoFPlanner: an estimate
-    strategy = "fix" if fixed else pargs.get("strategy", "dof")
-    budget = pargs.get("feature_dim") if fixed else pargs.get("budget")
-    report_path = None if fixed else pargs.get("report_path")
-    feature_dims = None
-    if report_path and os.path.isfile(report_path) and strategy in ("dof", "dof_clip", "fix"):
-        from lit_dof.dof import DoFReport
-
-        feature_dims = DoFReport.load(report_path).feature_dims(strategy)
-    cap = {"fix": 1, "dof_clip": 1}.get(strategy, 3)  # dof: a layer's M up to ≈ 3C (2.4C on SmolLM2)
-    direct = class_path.endswith("DirectDistillation")
-    loss = layer_loss_name(margs.get("loss", "softmax"))
-    if not direct and loss not in LEGACY_LOSS_NAMES:
-        raise PlanError(f"lit-dof plan knows the memory of the {', '.join(LEGACY_LOSS_NAMES)} layer losses, not {loss}")
-    window = margs.get("sliding_window") or SlidingWindow()
-    window = window if isinstance(window, SlidingWindow) else SlidingWindow.from_dict(vars(window))
+    strategy = trainer.strategy  # an instance once instantiated, or a name of Lightning's registry
+    sharded = isinstance(strategy, (ModelParallelStrategy, FSDPStrategy)) or str(strategy).startswith("fsdp")
+    shape = AttentionShape.of(teacher)
+    try:
+        model.planner.check(StudentSpec(model.teacher_name, model.share_kv_maps, model.sliding_window))
+        dims = model.planner.outlook(shape)
+        batch_size, seq_len, val_blocks = data.batch_size, data.seq_len, data.val_blocks
+    except (ValueError, OSError, AttributeError) as exc:
+        raise PlanError(f"{type(exc).__name__}: {exc}") from exc
+    linear = None
+    if dims.dims is not None:
+        linear = [max(m) if isinstance(m, list) else m for m, ok in zip(dims.dims, shape.linearizable) if ok]
     return RunSettings(
-        teacher=str(margs.get("teacher", DEFAULT_TEACHER)),
+        teacher=model.teacher_name,
         accelerator=accelerator,
         devices=int(devices),
         num_nodes=int(trainer.num_nodes or 1),
         sharded=sharded,
-        teacher_dtype=resolve_dtype(margs.get("teacher_dtype", "auto"), trainer.precision),
-        batch_size=int(dargs.get("batch_size", 1)),
-        seq_len=int(dargs.get("seq_len", 512)),
-        query_rows=margs.get("query_rows"),
-        loss=loss,
-        feature_dims=feature_dims,
-        budget=budget,
-        max_dim=None if budget is None else cap * budget,
-        max_ratio=cap,
-        maps_per_layer="kv" if margs.get("share_kv_maps", True) else "query",
-        layer_backward=bool(margs.get("layer_backward", True)),
-        window=window.window,
-        sink_tokens=window.sink_tokens,
-        chunk_size=int(margs.get("chunk_size", 64) or 64),
-        finetune_fraction=1.0 if direct else float(margs.get("finetune_fraction", 0.0)),
-        dof_enabled=not fixed and not report_path,
-        dof_samples=int(pargs.get("num_samples", 1024)),
-        dof_batches=int(pargs.get("num_batches", 8)),
-        dof_pooling=pargs.get("pooling", "query_head"),
-        validate=trainer.limit_val_batches != 0 and int(dargs.get("val_blocks", 1)) > 0,
-        export=margs.get("export_dir") != "",
+        teacher_dtype=resolve_dtype(model.teacher_dtype, trainer.precision),
+        batch_size=batch_size,
+        seq_len=seq_len,
+        query_rows=model.query_rows,
+        loss=model.layer_loss,
+        feature_map=model.feature_map,
+        feature_dims=linear,
+        budget=dims.budget,
+        max_dim=dims.max_dim,
+        share_kv_maps=model.share_kv_maps,
+        chunk_size=model.chunk_size,
+        sliding_window=model.sliding_window,
+        end_to_end_fraction=model.end_to_end_fraction,
+        dof_samples=dims.estimate_samples,
+        dof_pooling=dims.estimate_pooling,
+        validate=trainer.limit_val_batches != 0 and val_blocks > 0,
+        export=model.export_dir != "",
         accumulate=int(trainer.accumulate_grad_batches or 1),
-        **_lora_settings(margs.get("lora")),
+        layer_backward=model.layer_backward,
+        lora_rank=model.lora.rank if model.lora else 0,
+        lora_bytes=model.lora.parameter_bytes(teacher) if model.lora else 0,
     )
 
 
-def _lora_settings(lora) -> dict:
-    """``lora_rank`` and ``lora_targets`` of a config's ``model.lora`` (a mapping, a LoRA, or None)."""
-    if lora is None:
-        return {}
-    get = lora.get if isinstance(lora, dict) else lambda key, default=None: getattr(lora, key, default)
-    targets = get("target_modules") or ["q_proj", "k_proj", "v_proj", "o_proj"]
-    return {"lora_rank": int(get("rank", 8)), "lora_targets": tuple(targets)}
-
-
 def plan_config(config) -> tuple[Architecture, RunSettings, list[Phase]]:
-    """The plan of a parsed ``fit`` config: its settings, the teacher's meta-device architecture, the phases.
+    """The plan of a ``fit`` command line: the teacher's meta-device architecture, the run's settings, the phases.
+
+    Args:
+        config: the fit parser's namespace with the model and data module instantiated
+            (:func:`lit_dof.pipeline.cli.parse_fit_config`).
 
     Raises:
-        PlanError: as :func:`settings_from_config` and :func:`resolve_teacher_config`.
+        PlanError: as :func:`settings_from_config` and :func:`~lit_dof.pipeline.architecture.resolve_teacher_config`.
     """
-    run = settings_from_config(config)
-    arch = architecture(resolve_teacher_config(run.teacher))
+    from lit_dof.teacher.sharded import empty_causal_lm
+
+    teacher_config = resolve_teacher_config(config.model.teacher_name)
+    arch = architecture(teacher_config)
+    run = settings_from_config(config, empty_causal_lm(teacher_config))
     return arch, run, plan_phases(arch, run)
-
-
-def _args(group) -> dict:
-    init = getattr(group, "init_args", None)
-    return dict(vars(init)) if init is not None else {}
 
 
 def format_plan(arch: Architecture, run: RunSettings, phases: list[Phase]) -> str:
@@ -141,21 +124,31 @@ def format_plan(arch: Architecture, run: RunSettings, phases: list[Phase]) -> st
     ``peak_gpu_gib`` is 0 for a CPU run)."""
     where = "FSDP2-sharded" if run.sharded else "replicated"
     rows = "all" if run.query_rows is None else run.query_rows
-    dims = "from the DoF report" if run.feature_dims else f"budget {run.budget or arch.head_dim}"
+    if run.feature_dims is None:
+        dims = f"{run.budget} on average, up to {run.max_dim} (after the DoF estimate)"
+    elif len(set(run.feature_dims)) == 1:
+        dims = f"{run.feature_dims[0]} per layer"
+    else:
+        dims = f"{min(run.feature_dims)} to {max(run.feature_dims)}, {run.budget} on average"
+    window = run.sliding_window
     dtype = str(run.teacher_dtype).removeprefix("torch.")
     attention = (
-        f"; sliding window {run.window} + {run.sink_tokens} sink tokens + linear far term"
-        if run.window
+        f"; sliding window {window.window} + {window.sink_tokens} sink tokens + linear far term"
+        if window.enabled
         else "; pure linear attention"
     )
     lines = [
-        (f"teacher {run.teacher}: {arch.params / 1e9:.3f} B parameters, {arch.num_layers} layers "
-         f"({arch.linear_layers} linearised), {arch.heads} heads / {arch.kv_heads} KV heads of {arch.head_dim}, "
-         f"{dtype}"),
-        (f"run: {run.world_size} rank(s) ({run.devices} {run.accelerator} x {run.num_nodes} node(s)), teacher {where}; "
-         f"B {run.batch_size} x T {run.seq_len} tokens per rank, {rows} query rows, {run.loss} loss, "
-         f"feature dims {dims}{attention}"),
-    ]  # fmt: skip  # compact list
+        (
+            f"teacher {run.teacher}: {arch.params / 1e9:.3f} B parameters, {arch.num_layers} layers "
+            f"({arch.linear_layers} linearised), {arch.heads} heads / {arch.kv_heads} KV heads of {arch.head_dim}, "
+            f"{dtype}"
+        ),
+        (
+            f"run: {run.world_size} rank(s) ({run.devices} {run.accelerator} x {run.num_nodes} node(s)), "
+            f"teacher {where}; B {run.batch_size} x T {run.seq_len} tokens per rank, {rows} query rows, "
+            f"{run.loss.name} loss, feature dims {dims}{attention}"
+        ),
+    ]
     for phase in phases:
         state = "" if phase.runs else " (not in this run)"
         tokens = f", {phase.tokens} tokens/step" if phase.tokens else ""

@@ -26,11 +26,12 @@ import torch
 from torch import nn
 
 from lit_dof.attention.layers.window_options import SlidingWindow
-from lit_dof.dof import STRATEGIES, DoFReport, allocate_feature_dims, allocate_head_feature_dims
+from lit_dof.dof import STRATEGIES, DoFReport
 from lit_dof.dof.estimator import RelativeTo
 from lit_dof.dof.report import collect_samples, dof_report
-from lit_dof.pipeline.validation import PLANNER_ARGS, check_number
-from lit_dof.teacher.families import attention_layers
+from lit_dof.pipeline.allocation import AttentionShape, FeatureDimOutlook, allocate_from_report, uniform_dims
+from lit_dof.pipeline.validation import PLANNER_ARGS, as_number, check_dof_planner
+from lit_dof.teacher.sharded import pad_sharded_forwards
 
 ALLOCATOR_STRATEGIES = (*STRATEGIES, "dof_head")
 """The strategies of :class:`DoFPlanner`."""
@@ -95,6 +96,20 @@ class FeatureDimPlanner(abc.ABC):
             The plan.
         """
 
+    def outlook(self, shape: AttentionShape) -> FeatureDimOutlook:
+        """What this planner's dims will be, told before any teacher loads (``lit-dof plan`` sizes memory by it).
+
+        The default knows nothing of the rule: C (the head size) on average and in any one layer, no DoF
+        estimate; a subclass whose dims differ overrides it.
+
+        Args:
+            shape: the teacher's attention layout.
+
+        Returns:
+            the dims where they are known before the fit, else a mean and a bound.
+        """
+        return FeatureDimOutlook(None, shape.head_dim, shape.head_dim)
+
     @abc.abstractmethod
     def allocation_settings(self) -> dict[str, Any]:
         """The settings that decide the dimensions given a DoF report: saved in checkpoints and compared when a run
@@ -116,8 +131,9 @@ class FixedPlanner(FeatureDimPlanner):
     """
 
     def __init__(self, feature_dim: int | None = None) -> None:
-        if feature_dim is not None and (isinstance(feature_dim, bool) or not isinstance(feature_dim, int)
-                                        or feature_dim < 1):  # fmt: skip  # one condition
+        if feature_dim is not None and (
+            isinstance(feature_dim, bool) or not isinstance(feature_dim, int) or feature_dim < 1
+        ):
             raise ValueError(
                 f"feature_dim must be >= 1, got {feature_dim!r}: set {PLANNER_ARGS}feature_dim to an integer >= 1, "
                 "or null for the teacher's head size"
@@ -135,7 +151,12 @@ class FixedPlanner(FeatureDimPlanner):
         Returns:
             The plan (strategy ``"fix"``).
         """
-        return FeatureDimPlan(_uniform_dims(teacher, self.feature_dim), "fix")
+        return FeatureDimPlan(uniform_dims(AttentionShape.of(teacher), self.feature_dim), "fix")
+
+    def outlook(self, shape: AttentionShape) -> FeatureDimOutlook:
+        """The dims exactly (``feature_dim``, default C, everywhere); no DoF estimate."""
+        dims = uniform_dims(shape, self.feature_dim)
+        return FeatureDimOutlook(dims, dims[0], dims[0])
 
     def allocation_settings(self) -> dict[str, Any]:
         """``{"feature_dim": …}``."""
@@ -202,9 +223,16 @@ class DoFPlanner(FeatureDimPlanner):
             raise ValueError(f"strategy must be one of {ALLOCATOR_STRATEGIES}, got {strategy!r}")
         if lam == "auto" and relative_to is not None:
             raise ValueError("lam='auto' selects an absolute ridge; do not combine it with relative_to")
-        lam = lam if lam == "auto" else _number(lam)
-        _check_settings(budget=budget, multiple_of=multiple_of, min_dim=min_dim, lam=lam, num_samples=num_samples,
-                        num_batches=num_batches, target_fraction=target_fraction)  # fmt: skip  # packed args
+        lam = lam if lam == "auto" else as_number(lam)
+        check_dof_planner(
+            budget=budget,
+            multiple_of=multiple_of,
+            min_dim=min_dim,
+            lam=lam,
+            num_samples=num_samples,
+            num_batches=num_batches,
+            target_fraction=target_fraction,
+        )
         self.strategy, self.budget, self.multiple_of, self.min_dim = strategy, budget, multiple_of, min_dim
         self.lam = lam
         self.relative_to, self.num_samples, self.num_batches = relative_to, num_samples, num_batches
@@ -214,8 +242,12 @@ class DoFPlanner(FeatureDimPlanner):
     def allocation_settings(self) -> dict[str, Any]:
         """``strategy``, ``multiple_of``, ``min_dim`` and ``budget``: the estimate's settings may change on resume
         (a resumed run rebuilds its dims from its own ``dof.json`` via ``report_path``)."""
-        return {"strategy": self.strategy, "multiple_of": self.multiple_of, "min_dim": self.min_dim,
-                "budget": self.budget}  # fmt: skip  # compact dict
+        return {
+            "strategy": self.strategy,
+            "multiple_of": self.multiple_of,
+            "min_dim": self.min_dim,
+            "budget": self.budget,
+        }
 
     def check(self, student: StudentSpec) -> None:
         """Refuse what would fail after the teacher loads and the DoF is estimated.
@@ -254,7 +286,29 @@ class DoFPlanner(FeatureDimPlanner):
             ValueError: an estimate without a trainer and datamodule.
         """
         report = self._report(teacher, trainer, student)
-        return FeatureDimPlan(self._allocate(report, teacher), self.strategy, report)
+        return FeatureDimPlan(self._allocate(report, AttentionShape.of(teacher)), self.strategy, report)
+
+    def outlook(self, shape: AttentionShape) -> FeatureDimOutlook:
+        """The dims exactly where they need no estimate (strategy ``fix``, or a ``report_path`` to allocate from, by
+        the fit's own allocation); else ``budget`` (default C) on average and up to 3 × it in one layer for ``dof``
+        and ``dof_head`` (C for ``dof_clip``), after an estimate of ``num_samples`` per head unless a report is read.
+
+        Args:
+            shape: the teacher's attention layout.
+
+        Raises:
+            FileNotFoundError, ValueError: ``report_path`` names no file, or a report the allocation refuses.
+        """
+        size = self.budget or shape.head_dim
+        estimate = {} if self.report_path else {"estimate_samples": self.num_samples, "estimate_pooling": self.pooling}
+        if self.report_path:
+            dims = self._allocate(DoFReport.load(self.report_path), shape)
+        elif self.strategy == "fix":
+            dims = uniform_dims(shape, self.budget)
+        else:  # a layer's M reaches about 3 × the budget under "dof" (the DoF of one layer may be that far above)
+            return FeatureDimOutlook(None, size, size * (1 if self.strategy == "dof_clip" else 3), **estimate)
+        flat = [max(m) if isinstance(m, list) else m for m in dims]
+        return FeatureDimOutlook(dims, -(-sum(flat) // len(flat)), max(flat), **estimate)
 
     def _report(self, teacher: nn.Module, trainer: L.Trainer | None, student: StudentSpec) -> DoFReport:
         if self.report_path is None and (trainer is None or trainer.datamodule is None):
@@ -288,10 +342,17 @@ class DoFPlanner(FeatureDimPlanner):
         keys = list(range(rank, self.num_batches, world))
         loader = trainer.datamodule.train_dataloader()
         batches = [batch for _, batch in zip(keys, loader)]
-        reservoir, tokens = collect_samples(teacher, batches, self.num_samples, pooling=self.pooling, seed=self.seed,
-                                            keys=keys, progress=trainer.is_global_zero,
-                                            **pool)  # fmt: skip  # packed args
-        _pad_sharded_forwards(teacher, len(range(0, self.num_batches, world)) - len(keys), trainer.strategy.root_device)
+        reservoir, tokens = collect_samples(
+            teacher,
+            batches,
+            self.num_samples,
+            pooling=self.pooling,
+            seed=self.seed,
+            keys=keys,
+            progress=trainer.is_global_zero,
+            **pool,
+        )
+        pad_sharded_forwards(teacher, len(range(0, self.num_batches, world)) - len(keys), trainer.strategy.root_device)
         if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
             reservoir.all_gather()
             total = torch.tensor([tokens], dtype=torch.float64, device=trainer.strategy.root_device)  # NCCL: on the GPU
@@ -303,79 +364,24 @@ class DoFPlanner(FeatureDimPlanner):
         if self.report_path:
             return DoFReport.load(self.report_path)
         reservoir, tokens, seconds = samples
-        report = dof_report(teacher, reservoir, tokens, self.lam, relative_to=self.relative_to, pooling=self.pooling,
-                            target_fraction=self.target_fraction, seed=self.seed, name=student.teacher_name,
-                            progress=trainer.is_global_zero, split_across_ranks=distributed,
-                            device=trainer.strategy.root_device)  # fmt: skip  # packed args
+        report = dof_report(
+            teacher,
+            reservoir,
+            tokens,
+            self.lam,
+            relative_to=self.relative_to,
+            pooling=self.pooling,
+            target_fraction=self.target_fraction,
+            seed=self.seed,
+            name=student.teacher_name,
+            progress=trainer.is_global_zero,
+            split_across_ranks=distributed,
+            device=trainer.strategy.root_device,
+        )
         report.seconds["capture"] = seconds
         return report
 
-    def _allocate(self, report: DoFReport, teacher: nn.Module) -> list:
-        """The dims by ``strategy``: ``fix`` C (``budget``) everywhere, ``dof``/``dof_clip`` per layer from the
-        layer DoF, ``dof_head`` per KV head; softmax layers get C (unused)."""
-        if self.strategy == "fix":
-            return _uniform_dims(teacher, self.budget)
-        if self.strategy == "dof_head":
-            return self._per_head(report, teacher)
-        lin = [d for d, ok in zip(report.layer_dof, report.linearizable) if ok]
-        dims = iter(allocate_feature_dims(lin, self.budget or report.head_size, self.strategy,
-                                          multiple_of=self.multiple_of, min_dim=self.min_dim,
-                                          num_samples=report.num_samples))  # fmt: skip  # packed args
-        return [next(dims) if ok else report.head_size for ok in report.linearizable]
-
-    def _per_head(self, report: DoFReport, teacher: nn.Module) -> list:
-        """``dof_head``: per linearisable layer one M per KV head; other layers get C (unused)."""
-        layers = [layer for layer, ok in zip(attention_layers(teacher), report.linearizable) if ok]
-        heads = [h for h, ok in zip(report.head_dof, report.linearizable) if ok]
-        group = layers[0].num_heads // layers[0].num_kv_heads if report.pooling == "query_head" else 1
-        dims = iter(allocate_head_feature_dims(heads, self.budget or report.head_size, heads_per_map=group,
-                                               multiple_of=self.multiple_of, min_dim=self.min_dim,
-                                               num_samples=report.num_samples))  # fmt: skip  # packed args
-        return [next(dims) if ok else report.head_size for ok in report.linearizable]
-
-
-def _number(value):
-    """``value`` as a float where it reads as one (a YAML string ``"1e-3"``), else unchanged (refused later)."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return value
-
-
-def _check_settings(*, budget, multiple_of, min_dim, lam, num_samples, num_batches, target_fraction) -> None:
-    """Refuse :class:`DoFPlanner` settings that would fail only after the teacher loads and its q/k are captured."""
-    if budget is not None:
-        check_number("budget", budget, minimum=1, integer=True, option=PLANNER_ARGS, example=64,
-                     what="mean feature dim per layer; null: the head size")  # fmt: skip  # packed args
-    check_number("multiple_of", multiple_of, minimum=1, integer=True, option=PLANNER_ARGS, example=1,
-                 what="every dim is rounded to a multiple of it")  # fmt: skip  # packed args
-    check_number("min_dim", min_dim, minimum=1, integer=True, option=PLANNER_ARGS, example=8,
-                 what="the smallest feature dim any layer gets")  # fmt: skip  # packed args
-    if lam != "auto":
-        check_number("lam", lam, minimum=0.0, open_min=True, option=PLANNER_ARGS, example="auto",
-                     what="the ridge λ of the DoF", requirement="a finite number > 0 or 'auto'")  # fmt: skip
-    check_number("num_samples", num_samples, minimum=2, integer=True, option=PLANNER_ARGS, example=1024,
-                 what="J, the q/k samples kept per head")  # fmt: skip  # packed args
-    check_number("num_batches", num_batches, minimum=1, integer=True, option=PLANNER_ARGS, example=8,
-                 what="training batches captured for the estimate")  # fmt: skip  # packed args
-    check_number("target_fraction", target_fraction, minimum=0.0, maximum=1.0, open_min=True, open_max=True,
-                 option=PLANNER_ARGS, example=0.25,
-                 what="with lam='auto', the mean layer DoF as a fraction of J")  # fmt: skip  # packed args
-
-
-def _uniform_dims(teacher: nn.Module, dim: int | None) -> list[int]:
-    """``dim`` (default: the head size C) for each of the teacher's attention layers."""
-    layers = attention_layers(teacher)
-    return [dim or layers[0].head_dim] * len(layers)
-
-
-def _pad_sharded_forwards(teacher: nn.Module, count: int, device: torch.device) -> None:
-    """Run ``count`` unrecorded one-token forwards of a teacher sharded with FSDP2 (its all-gathers are collectives
-    every rank must join; the input's shape does not matter to them); nothing for an unsharded teacher."""
-    from torch.distributed.fsdp import FSDPModule
-
-    if count <= 0 or not isinstance(teacher, FSDPModule):
-        return
-    with torch.no_grad():
-        for _ in range(count):
-            teacher(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), use_cache=False)
+    def _allocate(self, report: DoFReport, shape: AttentionShape) -> list:
+        """The dims of ``report`` by this planner's settings (:func:`~lit_dof.pipeline.allocation.allocate_from_report`:
+        the one allocation of the fit and of ``lit-dof plan``)."""
+        return allocate_from_report(report, shape, self.strategy, self.budget, self.multiple_of, self.min_dim)

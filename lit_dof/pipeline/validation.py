@@ -1,9 +1,10 @@
 """Settings refused before anything expensive runs: the teacher's weights, the DoF estimate, the q/k capture.
 
-The phases call these from their constructors (numbers that can never train: a learning rate ≤ 0 or NaN, a ratio
-outside its range) and from ``setup`` (:func:`check_student_setup`), which Lightning calls before
-``configure_model`` loads the teacher: a fit without optimizer steps, and blocks longer than the teacher's
-positions, read from its config without its weights (:func:`~lit_dof.pipeline.plan.resolve_teacher_config`).
+The phases and the DoF planner call these from their constructors (numbers that can never train: a learning
+rate ≤ 0 or NaN, a ratio outside its range; :func:`check_dof_planner`) and from ``setup``
+(:func:`check_student_setup`), which Lightning calls before ``configure_model`` loads the teacher: a fit without
+optimizer steps, and blocks longer than the teacher's positions, read from its config without its weights
+(:func:`~lit_dof.pipeline.architecture.resolve_teacher_config`).
 Every error is a ``ValueError`` naming the option, what is wrong with it and the fix.
 """
 
@@ -26,9 +27,20 @@ def _requirement(minimum: float, maximum: float, open_min: bool, open_max: bool,
     return f"{kind} in {low}{minimum:g}, {maximum:g}{high}"
 
 
-def check_number(name: str, value, *, minimum: float, maximum: float = math.inf, open_min: bool = False,
-                 open_max: bool = False, integer: bool = False, option: str = MODEL_ARGS, example=None,
-                 what: str = "", requirement: str | None = None) -> None:  # fmt: skip  # packed signature
+def check_number(
+    name: str,
+    value,
+    *,
+    minimum: float,
+    maximum: float = math.inf,
+    open_min: bool = False,
+    open_max: bool = False,
+    integer: bool = False,
+    option: str = MODEL_ARGS,
+    example=None,
+    what: str = "",
+    requirement: str | None = None,
+) -> None:
     """Refuse a numeric setting that is not finite or lies outside ``[minimum, maximum]`` (open ends as told).
 
     Args:
@@ -75,8 +87,9 @@ def check_learning_rate(name: str, value, *, example, what: str = "a learning ra
     check_number(name, value, minimum=0.0, open_min=True, option=option, example=example, what=what)
 
 
-def check_schedule(*, lr_z, lr_alpha, lr, lr_lora, warmup_steps, min_lr_ratio, finetune_lr_ratio, kd_temperature,
-                   query_rows) -> None:  # fmt: skip  # packed signature
+def check_schedule(
+    *, lr_z, lr_alpha, lr, lr_lora, warmup_steps, min_lr_ratio, finetune_lr_ratio, kd_temperature, query_rows
+) -> None:
     """Refuse the layer-wise and direct phases' optimizer settings that cannot train
     (:class:`~lit_dof.pipeline.layerwise.LayerwiseDistillation`'s arguments of the same names).
 
@@ -89,15 +102,120 @@ def check_schedule(*, lr_z, lr_alpha, lr, lr_lora, warmup_steps, min_lr_ratio, f
     check_learning_rate("lr", lr, example=0.02, what="learning rate of the other feature-map parameters")
     check_learning_rate("lr_lora", lr_lora, example=1e-3, what="learning rate of the LoRA adapters")
     check_number("warmup_steps", warmup_steps, minimum=0, integer=True, example=20, what="linear warm-up steps")
-    check_number("min_lr_ratio", min_lr_ratio, minimum=0.0, maximum=1.0, example=0.1,
-                 what="floor of the cosine decay, a fraction of each learning rate")  # fmt: skip  # packed args
-    check_number("finetune_lr_ratio", finetune_lr_ratio, minimum=0.0, open_min=True, example=0.1,
-                 what="learning rates of the end-to-end tail, a fraction of the base ones")  # fmt: skip  # packed args
-    check_number("kd_temperature", kd_temperature, minimum=0.0, open_min=True, example=1.0,
-                 what="temperature of the logit distillation")  # fmt: skip  # packed args
+    check_number(
+        "min_lr_ratio",
+        min_lr_ratio,
+        minimum=0.0,
+        maximum=1.0,
+        example=0.1,
+        what="floor of the cosine decay, a fraction of each learning rate",
+    )
+    check_number(
+        "finetune_lr_ratio",
+        finetune_lr_ratio,
+        minimum=0.0,
+        open_min=True,
+        example=0.1,
+        what="learning rates of the end-to-end tail, a fraction of the base ones",
+    )
+    check_number(
+        "kd_temperature",
+        kd_temperature,
+        minimum=0.0,
+        open_min=True,
+        example=1.0,
+        what="temperature of the logit distillation",
+    )
     if query_rows is not None:
-        check_number("query_rows", query_rows, minimum=1, integer=True, example=128,
-                     what="query rows scored per sequence; null: all")  # fmt: skip  # packed args
+        check_number(
+            "query_rows",
+            query_rows,
+            minimum=1,
+            integer=True,
+            example=128,
+            what="query rows scored per sequence; null: all",
+        )
+
+
+def as_number(value):
+    """``value`` as a float where it reads as one (a YAML string ``"1e-3"``), else unchanged (refused later)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value
+
+
+def check_dof_planner(*, budget, multiple_of, min_dim, lam, num_samples, num_batches, target_fraction) -> None:
+    """Refuse :class:`~lit_dof.pipeline.planner.DoFPlanner` settings that would fail only after the teacher loads
+    and its q/k are captured."""
+    if budget is not None:
+        check_number(
+            "budget",
+            budget,
+            minimum=1,
+            integer=True,
+            option=PLANNER_ARGS,
+            example=64,
+            what="mean feature dim per layer; null: the head size",
+        )
+    check_number(
+        "multiple_of",
+        multiple_of,
+        minimum=1,
+        integer=True,
+        option=PLANNER_ARGS,
+        example=1,
+        what="every dim is rounded to a multiple of it",
+    )
+    check_number(
+        "min_dim",
+        min_dim,
+        minimum=1,
+        integer=True,
+        option=PLANNER_ARGS,
+        example=8,
+        what="the smallest feature dim any layer gets",
+    )
+    if lam != "auto":
+        check_number(
+            "lam",
+            lam,
+            minimum=0.0,
+            open_min=True,
+            option=PLANNER_ARGS,
+            example="auto",
+            what="the ridge λ of the DoF",
+            requirement="a finite number > 0 or 'auto'",
+        )
+    check_number(
+        "num_samples",
+        num_samples,
+        minimum=2,
+        integer=True,
+        option=PLANNER_ARGS,
+        example=1024,
+        what="J, the q/k samples kept per head",
+    )
+    check_number(
+        "num_batches",
+        num_batches,
+        minimum=1,
+        integer=True,
+        option=PLANNER_ARGS,
+        example=8,
+        what="training batches captured for the estimate",
+    )
+    check_number(
+        "target_fraction",
+        target_fraction,
+        minimum=0.0,
+        maximum=1.0,
+        open_min=True,
+        open_max=True,
+        option=PLANNER_ARGS,
+        example=0.25,
+        what="with lam='auto', the mean layer DoF as a fraction of J",
+    )
 
 
 def check_fit_steps(trainer, *, needs_max_steps: bool) -> None:
@@ -138,9 +256,9 @@ def teacher_config(teacher: str):
         teacher: the teacher as the module names it (alias, directory, ``.gguf`` file, hub id).
 
     Returns:
-        :func:`~lit_dof.pipeline.plan.resolve_teacher_config`'s config, or ``None``.
+        :func:`~lit_dof.pipeline.architecture.resolve_teacher_config`'s config, or ``None``.
     """
-    from lit_dof.pipeline.plan import resolve_teacher_config
+    from lit_dof.pipeline.architecture import resolve_teacher_config
 
     try:
         return resolve_teacher_config(teacher)

@@ -225,7 +225,7 @@ STATE_CONTEXTS = (1_024, 8_192, 32_768)
 @dataclass(frozen=True)
 class DecodeState:
     """A student's generation cache per sequence beside its teacher's (bytes;
-    lit_dof.evaluation.controls.closed_form_state_bytes).
+    lit_dof.students.state_bytes.closed_form_state_bytes).
 
     Attributes:
         rows: ``(context in tokens, the student's state, the teacher's KV cache)`` at each counted context.
@@ -255,9 +255,9 @@ def decode_state(config: dict) -> DecodeState | None:
     """
     import torch
 
-    from lit_dof.evaluation.controls import closed_form_state_bytes, full_state_context
     from lit_dof.students.config import LitDofConfig
     from lit_dof.students.modeling import LitDofForCausalLM
+    from lit_dof.students.state_bytes import closed_form_state_bytes, full_state_context
 
     name = config.get("dtype") or config.get("torch_dtype") or "float32"
     dtype = getattr(torch, name, None) if isinstance(name, str) else None

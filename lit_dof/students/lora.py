@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from lit_dof.extras import require
 from lit_dof.precision import Float32Parameters
 
 
@@ -42,6 +43,17 @@ class LoRA:
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"LoRA dropout must be in [0, 1), got {self.dropout}")
 
+    def parameter_bytes(self, model: nn.Module) -> int:
+        """Bytes of the adapters :func:`add_lora` gives ``model``: float32 A ``(r, in)`` and B ``(out, r)`` of every
+        module these settings target, counted by injecting them (``lit-dof plan`` passes a teacher built on the meta
+        device, which this changes: pass a model you no longer need).
+
+        Raises:
+            ImportError: peft is not installed. ValueError: no module matches ``target_modules``.
+        """
+        names = set(add_lora(model, self))
+        return sum(p.numel() * p.element_size() for name, p in model.named_parameters() if name in names)
+
 
 _FLAG = "_lit_dof_lora"
 
@@ -51,8 +63,9 @@ def _peft_config(settings: LoRA, target_modules: list[str] | None = None):
     from peft import LoraConfig
 
     targets = settings.target_modules if target_modules is None else target_modules
-    return LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-                      target_modules=targets, bias="none")  # fmt: skip  # packed args
+    return LoraConfig(
+        r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout, target_modules=targets, bias="none"
+    )
 
 
 def check_targets(model: nn.Module, settings: LoRA) -> None:
@@ -62,17 +75,27 @@ def check_targets(model: nn.Module, settings: LoRA) -> None:
 
     Raises:
         ValueError: a target matches no module; the message lists the model's weight layers.
+        MissingExtraError: peft is not installed (the ``train`` extra).
     """
+    require("peft", "LoRA (model.init_args.lora)")
     from peft.tuners.tuners_utils import check_target_module_exists
 
     if settings.target_modules is None:
         return
     names = [name for name, _ in model.named_modules()]
-    missing = [t for t in settings.target_modules
-               if not any(check_target_module_exists(_peft_config(settings, [t]), n) for n in names)]  # fmt: skip
+    missing = [
+        t
+        for t in settings.target_modules
+        if not any(check_target_module_exists(_peft_config(settings, [t]), n) for n in names)
+    ]
     if missing:
-        leaves = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                         if not list(module.children()) and hasattr(module, "weight")})  # fmt: skip
+        leaves = sorted(
+            {
+                name.rsplit(".", 1)[-1]
+                for name, module in model.named_modules()
+                if not list(module.children()) and hasattr(module, "weight")
+            }
+        )
         raise ValueError(
             f"LoRA target_modules {missing} match no module of this {type(model).__name__} (its weight layers: "
             f"{leaves}): set --model.init_args.lora.target_modules for this family, or --model.init_args.lora=null"
@@ -93,8 +116,10 @@ def add_lora(model: nn.Module, settings: LoRA) -> list[str]:
         the names of the adapters' parameters (trainable).
 
     Raises:
-        ImportError: peft is not installed. ValueError: no module matches ``target_modules`` (peft's message).
+        MissingExtraError: (an ``ImportError``) peft is not installed (the ``train`` extra). ValueError: no module
+            matches ``target_modules`` (peft's message).
     """
+    require("peft", "LoRA (model.init_args.lora)")
     from peft import inject_adapter_in_model
 
     inject_adapter_in_model(_peft_config(settings), model)

@@ -124,9 +124,13 @@ def attention_distillation_loss(
     if kind not in ("softmax", "l2"):
         raise ValueError(f"loss kind must be 'softmax' or 'l2', got {kind!r}")
     if isinstance(twin, HeadGroupedAttention):  # per-head dims: each group on its heads, weighted by heads
-        total = sum(attention_distillation_loss(layer, qg, kg, key_padding, kind=kind, query_rows=query_rows,
-                                                generator=generator, rotary=rotary) * len(heads)
-                    for layer, qg, kg, heads in twin.split(q, k))  # fmt: skip  # packed args
+        total = sum(
+            attention_distillation_loss(
+                layer, qg, kg, key_padding, kind=kind, query_rows=query_rows, generator=generator, rotary=rotary
+            )
+            * len(heads)
+            for layer, qg, kg, heads in twin.split(q, k)
+        )
         return total / twin.num_heads
     windowed = isinstance(twin, SlidingWindowLinearAttention)
     if windowed and kind == "l2":
@@ -195,9 +199,14 @@ def _windowed_scores(
 
 @fp32_region()
 def output_error_sums(
-    twin: CausalLinearAttention, q: Tensor, k: Tensor, v: Tensor, out: Tensor, key_padding: Tensor | None = None,
+    twin: CausalLinearAttention,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    key_padding: Tensor | None = None,
     rotary: Rotary | None = None,
-) -> tuple[Tensor, Tensor]:  # fmt: skip  # packed signature
+) -> tuple[Tensor, Tensor]:
     """Σ‖ŷ − y‖² and Σ‖y‖² over the valid rows and heads of one block (shapes as :func:`attention_output_loss`),
     as 0-d float32 tensors: the loss is their ratio; sums over several batches give the pooled ratio."""
     q, k, v = (upcast(t.detach()) for t in (q, k, v))  # the twin returns y in v's dtype: float32 here
@@ -212,9 +221,14 @@ def output_error_sums(
 
 
 def attention_output_loss(
-    twin: CausalLinearAttention, q: Tensor, k: Tensor, v: Tensor, out: Tensor, key_padding: Tensor | None = None,
+    twin: CausalLinearAttention,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    key_padding: Tensor | None = None,
     rotary: Rotary | None = None,
-) -> Tensor:  # fmt: skip  # packed signature
+) -> Tensor:
     """Output-matching loss of one attention block (Distill-then-Replace's blockwise local distillation,
     arXiv 2601.11667 §3.1): the twin's linear attention on the teacher's own q, k, v against the teacher's
     softmax attention output, as a relative squared error Σ‖ŷ − y‖² / Σ‖y‖² over valid rows and heads.

@@ -96,10 +96,15 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
             kwargs = dict(config.feature_map.get("kwargs", {}))
             feature_map_factory = (lambda d, h, m: cls(d, h, m, **kwargs)) if kwargs else cls
         attach_linear_attention(
-            self.model, feature_map_factory, config.feature_dims, softmax_layers=config.softmax_layers,
-            share_kv_maps=config.share_kv_maps, chunk_size=config.chunk_size,
-            sliding_window=SlidingWindow.from_dict(config.window_options), seed=seed,
-        )  # fmt: skip  # packed args
+            self.model,
+            feature_map_factory,
+            config.feature_dims,
+            softmax_layers=config.softmax_layers,
+            share_kv_maps=config.share_kv_maps,
+            chunk_size=config.chunk_size,
+            sliding_window=SlidingWindow.from_dict(config.window_options),
+            seed=seed,
+        )
         if teacher is not None and getattr(teacher, "generation_config", None) is not None:
             self.generation_config = teacher.generation_config
         self.post_init()
@@ -203,10 +208,16 @@ class LitDofForCausalLM(PreTrainedModel, GenerationMixin):
         if use_cache and cache is None:
             cache = self.new_cache()
         return self.model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-            inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache, logits_to_keep=logits_to_keep,
-            **{MODEL_CACHE_ARGUMENT: cache}, **kwargs,
-        )  # fmt: skip  # packed args
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            labels=labels,
+            use_cache=use_cache,
+            logits_to_keep=logits_to_keep,
+            **{MODEL_CACHE_ARGUMENT: cache},
+            **kwargs,
+        )
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
         # generate() would build a DynamicCache (growing keys for every layer); give it ours instead.
@@ -313,10 +324,14 @@ def linearize(
     layers = attention_layers(model)
     dims = resolve_feature_dims(feature_dims, len(layers))
     config = LitDofConfig(
-        text_config=model.config.get_text_config(decoder=True), feature_dims=dims, softmax_layers=set(softmax_layers),
-        share_kv_maps=share_kv_maps, chunk_size=chunk_size, teacher=getattr(model.config, "name_or_path", None) or None,
+        text_config=model.config.get_text_config(decoder=True),
+        feature_dims=dims,
+        softmax_layers=set(softmax_layers),
+        share_kv_maps=share_kv_maps,
+        chunk_size=chunk_size,
+        teacher=getattr(model.config, "name_or_path", None) or None,
         window_options=sliding_window,
-    )  # fmt: skip  # packed args
+    )
     student = LitDofForCausalLM(config, teacher=model, feature_map_factory=feature_map_factory, seed=seed)
     twins = [t.groups[0] if isinstance(t, HeadGroupedAttention) else t for t in student.linear_modules().values()]
     if twins:  # record what the factory built (class + behaviour kwargs), so load_student can rebuild it

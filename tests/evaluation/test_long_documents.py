@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lit_dof.evaluation.long_documents import long_document_perplexity
-from lit_dof.evaluation.perplexity import bucket_ratios, paired_perplexity_ratio
+from lit_dof.evaluation.position_perplexity import bucket_ratios, paired_perplexity_ratio
 from lit_dof.evaluation.stats import paired_difference, weighted_mean
 from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA, load_script, tiny_model
 

@@ -56,7 +56,7 @@ def test_position_perplexity_matches_per_token_reference():
     block's preceding tokens as context."""
     from transformers import AutoModelForCausalLM
 
-    from lit_dof.evaluation.perplexity import position_perplexity
+    from lit_dof.evaluation.position_perplexity import position_perplexity
     from tests.conftest import tiny_config
 
     torch.manual_seed(1)
@@ -92,7 +92,7 @@ def test_position_perplexity_matches_per_token_reference():
 def test_paired_perplexity_ratio_is_the_ratio_with_the_blocks_standard_error():
     """exp(mean NLL difference over blocks) is the ratio of the two perplexities (equal tokens per block); its
     log's standard error is the differences' sample SD / √blocks."""
-    from lit_dof.evaluation.perplexity import paired_perplexity_ratio
+    from lit_dof.evaluation.position_perplexity import paired_perplexity_ratio
 
     def result(nll, bucket):
         return {"block": 8, "ppl": math.exp(sum(nll) / len(nll)), "block_nll": nll,

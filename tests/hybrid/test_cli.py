@@ -10,7 +10,7 @@ import torch
 
 from lit_dof.attention import LearnedPRF
 from lit_dof.hybrid.items import task_items
-from lit_dof.hybrid.run import default_counts
+from lit_dof.hybrid.orderings import default_counts
 from lit_dof.hybrid.state import hybrid_key
 from lit_dof.students import linearize, load_student
 from tests.conftest import REPO, TINYSTORIES

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lit_dof.hybrid.run import ORDERINGS, HybridSearch, default_counts
+from lit_dof.hybrid.orderings import ORDERINGS, default_counts
+from lit_dof.hybrid.run import HybridSearch
 
 
 def test_default_counts():

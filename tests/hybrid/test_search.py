@@ -6,16 +6,8 @@ import itertools
 
 import pytest
 
-from lit_dof.hybrid.search import (
-    Round,
-    Tolerance,
-    dof_order,
-    greedy_replacement,
-    higher_is_better,
-    loss_order,
-    random_order,
-    uniform_order,
-)
+from lit_dof.hybrid.orderings import dof_order, loss_order, random_order, uniform_order
+from lit_dof.hybrid.search import Round, Tolerance, greedy_replacement, higher_is_better
 
 COST = {0: 0.05, 1: 0.001, 2: 0.02, 3: 0.003, 4: 0.5}
 

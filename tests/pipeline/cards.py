@@ -6,7 +6,7 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard
 
-from lit_dof.evaluation.controls import decode_state_bytes
+from lit_dof.students.state_bytes import decode_state_bytes
 
 
 def check_card_of_the_fit(cli, folder: Path, student) -> None:

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
+from lit_dof.pipeline.architecture import PlanError, resolve_teacher_config
 from lit_dof.pipeline.cli import parse_fit_config, plan_main
-from lit_dof.pipeline.plan import GIB, PlanError, resolve_teacher_config
+from lit_dof.pipeline.plan import GIB
 from lit_dof.pipeline.plan_report import plan_config
 from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
 from tests.pipeline.conftest import PURE_LINEAR

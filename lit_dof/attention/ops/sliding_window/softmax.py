@@ -111,9 +111,16 @@ def band_softmax(
 
 
 def decode_window_softmax(
-    q: Tensor, keys: Tensor, values: Tensor, valid: Tensor, sink_k: Tensor, sink_v: Tensor, sink_ok: Tensor,
-    position: int, window: int,
-) -> tuple[Tensor, Tensor]:  # fmt: skip  # packed signature
+    q: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    valid: Tensor,
+    sink_k: Tensor,
+    sink_v: Tensor,
+    sink_ok: Tensor,
+    position: int,
+    window: int,
+) -> tuple[Tensor, Tensor]:
     """Exact softmax of one query at ``position`` over its window and the sinks that have left it.
 
     The decoding case (T = 1) of :func:`band_softmax` followed by the sink part and their merge, as one masked
@@ -144,9 +151,18 @@ def decode_window_softmax(
 
 
 def band_and_sinks_softmax(
-    q: Tensor, keys: Tensor, values: Tensor, valid: Tensor, sink_k: Tensor, sink_v: Tensor, sink_ok: Tensor,
-    position: int, offset: int, window: int, chunk: int,
-) -> tuple[Tensor, Tensor]:  # fmt: skip  # packed signature
+    q: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    valid: Tensor,
+    sink_k: Tensor,
+    sink_v: Tensor,
+    sink_ok: Tensor,
+    position: int,
+    offset: int,
+    window: int,
+    chunk: int,
+) -> tuple[Tensor, Tensor]:
     """Exact softmax of T queries over their windows (:func:`band_softmax`) merged with the sinks that have left
     each query's window (:func:`merge_normalized`); the prefill and training counterpart of
     :func:`decode_window_softmax`.
