@@ -31,24 +31,35 @@ applied to the whole conversation, with the replies as generated.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from typing import Iterable, Iterator, TextIO
 
-from lit_dof.devices import DEVICE_OPTIONS, DTYPE_OPTIONS, DeviceError, resolve_device, resolve_model_dtype
-from lit_dof.generation import prompt_inputs, teacher_kv_nbytes
+from lit_dof.devices import DeviceError
+from lit_dof.generation import GenerationSettings, GenerationSettingsError, prompt_inputs, teacher_kv_nbytes
 
 PROG = "lit-dof chat"
 
+CHAT_SETTINGS = GenerationSettings(max_new_tokens=128)
+"""How ``lit-dof chat`` decodes by default: up to 128 new tokens per reply, greedily, on the best device."""
+
+BARE_FLAGS = ("--compare_teacher", "--do_sample")
+"""Boolean options that may be given without a value (``--compare-teacher`` for ``--compare_teacher true``)."""
+
 END_COMMANDS = ("/exit", "/quit")
 """Input lines that end the conversation (as does the end of the input)."""
+
+EPILOG = (
+    "Input: one message per line of stdin; /exit, /quit or the end of the input ends the chat. Example: "
+    f"printf 'Hi!\\nAnd then?\\n' | {PROG} runs/smoke/version_0/student --max_new_tokens 32"
+)
+"""The end of ``lit-dof chat --help``."""
 
 REPLY_MARK = "LITDOFREPLYMARK"
 """A stand-in for the last reply when the chat template is rendered to find the text that follows a reply."""
 
 
-class ChatUsageError(ValueError):
+class ChatUsageError(GenerationSettingsError):
     """Options of ``lit-dof chat`` that cannot work (reported as a usage error, before or after loading)."""
 
 
@@ -206,55 +217,38 @@ class Conversation:
 def chat(
     model: str,
     messages: Iterable[str] | None = None,
-    max_new_tokens: int = 128,
+    settings: GenerationSettings = CHAT_SETTINGS,
     system: str | None = None,
     compare_teacher: bool = False,
     teacher: str | None = None,
-    do_sample: bool = False,
-    temperature: float | None = None,
-    top_p: float | None = None,
-    top_k: int | None = None,
-    seed: int = 0,
-    device: str = "auto",
-    dtype: str = "auto",
 ) -> list[dict]:
-    """Chat with ``model``: answer each message in turn, carrying the decode state between turns.
+    """Chat with a student (or any model): answer each message in turn, carrying the decode state between turns;
+    each reply is streamed with its tokens/s and the decode-state bytes (constant for a student).
 
     Args:
         model: an exported student directory (or any model ``lit-dof generate`` loads: a teacher alias, local
             directory, ``.gguf`` file or hub id).
         messages: the user's messages (default: :func:`read_messages` of stdin).
-        max_new_tokens: the most tokens per reply (fewer where the model ends its turn).
+        settings: new tokens per reply, sampling, seed, device and dtype (on the command line, options of their
+            own: ``--max_new_tokens``, ``--do_sample``, …; default: :data:`CHAT_SETTINGS`).
         system: a system message opening the conversation (default: none, or the template's own).
         compare_teacher: the teacher answers too, after the student, from its own conversation (same user messages,
-            its own replies) through the student's tokenizer.
+            its own replies) through the student's tokenizer (``--compare_teacher`` alone means true).
         teacher: the teacher for ``compare_teacher`` (default: the one the student records, ``config.teacher``).
-        do_sample: sample instead of decoding greedily.
-        temperature: sampling temperature (with ``do_sample``).
-        top_p: nucleus sampling's probability mass (with ``do_sample``).
-        top_k: sample among the k most likely tokens (with ``do_sample``).
-        seed: the random seed of sampling.
-        device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
-        dtype: ``auto`` (the models' own), ``float32``, ``bfloat16`` or ``float16``.
 
     Returns:
         one record per reply (:meth:`Conversation.reply`), the teacher's after the student's of each turn.
 
     Raises:
         DeviceError: an unknown ``device``/``dtype``, or CUDA where there is none.
-        ChatUsageError: ``max_new_tokens`` < 1, sampling options without ``do_sample``, ``teacher`` without
-            ``compare_teacher``, a tokenizer without a chat template, or ``compare_teacher`` with no teacher known
-            (a model that is not a student, or a student that records none, and no ``teacher``).
+        ChatUsageError: ``teacher`` without ``compare_teacher``, a tokenizer without a chat template, or
+            ``compare_teacher`` with no teacher known (a model that is not a student, or a student that records none,
+            and no ``teacher``).
         TeacherNotFoundError: the teacher cannot be found (:func:`lit_dof.load_teacher`).
     """
-    where, parameters = resolve_device(device), resolve_model_dtype(dtype)
-    if max_new_tokens < 1:
-        raise ChatUsageError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
-    sampling = {k: v for k, v in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k)) if v is not None}
-    if sampling and not do_sample:
-        raise ChatUsageError(f"--{' --'.join(sampling)} only apply when sampling: add --do-sample")
+    where, parameters = settings.placement()
     if teacher is not None and not compare_teacher:
-        raise ChatUsageError("--teacher only applies with --compare-teacher")
+        raise ChatUsageError("--teacher only applies with --compare_teacher")
 
     from transformers import set_seed
 
@@ -267,7 +261,7 @@ def chat(
             "lit-dof generate --prompt"
         )
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    options = {"max_new_tokens": max_new_tokens, "do_sample": do_sample, "pad_token_id": pad, **sampling}
+    options = settings.generate_kwargs(pad)
     label = "student" if is_student(model) else "model"
     sides = [Conversation(loaded.eval(), tokenizer, label, options, system, f"{label}: " if compare_teacher else "")]
     if compare_teacher:
@@ -276,61 +270,17 @@ def chat(
             raise ChatUsageError(f"{model} records no teacher to compare with: name one with --teacher SOURCE")
         teacher_model = load_model(source, device=where, dtype=parameters)[0].eval()
         sides.append(Conversation(teacher_model, tokenizer, "teacher", options, system, "teacher: "))
-    set_seed(seed)
+    set_seed(settings.seed)
     records = []
     for message in read_messages(sys.stdin) if messages is None else messages:
         records += [side.reply(message) for side in sides]
     return records
 
 
-def parser() -> argparse.ArgumentParser:
-    """The parser of ``lit-dof chat``: options take ``-`` or ``_`` (``--max-new-tokens``, ``--max_new_tokens``).
-
-    Returns:
-        the parser.
-    """
-    p = argparse.ArgumentParser(
-        prog=PROG,
-        description="Multi-turn chat with a student through its tokenizer's chat template: each reply streamed, "
-        "its tokens/s and the decode-state bytes per turn, constant for a student (the state is carried between "
-        "turns, not re-prefilled); with --compare-teacher the teacher answers beside it.",
-        epilog="Input: one message per line of stdin; /exit, /quit or the end of the input ends the chat. Example: "
-        f"printf 'Hi!\\nAnd then?\\n' | {PROG} runs/smoke/version_0/student --max-new-tokens 32",
-    )
-
-    def option(name: str, **kwargs) -> None:
-        p.add_argument(f"--{name}", *([f"--{name.replace('-', '_')}"] if "-" in name else []), **kwargs)
-
-    p.add_argument(
-        "model",
-        metavar="STUDENT",
-        help="an exported student directory (or a teacher: alias, directory, .gguf file, hub id)",
-    )
-    option("max-new-tokens", metavar="N", type=int, default=128, help="the most tokens per reply (default: 128)")
-    option("system", metavar="TEXT", default=None, help="a system message opening the conversation")
-    option("compare-teacher", action="store_true", help="the teacher answers each message too, after the student")
-    option(
-        "teacher",
-        metavar="SOURCE",
-        default=None,
-        help="the teacher to compare with (default: the one the student records)",
-    )
-    option("do-sample", action="store_true", help="sample instead of decoding greedily")
-    option("temperature", metavar="T", type=float, default=None, help="sampling temperature (with --do-sample)")
-    option(
-        "top-p", metavar="P", type=float, default=None, help="nucleus sampling's probability mass (with --do-sample)"
-    )
-    option(
-        "top-k", metavar="K", type=int, default=None, help="sample among the k most likely tokens (with --do-sample)"
-    )
-    option("seed", metavar="N", type=int, default=0, help="the random seed of sampling (default: 0)")
-    option("device", default="auto", help=f"{DEVICE_OPTIONS} (default: auto)")
-    option("dtype", default="auto", help=f"{', '.join(DTYPE_OPTIONS)} (default: auto, the models' own)")
-    return p
-
-
 def main(args: list[str] | None = None) -> None:
-    """Entry of ``lit-dof chat``.
+    """Entry of ``lit-dof chat`` (jsonargparse CLI over :func:`chat`, :class:`~lit_dof.generation.GenerationSettings`'s
+    fields as options of their own; options spelt with ``-`` or ``_``, ``--compare-teacher`` and ``--do-sample``
+    without a value).
 
     Args:
         args: the arguments after ``chat`` (default: ``sys.argv[2:]``).
@@ -339,12 +289,14 @@ def main(args: list[str] | None = None) -> None:
         SystemExit: ``--help``, a usage error (bad options, device or dtype, no chat template, no teacher to
             compare with: message on stderr, code 2), or Ctrl-C (code 130, no traceback).
     """
-    p = parser()
-    parsed = p.parse_args(sys.argv[2:] if args is None else list(args))
+    from lit_dof.help_text import command_cli, command_line
+
+    args = command_line(sys.argv[2:] if args is None else args, BARE_FLAGS)
     try:
-        chat(**vars(parsed))
-    except (DeviceError, ChatUsageError) as exc:
-        p.error(str(exc))
+        command_cli(chat, args, PROG, flat=["settings"], skip=["messages"], epilog=EPILOG)
+    except (DeviceError, GenerationSettingsError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
     except KeyboardInterrupt:
         print(file=sys.stderr)
         raise SystemExit(130) from None

@@ -19,6 +19,9 @@ of statistics to stderr::
 For a teacher both figures are its ``DynamicCache``, measured from its tensors; for a student the first is
 measured (the recurrent states' ``nbytes`` and any softmax layers' keys and values) and the teacher's is
 computed from the teacher's config (:func:`teacher_kv_nbytes`).
+
+The options ``lit-dof generate`` and ``lit-dof chat`` share (new tokens, sampling, seed, device, dtype) are the
+fields of :class:`GenerationSettings`, declared once; either command takes them spelt with ``-`` or ``_``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from lit_dof.devices import DeviceError, resolve_device, resolve_model_dtype
@@ -38,8 +42,71 @@ BARE_FLAGS = ("--do_sample", "--no_stream")
 """Boolean options that may be given without a value (``--do_sample`` for ``--do_sample true``)."""
 
 
-class GenerateUsageError(ValueError):
+class GenerationSettingsError(ValueError):
+    """Decoding options that cannot work together (reported as a usage error by ``generate`` and ``chat``)."""
+
+
+class GenerateUsageError(GenerationSettingsError):
     """Options of ``lit-dof generate`` that cannot work together (reported as a usage error)."""
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How a model decodes: how many new tokens, greedy or sampled, on which device and in which dtype.
+
+    Args:
+        max_new_tokens: the most tokens to generate (per reply, in a chat; fewer where the model ends its text or
+            turn).
+        do_sample: sample instead of decoding greedily (``--do_sample`` alone means true).
+        temperature: sampling temperature (with ``do_sample``; default: the model's generation config).
+        top_p: nucleus sampling's probability mass (with ``do_sample``).
+        top_k: sample among the k most likely tokens (with ``do_sample``).
+        seed: the random seed of sampling.
+        device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
+        dtype: ``auto`` (the model's own: float32 for a teacher, the recorded dtype for a student), ``float32``,
+            ``bfloat16`` or ``float16``.
+
+    Raises:
+        GenerationSettingsError: ``max_new_tokens`` < 1, or sampling options without ``do_sample``.
+    """
+
+    max_new_tokens: int = 64
+    do_sample: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int = 0
+    device: str = "auto"
+    dtype: DtypeName = "auto"
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise GenerationSettingsError(f"--max_new_tokens must be at least 1, got {self.max_new_tokens}")
+        if self.sampling() and not self.do_sample:
+            raise GenerationSettingsError(f"--{' --'.join(self.sampling())} only apply when sampling: add --do_sample")
+
+    def sampling(self) -> dict:
+        """The sampling options given: ``{"temperature", "top_p", "top_k"}``, those not ``None``."""
+        given = (("temperature", self.temperature), ("top_p", self.top_p), ("top_k", self.top_k))
+        return {name: value for name, value in given if value is not None}
+
+    def generate_kwargs(self, pad_token_id: int | None) -> dict:
+        """The arguments of ``model.generate`` these settings give: ``max_new_tokens``, ``do_sample``, the
+        sampling options given and ``pad_token_id``."""
+        return {
+            "max_new_tokens": self.max_new_tokens,
+            "do_sample": self.do_sample,
+            "pad_token_id": pad_token_id,
+            **self.sampling(),
+        }
+
+    def placement(self) -> tuple:
+        """``(torch.device, torch.dtype | None)`` of :attr:`device` and :attr:`dtype` (``None``: the model's own).
+
+        Raises:
+            DeviceError: an unknown device or dtype, or CUDA where there is none.
+        """
+        return resolve_device(self.device), resolve_model_dtype(self.dtype)
 
 
 def parse_messages(messages: str) -> list[dict]:
@@ -128,14 +195,7 @@ def generate(
     model: str = DEFAULT_TEACHER,
     prompt: str | None = None,
     messages: str | None = None,
-    max_new_tokens: int = 64,
-    do_sample: bool = False,
-    temperature: float | None = None,
-    top_p: float | None = None,
-    top_k: int | None = None,
-    seed: int = 0,
-    device: str = "auto",
-    dtype: DtypeName = "auto",
+    settings: GenerationSettings = GenerationSettings(),  # noqa: B008 (frozen)
     no_stream: bool = False,
 ) -> dict:
     """Generate a continuation of ``prompt`` (or a reply to ``messages``), print it and one line of statistics.
@@ -146,15 +206,8 @@ def generate(
         prompt: plain text for the model to continue.
         messages: chat messages through the tokenizer's chat template: a JSON list of ``{"role": ..., "content":
             ...}`` objects, or a file holding one.
-        max_new_tokens: the most tokens to generate (fewer if the model ends its text).
-        do_sample: sample instead of decoding greedily (``--do_sample`` alone means true).
-        temperature: sampling temperature (with ``do_sample``; default: the model's generation config).
-        top_p: nucleus sampling's probability mass (with ``do_sample``).
-        top_k: sample among the k most likely tokens (with ``do_sample``).
-        seed: the random seed of sampling.
-        device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
-        dtype: ``auto`` (the model's own: float32 for a teacher, the recorded dtype for a student), ``float32``,
-            ``bfloat16`` or ``float16``.
+        settings: new tokens, sampling, seed, device and dtype (on the command line, options of their own:
+            ``--max_new_tokens``, ``--do_sample``, …).
         no_stream: print the text once at the end instead of token by token (``--no_stream`` alone means true).
 
     Returns:
@@ -164,16 +217,11 @@ def generate(
     Raises:
         DeviceError: an unknown ``device``/``dtype``, or CUDA where there is none.
         GenerateUsageError: not exactly one of ``prompt``/``messages``, bad messages, messages for a tokenizer
-            without a chat template, sampling options without ``do_sample``, ``max_new_tokens`` < 1.
+            without a chat template.
     """
-    where, parameters = resolve_device(device), resolve_model_dtype(dtype)
+    where, parameters = settings.placement()
     if (prompt is None) == (messages is None):
         raise GenerateUsageError("pass exactly one of --prompt TEXT and --messages JSON_OR_FILE")
-    if max_new_tokens < 1:
-        raise GenerateUsageError(f"--max_new_tokens must be at least 1, got {max_new_tokens}")
-    sampling = {k: v for k, v in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k)) if v is not None}
-    if sampling and not do_sample:
-        raise GenerateUsageError(f"--{' --'.join(sampling)} only apply when sampling: add --do_sample")
     chat = parse_messages(messages) if messages is not None else None
 
     import torch
@@ -189,19 +237,13 @@ def generate(
     inputs = {k: v.to(where) for k, v in prompt_inputs(tokenizer, prompt, chat, model).items()}
     streamer = None if no_stream else TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    set_seed(seed)
+    set_seed(settings.seed)
     if where.type == "cuda":
         torch.cuda.synchronize(where)
     start = time.perf_counter()
     with torch.no_grad():
         out = loaded.generate(
-            **inputs,
-            max_new_tokens=max_new_tokens,
-            do_sample=do_sample,
-            **sampling,
-            streamer=streamer,
-            pad_token_id=pad,
-            return_dict_in_generate=True,
+            **inputs, **settings.generate_kwargs(pad), streamer=streamer, return_dict_in_generate=True
         )
     if where.type == "cuda":
         torch.cuda.synchronize(where)
@@ -237,27 +279,9 @@ def generate(
     }
 
 
-def with_bare_flags(args: list[str], flags: tuple[str, ...] = BARE_FLAGS) -> list[str]:
-    """``args`` with ``true`` after each of ``flags`` given without a value (jsonargparse wants one).
-
-    Args:
-        args: the command line after ``generate``.
-        flags: boolean options that may stand alone.
-
-    Returns:
-        the arguments jsonargparse parses.
-    """
-    out: list[str] = []
-    for i, arg in enumerate(args):
-        out.append(arg)
-        following = args[i + 1] if i + 1 < len(args) else None
-        if arg in flags and (following is None or following.startswith("-")):
-            out.append("true")
-    return out
-
-
 def main(args: list[str] | None = None) -> None:
-    """Entry of ``lit-dof generate`` (jsonargparse CLI over :func:`generate`).
+    """Entry of ``lit-dof generate`` (jsonargparse CLI over :func:`generate`, :class:`GenerationSettings`'s fields as
+    options of their own; options spelt with ``-`` or ``_``).
 
     Args:
         args: the arguments after ``generate`` (default: ``sys.argv[2:]``).
@@ -266,11 +290,11 @@ def main(args: list[str] | None = None) -> None:
         SystemExit: ``--help``, or a usage error (bad device/dtype, prompt/messages, sampling options: message
             on stderr, code 2).
     """
-    from lit_dof.help_text import command_cli
+    from lit_dof.help_text import command_cli, command_line
 
-    args = sys.argv[2:] if args is None else list(args)
+    args = command_line(sys.argv[2:] if args is None else args, BARE_FLAGS)
     try:
-        command_cli(generate, with_bare_flags(args), PROG, as_positional=False, fail_untyped=False)
-    except (DeviceError, GenerateUsageError) as exc:
+        command_cli(generate, args, PROG, flat=["settings"], as_positional=False, fail_untyped=False)
+    except (DeviceError, GenerationSettingsError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc

@@ -15,7 +15,8 @@ the paired ratio of the block (document) perplexities ± its standard error over
 (:func:`~lit_dof.evaluation.position_perplexity.paired_perplexity_ratio`), for every position and per bucket.
 
 Usage: python scripts/heldout_ppl.py runs/quickstart/version_0/student --corpus <corpus> --split validation \
-           --against docs/results/sliding_window/teacher_ppl.json docs/results/sliding_window/swa_sink_ppl.json \
+           --against docs/results/sliding_window/records/teacher_ppl.json \
+           docs/results/sliding_window/records/swa_sink_ppl.json \
            --output quickstart_ppl.json
        python scripts/heldout_ppl.py smollm2-135m-instruct --corpus <corpus> --long_documents --output teacher_ld.json
 """

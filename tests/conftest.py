@@ -115,11 +115,11 @@ def padded_batch(vocab: int = 97, seed: int = 0, lengths=(12, 7, 10), side: str 
     return ids, mask
 
 
-def load_script(name: str):
-    """Import ``scripts/<name>.py`` as a module (the scripts are not a package)."""
+def load_script(name: str, folder: str = "scripts"):
+    """Import ``<folder>/<name>.py`` (``scripts/`` or ``tools/``) as a module (neither folder is a package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, REPO / folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

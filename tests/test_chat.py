@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lit_dof.chat import ChatUsageError, chat, continuation, read_messages
-from lit_dof.generation import teacher_kv_nbytes
+from lit_dof.generation import GenerationSettings, teacher_kv_nbytes
 from tests.conftest import TINYSTORIES, run_lit_dof
 
 pytestmark = pytest.mark.skipif(not TINYSTORIES.is_dir(), reason="needs ../shared/models/TinyStories-656K")
@@ -66,7 +66,7 @@ def _greedy(model, ids: list[int]) -> list[int]:
 def test_turns_are_model_generate_on_the_templated_conversation_and_the_student_state_is_constant(capsys, student_dir):
     from lit_dof.evaluation.loading import load_model
 
-    records = chat(str(student_dir), MESSAGES, max_new_tokens=NEW, compare_teacher=True, device="cpu")
+    records = chat(str(student_dir), MESSAGES, GenerationSettings(NEW, device="cpu"), compare_teacher=True)
     out, err = capsys.readouterr()
     student, tokenizer = load_model(str(student_dir))
     teacher = load_model(str(TINYSTORIES))[0]
@@ -104,12 +104,12 @@ def test_turns_are_model_generate_on_the_templated_conversation_and_the_student_
 
 def test_the_command_reads_stdin_until_exit(capsys, monkeypatch, student_dir):
     monkeypatch.setattr(sys, "stdin", io.StringIO(f"{MESSAGES[0]}\n\n{MESSAGES[1]}\n/exit\nnever read\n"))
-    options = ["--max_new_tokens", str(NEW), "--system", "Be brief.", "--device", "cpu"]  # - or _ alike
+    options = ["--max-new-tokens", str(NEW), "--system", "Be brief.", "--device", "cpu"]  # - or _ alike
     code, out, err = run_lit_dof(capsys, monkeypatch, "chat", str(student_dir), *options)
     assert code == 0, err
     stats = [STATS.fullmatch(line) for line in err.splitlines() if line.startswith("chat:")]
     assert [(s[1], s[2]) for s in stats] == [("1", "student"), ("2", "student")]
-    expected = chat(str(student_dir), MESSAGES[:2], max_new_tokens=NEW, system="Be brief.", device="cpu")
+    expected = chat(str(student_dir), MESSAGES[:2], GenerationSettings(NEW, device="cpu"), system="Be brief.")
     capsys.readouterr()
     assert out == "".join(f"{r['text']}\n" for r in expected)  # no label without --compare-teacher
     from lit_dof.teacher.loading import load_tokenizer
@@ -120,16 +120,18 @@ def test_the_command_reads_stdin_until_exit(capsys, monkeypatch, student_dir):
 
 def test_help_and_usage_errors(capsys, monkeypatch, student_dir):
     code, out, _ = run_lit_dof(capsys, monkeypatch, "chat", "--help")
-    assert code == 0 and out.startswith("usage: lit-dof chat ") and "--compare-teacher" in out and "STUDENT" in out
+    assert code == 0 and out.startswith("usage: lit-dof chat ") and "--compare_teacher" in out and "model" in out
+    assert "--max_new_tokens" in out and "default: 128" in out  # GenerationSettings' options, chat's default
     for args, message in (
-        (["--temperature", "0.5"], "--temperature only apply when sampling: add --do-sample"),
-        (["--teacher", str(TINYSTORIES)], "--teacher only applies with --compare-teacher"),
-        (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+        (["--temperature", "0.5"], "--temperature only apply when sampling: add --do_sample"),
+        (["--teacher", str(TINYSTORIES)], "--teacher only applies with --compare_teacher"),
+        (["--max-new-tokens", "0"], "--max_new_tokens must be at least 1"),
+        (["--max_new_tokens", "0"], "--max_new_tokens must be at least 1"),
     ):
         code, out, err = run_lit_dof(capsys, monkeypatch, "chat", str(student_dir), *args)
         assert code == 2 and not out and f"lit-dof chat: error: {message}" in err
     with pytest.raises(ChatUsageError, match="has no chat template"):  # TinyStories' own tokenizer has none
-        chat(str(TINYSTORIES), [], device="cpu")
+        chat(str(TINYSTORIES), [], GenerationSettings(device="cpu"))
     with pytest.raises(ChatUsageError, match="records no teacher to compare with: name one with --teacher"):
         _no_teacher(student_dir)
 
@@ -145,7 +147,7 @@ def _no_teacher(student_dir):
         config = json.loads((copy / "config.json").read_text())
         config["teacher"] = None
         (copy / "config.json").write_text(json.dumps(config))
-    chat(str(copy), [], compare_teacher=True, device="cpu")
+    chat(str(copy), [], GenerationSettings(device="cpu"), compare_teacher=True)
 
 
 def test_the_conversation_continues_as_the_template_writes_it():

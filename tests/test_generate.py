@@ -12,12 +12,14 @@ import torch
 
 from lit_dof.generation import (
     GenerateUsageError,
+    GenerationSettings,
+    GenerationSettingsError,
     generate,
     parse_messages,
     prompt_inputs,
     teacher_kv_nbytes,
-    with_bare_flags,
 )
+from lit_dof.help_text import command_line
 from tests.conftest import TINYSTORIES, run_lit_dof
 
 pytestmark = pytest.mark.skipif(not TINYSTORIES.is_dir(), reason="needs ../shared/models/TinyStories-656K")
@@ -71,7 +73,7 @@ def test_greedy_generate_prints_model_generate_text_and_statistics(capsys, monke
         stats = STATS.search(err)
         assert stats, err
         assert int(stats[1]) == len(expected) and float(stats[3]) > 0
-    result = generate(model=source, prompt=PROMPT, max_new_tokens=24, device="cpu", no_stream=True)
+    result = generate(model=source, prompt=PROMPT, settings=GenerationSettings(24, device="cpu"), no_stream=True)
     assert result["tokens"] == expected and result["student"] == (which == "student")
     assert result["context_tokens"] == result["prompt_tokens"] + len(expected) - 1  # the last token is not fed back
 
@@ -79,7 +81,7 @@ def test_greedy_generate_prints_model_generate_text_and_statistics(capsys, monke
 def test_student_cache_is_constant_in_the_context_while_the_teachers_grows(capsys, student_dir):
     short, long = "Once upon a time", PROMPT + " who loved to play in the park with her big red ball every day"
     runs = {
-        (which, prompt): generate(model=str(source), prompt=prompt, max_new_tokens=8, device="cpu")
+        (which, prompt): generate(model=str(source), prompt=prompt, settings=GenerationSettings(8, device="cpu"))
         for which, source in (("teacher", TINYSTORIES), ("student", student_dir))
         for prompt in (short, long)
     }
@@ -174,14 +176,41 @@ def test_cuda_where_there_is_none_is_refused(capsys, monkeypatch):
     assert code == 2 and "torch sees no CUDA device: use --device cpu" in err
 
 
-def test_bare_boolean_flags_get_a_value():
-    assert with_bare_flags(["--do_sample", "--no_stream"]) == ["--do_sample", "true", "--no_stream", "true"]
-    assert with_bare_flags(["--do_sample", "false", "--prompt", "--no_stream"]) == [
-        "--do_sample", "false", "--prompt", "--no_stream", "true"]  # fmt: skip  # packed assert
+def test_options_take_dashes_and_bare_boolean_flags_get_a_value():
+    flags = ("--do_sample", "--no_stream")
+    assert command_line(["--do_sample", "--no_stream"], flags) == ["--do_sample", "true", "--no_stream", "true"]
+    assert command_line(["--do-sample", "false", "--prompt", "--no-stream"], flags) == [
+        "--do_sample",
+        "false",
+        "--prompt",
+        "--no_stream",
+        "true",
+    ]
+    assert command_line(["--top-p=0.9", "--max-new-tokens", "3", "x-y"]) == [
+        "--top_p=0.9",
+        "--max_new_tokens",
+        "3",
+        "x-y",
+    ]
+
+
+def test_settings_refuse_what_cannot_decode():
+    with pytest.raises(GenerationSettingsError, match="--max_new_tokens must be at least 1, got 0"):
+        GenerationSettings(0)
+    with pytest.raises(GenerationSettingsError, match="--top_p --top_k only apply when sampling: add --do_sample"):
+        GenerationSettings(top_p=0.9, top_k=5)
+    settings = GenerationSettings(8, do_sample=True, top_k=5)
+    assert settings.generate_kwargs(0) == {"max_new_tokens": 8, "do_sample": True, "pad_token_id": 0, "top_k": 5}
 
 
 def test_sampling_is_reproducible_with_a_seed(capsys):
-    runs = [generate(model=str(TINYSTORIES), prompt=PROMPT, max_new_tokens=12, do_sample=True, temperature=1.5,
-                     top_k=50, seed=seed, device="cpu") for seed in (1, 1, 2)]  # fmt: skip  # compact comprehension
+    runs = [
+        generate(
+            model=str(TINYSTORIES),
+            prompt=PROMPT,
+            settings=GenerationSettings(12, do_sample=True, temperature=1.5, top_k=50, seed=seed, device="cpu"),
+        )
+        for seed in (1, 1, 2)
+    ]
     capsys.readouterr()
     assert runs[0]["tokens"] == runs[1]["tokens"] != runs[2]["tokens"]

@@ -21,6 +21,7 @@ from lit_dof.evaluation.stats import paired_task_differences
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 SLIDING = RESULTS / "sliding_window"
+RECORDS = SLIDING / "records"  # every record of the folder but its comparison report
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
@@ -78,20 +79,20 @@ def test_readme_links_to_docs_results_exist():
 
 
 def test_quickstart_sliding_perplexity_and_ratios():
-    student = record(SLIDING / "quickstart_lora_ppl.json")["ppl"]
-    teacher = record(SLIDING / "teacher_ppl.json")["ppl"]
-    control = record(SLIDING / "swa_sink_ppl.json")["ppl"]
+    student = record(RECORDS / "quickstart_lora_ppl.json")["ppl"]
+    teacher = record(RECORDS / "teacher_ppl.json")["ppl"]
+    control = record(RECORDS / "swa_sink_ppl.json")["ppl"]
     in_readme(f"perplexity {student:.2f} against the teacher's {teacher:.2f} ({student / teacher:.2f} ×)")
     in_readme(f"control's {control:.2f} ({control / teacher:.2f} ×)")
     in_readme(f"the teacher's full attention stays ahead ({student / teacher:.2f} × its sliding-window perplexity)")
 
 
 def test_quickstart_against_control_by_context():
-    student = record(SLIDING / "quickstart_lora_ppl.json")["by_position"]
-    control = record(SLIDING / "swa_sink_ppl.json")["by_position"]
+    student = record(RECORDS / "quickstart_lora_ppl.json")["by_position"]
+    control = record(RECORDS / "swa_sink_ppl.json")["by_position"]
     short = bucket_ratios(student, control)["256-511"]
-    long_student = record(SLIDING / "quickstart_lora_long.json")["contexts"]
-    long_control = record(SLIDING / "swa_sink_long.json")["contexts"]
+    long_student = record(RECORDS / "quickstart_lora_long.json")["contexts"]
+    long_control = record(RECORDS / "swa_sink_long.json")["contexts"]
     mid = bucket_ratios(long_student["4096"], long_control["4096"])["2048-4095"]
     far = bucket_ratios(long_student["8192"], long_control["8192"])["4096-8191"]
     in_readme(
@@ -106,7 +107,7 @@ def test_quickstart_against_control_by_context():
 
 
 def test_quickstart_tasks_before_the_lora_tail():
-    student = PAIRED_TASKS.load_items(str(SLIDING / "quickstart_eval.json"))
+    student = PAIRED_TASKS.load_items(str(RECORDS / "quickstart_eval.json"))
     teacher = PAIRED_TASKS.load_items(f"{SLIDING / 'comparison.json'}:teacher")
     names = [task for task in PRIMARY_METRIC if task in student and task in teacher]
     assert len(names) == 7
@@ -123,20 +124,20 @@ def test_quickstart_tasks_before_the_lora_tail():
 
 
 def test_pure_linear_student_on_the_same_measure():
-    dof = cell(RESULTS / "comparison.json", "dof")["ppl"]
-    teacher = cell(RESULTS / "comparison.json", "teacher")["ppl"]
+    dof = cell(RESULTS / "comparison" / "comparison.json", "dof")["ppl"]
+    teacher = cell(RESULTS / "comparison" / "comparison.json", "teacher")["ppl"]
     in_readme(f"is at {dof / teacher:.1f} × the teacher on the same measure ({dof:.1f} vs {teacher:.1f})")
 
 
 def test_status_grids():
     words = {6: "six", 11: "eleven"}
-    in_readme(f"{words[len(record(RESULTS / 'comparison.json')['cells'])]} rows, seven tasks")
+    in_readme(f"{words[len(record(RESULTS / 'comparison' / 'comparison.json')['cells'])]} rows, seven tasks")
     in_readme(f"{words[len(record(RESULTS / 'gpu_h100' / 'comparison.json')['cells'])]} rows on an H100")
-    assert len(record(RESULTS / "comparison.json")["tasks"]) == 7
+    assert len(record(RESULTS / "comparison" / "comparison.json")["tasks"]) == 7
 
 
 def test_cpu_decode_at_32k():
-    runs = log_speedups(SLIDING / "cpu_decode" / "old_vs_new.log", 32768)
+    runs = log_speedups(RECORDS / "cpu_decode" / "old_vs_new.log", 32768)
     assert len(runs) == 4
     linear = sorted(r["linear"] for r in runs)
     window_now = {f"{r['window']:.1f}" for r in runs if r["code"] == "new"}
@@ -149,7 +150,7 @@ def test_cpu_decode_at_32k():
 
 
 def test_gpu_decode():
-    runs = [r for r in log_speedups(SLIDING / "gpu_decode" / "run2_float32_old_vs_new.log", 131072)
+    runs = [r for r in log_speedups(RECORDS / "gpu_decode" / "run2_float32_old_vs_new.log", 131072)
             if r["code"] == "new"]  # fmt: skip  # the table's code
     assert len(runs) == 2
     (window,) = {f"{r['window']:.1f}" for r in runs}
@@ -158,7 +159,7 @@ def test_gpu_decode():
     (cache,) = {round(r["linear_cache"]) for r in runs}
     (window_cache,) = {round(r["window_cache"]) for r in runs}
     in_readme(f"{cache:,} × and {window_cache} × fewer cache bytes per sequence at 131k")
-    batch = (SLIDING / "gpu_decode" / "run3_bfloat16_batch.log").read_text(encoding="utf-8")
+    batch = (RECORDS / "gpu_decode" / "run3_bfloat16_batch.log").read_text(encoding="utf-8")
     match = re.search(r"batch teacher=(\d+) students=(\d+).*\n.*\nL= 32768 teacher .*?([\d.]+) MiB \| linear .*?"
                       r"speedup\s+([\d.]+)x.*window\+linear .*?speedup\s+([\d.]+)x", batch)  # fmt: skip
     assert match, "no batched 32k line in run3_bfloat16_batch.log"

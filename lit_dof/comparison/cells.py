@@ -20,39 +20,51 @@ from lit_dof.comparison.finetune_stage import FinetuneProtocol
 from lit_dof.comparison.rows import PLANNER_ARGS, REPO_CONFIGS, Row, planner_class
 from lit_dof.comparison.runner import CommandFailed, run_logged
 from lit_dof.comparison.stages import EvaluationStages
-from lit_dof.evaluation.retrieval_data import RetrievalGrid
+from lit_dof.evaluation.retrieval_data import RETRIEVAL_TASKS, RetrievalGrid
 from lit_dof.io import atomic_write_json
 from lit_dof.pipeline.planner import FixedPlanner
 
 
 @dataclass
 class Comparison(EvaluationStages, FinetuneProtocol):
-    """Where and how to run the comparison (see :mod:`lit_dof.comparison`).
+    """Where and how the comparison's cells run (see lit_dof.comparison).
+
+    Its fields are ``lit-dof compare``'s options of the same names (but ``seed``, ``ppl_window``, ``ppl_stride``
+    and ``long_contexts``), declared here once.
 
     Args:
-        out: root of the cell directories.
+        out: where the cell directories go.
         base_config: the recipe every student shares (default: ``configs/quickstart.yaml``).
-        corpus: training/held-out corpus file (default ``$LIT_DOF_CORPUS``).
-        data_dir: task data folder (default ``$LIT_DOF_DATA``).
-        eval_limit: examples per task (``None``: full sets). mmlu_per_subject: MMLU subset (18 → 1026).
-        ppl_tokens, ppl_window, ppl_stride: held-out perplexity stream length and sliding window (tokens).
+        teacher: replaces the base config's teacher (alias, directory, ``.gguf`` file or hub id; default: the base
+            config's ``model.init_args.teacher``).
+        corpus: training and held-out corpus file (``lit-dof compare``: default ``$LIT_DOF_CORPUS``; the stages
+            that score it fall back on it too).
+        data_dir: task data folder (``lit-dof compare``: default ``$LIT_DOF_DATA``).
+        eval_limit: examples per task (``None``: full sets).
+        mmlu_per_subject: MMLU subset: the first this-many questions per subject (18 → 1026 questions).
+        ppl_tokens: held-out tokens for the perplexity column.
+        ppl_window: the perplexity's sliding window (tokens).
+        ppl_stride: the perplexity window's stride (tokens).
         long_contexts: block lengths (tokens) of the ``long`` stage's perplexity by position.
-        ppl_split: the corpus split the ``ppl`` and ``long`` stages score: ``test`` (default) or ``validation`` (model
-            selection; the records measured before the test split existed). A cell's record of the other split is
-            refused, not re-measured (:func:`~lit_dof.data.splits.check_record_split`).
+        ppl_split: the documents the ``ppl`` and ``long`` stages score: ``test`` (default; lit_dof.data.splits) or
+            ``validation`` (model selection; the records measured before the test split, kept reproducible). A
+            cell's record of the other split is refused, not re-measured (lit_dof.data.splits.check_record_split).
         long_documents: documents of the ``long_documents`` stage (the first of the long-document test set;
             ``None``: all of them).
-        retrieval_tasks: the tasks of the ``retrieval`` stage
-            (:data:`~lit_dof.evaluation.retrieval_data.RETRIEVAL_TASKS`), scored by greedy generation.
-        retrieval: where their examples sit (contexts, needle depths, trials per cell, seed).
-        fit_args: extra ``lit-dof fit`` arguments for every student (e.g. ``--trainer.max_steps=200``).
-        teacher: teacher source (default: the base config's ``model.init_args.teacher``).
+        retrieval_tasks: the tasks of the ``retrieval`` stage (lit_dof.evaluation.retrieval_data.RETRIEVAL_TASKS),
+            scored by greedy generation.
+        retrieval: where their examples sit: ``contexts`` (tokens), ``depths`` (0–1), ``trials`` per cell, ``seed``.
+        eval_batch_size: loglikelihood requests per forward in the ``eval`` stage (results depend on it only
+            through float rounding).
+        fit_args: extra ``lit-dof fit`` arguments for every student (e.g. ``--trainer.max_steps=200``; planner
+            settings, ``--model.init_args.planner.init_args.<key>``, only where every row's planner takes them: the
+            window-only controls' FixedPlanner takes no DoF settings).
         finetune_lrs: the protocol's learning-rate grid, searched on the teacher and reused for the students.
         finetune_args: extra ``lit-dof fit`` arguments of every fine-tuning run (e.g.
             ``--data.init_args.train_limit=200`` to fit the protocol into a CPU budget).
-        device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda[:i]"``: where the cells are
-            fitted (``--trainer.accelerator=gpu`` is added to a CUDA fit), evaluated and scored. Every record
-            names its device.
+        device: ``auto`` (CUDA when available, else CPU), ``cpu`` or ``cuda[:i]``: where the cells are fitted
+            (``--trainer.accelerator=gpu`` is added to a CUDA fit), evaluated and scored. Every record names its
+            device.
         seed: training seed of the students. 0 is the base config's own seeds and corpus order in
             ``C<budget>/<row>``; s > 0 adds ``--seed_everything=s``, ``--data.init_args.shuffle_seed=s`` (another data
             order) and the planner's ``seed=s`` for a ``DoFPlanner`` to every fit, in ``C<budget>/seed<s>/<row>``.
@@ -60,10 +72,11 @@ class Comparison(EvaluationStages, FinetuneProtocol):
 
     Raises:
         DeviceError: an unknown device, or ``cuda`` asked for where none is available
-            (:func:`~lit_dof.devices.resolve_device`).
+            (lit_dof.devices.resolve_device).
+        ValueError: an unknown retrieval task or ``ppl_split``; a negative or non-integer seed.
     """
 
-    out: Path
+    out: Path = Path("runs/compare")
     base_config: Path = REPO_CONFIGS / "quickstart.yaml"
     teacher: str | None = None
     corpus: str | None = None
@@ -78,7 +91,7 @@ class Comparison(EvaluationStages, FinetuneProtocol):
     long_documents: int | None = None
     retrieval_tasks: Sequence[str] = ("passkey",)
     retrieval: RetrievalGrid = field(default_factory=RetrievalGrid)
-    batch_size: int = 16
+    eval_batch_size: int = 16
     fit_args: Sequence[str] = field(default_factory=tuple)
     finetune_lrs: Sequence[float] = (1e-5, 3e-5, 1e-4)
     finetune_args: Sequence[str] = field(default_factory=tuple)
@@ -91,9 +104,16 @@ class Comparison(EvaluationStages, FinetuneProtocol):
         self.device = str(resolve_device(self.device))
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed {self.seed!r}: use an integer ≥ 0")
+        if self.ppl_split not in ("test", "validation"):
+            raise ValueError(f"ppl_split {self.ppl_split!r}: use test (the default) or validation")
+        unknown = sorted(set(self.retrieval_tasks) - set(RETRIEVAL_TASKS))
+        if unknown:
+            raise ValueError(f"unknown retrieval task(s) {unknown}; known: {', '.join(RETRIEVAL_TASKS)}")
+        self.retrieval_tasks, self.fit_args = tuple(self.retrieval_tasks), tuple(self.fit_args)
+        self.finetune_lrs, self.finetune_args = tuple(self.finetune_lrs), tuple(self.finetune_args)
         # Fits and fine-tuning runs are subprocesses *in the cell directory*: relative paths given on the
         # command line (``--corpus ../shared/...``) would point elsewhere there, so resolve them here.
-        self.base_config = Path(self.base_config).resolve()
+        self.out, self.base_config = Path(self.out), Path(self.base_config).resolve()
         self.corpus, self.data_dir = _absolute(self.corpus), _absolute(self.data_dir)
         if self.teacher and Path(self.teacher).exists():
             self.teacher = _absolute(self.teacher)

@@ -1,4 +1,6 @@
 """``lit-dof compare``: run (or resume) the comparison grid and write its report; SIGTERM stops it as Ctrl-C does.
+The options of where and how the cells run are the fields of :class:`~lit_dof.comparison.cells.Comparison`,
+declared there once; the grid's (rows, budgets, seeds, stages, …) are :func:`compare`'s.
 
 Example::
 
@@ -16,38 +18,21 @@ from pathlib import Path
 from lit_dof.comparison.cells import Comparison
 from lit_dof.comparison.control_cells import describe_controls
 from lit_dof.comparison.report import write_report
-from lit_dof.comparison.rows import REPO_CONFIGS, ROWS, control_rows, grid
-from lit_dof.evaluation.retrieval_data import RETRIEVAL_TASKS, RetrievalGrid
+from lit_dof.comparison.rows import ROWS, control_rows, grid
 from lit_dof.evaluation.task_data import EXTRA_TASKS, TASKS, TRAIN_SPLITS
 from lit_dof.progress import Progress
 
 
 # The list defaults are read by jsonargparse (shown in --help) and never mutated.
 def compare(
+    comparison: Comparison,
     rows: list[str] = list(ROWS),  # noqa: B006
     budgets: list[int] = [64],  # noqa: B006
-    out: str = "runs/compare",
     report_dir: str | None = None,
     stages: list[str] = ["fit", "ppl", "eval"],  # noqa: B006
     tasks: list[str] = list(TASKS),  # noqa: B006
-    base_config: str | None = None,
-    teacher: str | None = None,
-    corpus: str | None = None,
-    data_dir: str | None = None,
-    eval_limit: int | None = None,
-    mmlu_per_subject: int | None = 18,
-    ppl_tokens: int = 16384,
-    ppl_split: str = "test",
-    long_documents: int | None = None,
     controls: list[str] = [],  # noqa: B006
-    retrieval_tasks: list[str] = ["passkey"],  # noqa: B006
-    retrieval: RetrievalGrid = RetrievalGrid(),  # noqa: B008
-    fit_args: list[str] = [],  # noqa: B006
     finetune_tasks: list[str] = list(TRAIN_SPLITS),  # noqa: B006
-    finetune_lrs: list[float] = [1e-5, 3e-5, 1e-4],  # noqa: B006
-    finetune_args: list[str] = [],  # noqa: B006
-    device: str = "auto",
-    eval_batch_size: int = 16,
     seeds: list[int] = [0],  # noqa: B006
     carry: bool = True,
 ) -> dict:
@@ -55,9 +40,11 @@ def compare(
     the time elapsed and an estimate of the time left.
 
     Args:
+        comparison: where and how the cells run (on the command line, its fields are options of their own:
+            ``--out``, ``--teacher``, ``--corpus``, …; an unset ``corpus``/``data_dir`` is ``$LIT_DOF_CORPUS``/
+            ``$LIT_DOF_DATA``). Its ``seed`` is ignored: ``seeds`` gives the cells' seeds.
         rows: method rows (default: all of them, lit_dof.comparison.rows.ROWS, teacher first).
         budgets: per-layer mean feature dims C (the total budget is L · C).
-        out: where the cell directories go.
         report_dir: where comparison.{json,md,png} go (default: ``out``).
         stages: which of ``fit``, ``ppl``, ``long``, ``long_documents``, ``retrieval``, ``eval``, ``finetune`` to run
             now (the report is always rewritten; ``long`` — perplexity by position up to 8192 tokens of context —,
@@ -67,41 +54,23 @@ def compare(
         tasks: which tasks the ``eval`` stage runs now: the seven zero-shot tasks and ``mmlu_5shot`` (MMLU with five
             examples from its dev split, prompts past a 64-token window). The report always shows the seven
             (missing cells are –; the average is theirs) and an extra task wherever a cell has it.
-        base_config: shared recipe (default configs/quickstart.yaml).
-        teacher: replaces the base config's teacher (alias, directory, ``.gguf`` file or hub id).
-        corpus: corpus file (default ``$LIT_DOF_CORPUS``).
-        data_dir: task data (default ``$LIT_DOF_DATA``).
-        eval_limit: examples per task.
-        mmlu_per_subject: MMLU subset: the first this-many questions per subject (18 → 1026 questions).
-        ppl_tokens: held-out tokens for the perplexity column.
-        ppl_split: the documents the ``ppl`` and ``long`` stages score: ``test`` (default; lit_dof.data.splits) or
-            ``validation`` (model selection; the records measured before the test split, kept reproducible).
-        long_documents: documents of the ``long_documents`` stage (the first ones; default: all of them).
         controls: student rows shown beside their controls, each measured by every stage as a row of its own
             (``<row>:window_sinks``, the teacher behind the student's window + sinks; ``<row>:equal_state``, the
             teacher behind the window of equal decode state; ``<row>:tail_only``, the student's LoRA-merged weights
             with full attention; lit_dof.evaluation.controls). The teacher-weight controls are measured once per
             window and shared by every seed.
-        retrieval_tasks: the tasks of the ``retrieval`` stage (lit_dof.evaluation.retrieval_data.RETRIEVAL_TASKS).
-        retrieval: where their examples sit: ``contexts`` (tokens), ``depths`` (0–1), ``trials`` per cell, ``seed``.
-        fit_args: extra ``lit-dof fit`` arguments for every student (planner settings,
-            ``--model.init_args.planner.init_args.<key>``, only where every row's planner takes them: the
-            window-only controls' FixedPlanner takes no DoF settings).
         finetune_tasks: tasks of the protocol (those with training data offline).
-        finetune_lrs: the learning-rate grid searched on the teacher, reused for the students.
-        finetune_args: extra arguments of every fine-tuning fit (e.g. ``--data.init_args.train_limit=200``).
-        device: ``auto`` (CUDA when available), ``cpu`` or ``cuda[:i]``, for every stage (see
-            lit_dof.comparison.cells.Comparison).
-        eval_batch_size: loglikelihood requests per forward in the ``eval`` stage (results depend on it only
-            through float rounding).
         seeds: training seeds of every student row (0: the base config's seeds). With two or more the report
             adds the spread over seeds.
         carry: keep the cells of ``report_dir``'s earlier ``comparison.json`` that have no run directory under
             ``out`` (a lost or cleaned scratch folder; each is marked in the table); ``false``: only ``out``.
 
+    Returns:
+        the report (``comparison.json``'s content).
+
     Raises:
-        ValueError: an unknown row, stage, retrieval task or device; seeds that are repeated or negative; a
-            ``controls`` row that is not a selected student row.
+        ValueError: an unknown row, stage or task; seeds that are repeated or negative; a ``controls`` row that is
+            not a selected student row.
     """
     unknown = sorted(set(rows) - set(ROWS))
     if unknown:
@@ -112,34 +81,15 @@ def compare(
     bad = sorted(set(stages) - set(STAGES))
     if bad:
         raise ValueError(f"unknown stage(s) {bad}; use {', '.join(STAGES)}")
-    unknown_retrieval = sorted(set(retrieval_tasks) - set(RETRIEVAL_TASKS))
-    if unknown_retrieval:
-        raise ValueError(f"unknown retrieval task(s) {unknown_retrieval}; known: {', '.join(RETRIEVAL_TASKS)}")
     no_controls = [r for r in controls if r not in rows or ROWS[r].kind != "student"]
     if no_controls:
         raise ValueError(f"--controls {no_controls}: name student rows that --rows selects (e.g. quickstart)")
-    if ppl_split not in ("test", "validation"):
-        raise ValueError(f"ppl_split {ppl_split!r}: use test (the default) or validation")
     if not seeds or len(set(seeds)) != len(seeds) or any(not isinstance(s, int) or s < 0 for s in seeds):
         raise ValueError(f"seeds {seeds}: give distinct integers ≥ 0 (e.g. [0, 1, 2])")
-    comparison = Comparison(
-        out=Path(out),
-        base_config=Path(base_config) if base_config else REPO_CONFIGS / "quickstart.yaml",
-        teacher=teacher,
-        corpus=corpus or os.environ.get("LIT_DOF_CORPUS"),
-        data_dir=data_dir or os.environ.get("LIT_DOF_DATA"),
-        eval_limit=eval_limit,
-        mmlu_per_subject=mmlu_per_subject,
-        ppl_tokens=ppl_tokens,
-        ppl_split=ppl_split,
-        long_documents=long_documents,
-        retrieval_tasks=tuple(retrieval_tasks),
-        retrieval=retrieval,
-        fit_args=tuple(fit_args),
-        finetune_lrs=tuple(finetune_lrs),
-        finetune_args=tuple(finetune_args),
-        device=device,
-        batch_size=eval_batch_size,
+    comparison = replace(
+        comparison,
+        corpus=comparison.corpus or os.environ.get("LIT_DOF_CORPUS"),
+        data_dir=comparison.data_dir or os.environ.get("LIT_DOF_DATA"),
     )
     selected = [r for name in rows for r in [ROWS[name], *(control_rows(ROWS[name]) if name in controls else [])]]
     cells = list(grid(selected, budgets, seeds))
@@ -166,8 +116,12 @@ def compare(
                 seeded.finetune(row, budget, task)
     if cells:
         progress.end("every cell; writing the report")
-    return write_report(comparison, selected, budgets, Path(report_dir or out), seeds=seeds, carry=carry)
+    return write_report(comparison, selected, budgets, Path(report_dir or comparison.out), seeds=seeds, carry=carry)
 
+
+SKIPPED = ("seed", "ppl_window", "ppl_stride", "long_contexts")
+"""The fields of :class:`~lit_dof.comparison.cells.Comparison` that are no options of ``lit-dof compare`` (``--seeds``
+gives the cells' seeds; the perplexity's window, stride and long contexts are the records' own)."""
 
 STAGES = ("fit", "ppl", "long", "long_documents", "retrieval", "eval", "finetune")
 """The stages of ``lit-dof compare``, in the order a cell runs them."""
@@ -199,6 +153,6 @@ def main(args: list[str] | None = None) -> None:
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        command_cli(compare, args, "lit-dof compare", as_positional=False)
+        command_cli(compare, args, "lit-dof compare", flat=["comparison"], skip=SKIPPED, as_positional=False)
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -73,7 +73,7 @@ class EvaluationStages:
                     [task],
                     data_dir=self.data_dir,
                     limit=self.eval_limit,
-                    batch_size=self.batch_size,
+                    batch_size=self.eval_batch_size,
                     mmlu_per_subject=self.mmlu_per_subject,
                     cache_dir=folder / "cache",
                 )
@@ -109,7 +109,7 @@ class EvaluationStages:
                     model,
                     tokenizer,
                     [task],
-                    batch_size=self.batch_size,
+                    batch_size=self.eval_batch_size,
                     retrieval=self.retrieval,
                     cache_dir=folder / "cache",
                 )

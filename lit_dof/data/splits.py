@@ -14,7 +14,7 @@ Four disjoint splits, decided document by document in this order of precedence:
    stays in training — the long articles are the only text of the corpus with real dependencies past a few
    thousand tokens, which a student trained on long blocks needs. The character threshold is chosen so that
    nearly every such document reaches 4096 tokens of a ~4-characters-per-token tokenizer (the sizes measured on
-   the local corpus, and why not 16,000: docs/results/splits.md).
+   the local corpus, and why not 16,000: docs/results/splits/README.md).
 3. **test** — a document that is neither, whose personalised hash
    ``blake2b(text, person=b"lit-dof test") % TEST_EVERY == 0``: about one document in 100, as many as
    validation at its default ``val_every`` of 100, and untouched by any decision taken on validation.
@@ -25,7 +25,7 @@ file and a hub stream holding the same documents put the same documents there, w
 shard layout; they differ only by the documents each source's validation rule takes first (about 1 in 100 of
 the candidates). A personalised blake2b is a different hash from validation's, not a residue of the same one.
 
-The sizes of each split on the local corpus (documents, tokens): docs/results/splits.md.
+The sizes of each split on the local corpus (documents, tokens): docs/results/splits/README.md.
 """
 
 from __future__ import annotations

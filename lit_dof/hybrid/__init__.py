@@ -11,7 +11,8 @@
 * :mod:`~lit_dof.hybrid.items` — the search, confirmation and held-out items of a task or a corpus;
 * :mod:`~lit_dof.hybrid.bank` — what a bank of twins says about itself (DoF, training recipe);
 * :mod:`~lit_dof.hybrid.state` — the search's record ``search.json`` and ``hybrid_key``;
-* :mod:`~lit_dof.hybrid.run` — ``HybridSearch``: the settings and the stages of ``lit-dof hybrid``;
+* :mod:`~lit_dof.hybrid.settings` — ``SearchSettings``: the settings of ``lit-dof hybrid``, its options;
+* :mod:`~lit_dof.hybrid.run` — ``HybridSearch``: those settings and the stages of ``lit-dof hybrid``;
 * :mod:`~lit_dof.hybrid.report` — ``hybrid.md``/``.json``/``.png`` from the record;
 * :mod:`~lit_dof.hybrid.cli` — ``lit-dof hybrid`` (options and help).
 """

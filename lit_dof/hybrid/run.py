@@ -1,5 +1,6 @@
 """Distill-then-Replace's search over a bank of linear twins, end to end and resumable: :class:`HybridSearch`
-holds the settings (``lit-dof hybrid``'s options) and runs the stages in order. Each result is written to
+holds the settings (:class:`~lit_dof.hybrid.settings.SearchSettings`, ``lit-dof hybrid``'s options) and runs the
+stages in order. Each result is written to
 ``<out>/search.json`` (:class:`~lit_dof.hybrid.state.SearchState`) as soon as it exists, so a killed run
 resumes where it stopped and a finished one only rewrites the report.
 
@@ -29,26 +30,25 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from lit_dof.devices import device_label, resolve_device, resolve_model_dtype
+from lit_dof.devices import device_label
 from lit_dof.hybrid import report
 from lit_dof.hybrid.bank import bank_recipe, check_bank, layer_dof
 from lit_dof.hybrid.items import Items, task_items, text_blocks
 from lit_dof.hybrid.local import local_losses
-from lit_dof.hybrid.orderings import ORDERINGS, all_orders, default_counts
-from lit_dof.hybrid.scoring import METRICS, HybridScorer, choice_batches
+from lit_dof.hybrid.orderings import all_orders, default_counts
+from lit_dof.hybrid.scoring import HybridScorer, choice_batches
 from lit_dof.hybrid.search import SearchResult, Tolerance, greedy_replacement
+from lit_dof.hybrid.settings import SearchSettings
 from lit_dof.hybrid.state import SEARCH_FILE, SearchState
 from lit_dof.hybrid.workspace import RoundLog, Workspace
 from lit_dof.io import library_versions
-from lit_dof.precision import DtypeName
 from lit_dof.progress import Progress
 from lit_dof.students import load_student
 from lit_dof.teacher.loading import load_tokenizer
@@ -65,90 +65,16 @@ def _lowest(rank: dict[int, float], k: int, current: frozenset, remaining: list[
 
 
 @dataclass
-class HybridSearch:
-    """The settings of one search (``lit-dof hybrid``'s options; documented at :func:`lit_dof.hybrid.cli.search`)
-    and its stages. :meth:`run` runs them all.
+class HybridSearch(SearchSettings):
+    """A hybrid search: its settings and its stages.
+
+    The settings are :class:`~lit_dof.hybrid.settings.SearchSettings`' fields; :meth:`run` runs the stages in
+    order.
 
     Raises:
-        ValueError: an unknown metric, shortlist or ordering. DeviceError: an unknown device or dtype, or CUDA
-            where there is none.
+        ValueError: an unknown metric, shortlist or ordering.
+        DeviceError: an unknown device or dtype, or CUDA where there is none.
     """
-
-    bank: str = "runs/hybrid/twins/version_0/student"
-    task: str = "arc_easy"
-    data_dir: str | None = None
-    metric: str = "accuracy"
-    corpus: str | None = None
-    block: int = 512
-    search_items: int = 240
-    heldout_items: int = 480
-    tolerance: float = 0.03
-    relative: bool = False
-    shortlist: str | None = "loss"
-    shortlist_k: int = 4
-    max_linear: int | None = None
-    confirm_items: int = 0
-    verify_items: int = 0
-    counts: list[int] | None = None
-    orderings: list[str] = field(default_factory=lambda: list(ORDERINGS))
-    prefix_cache: bool = True
-    batch_size: int = 8
-    seed: int = 0
-    out: str = "runs/hybrid/search"
-    report_dir: str | None = None
-    command: str | None = None
-    device: str = "auto"
-    dtype: DtypeName = "auto"
-
-    def __post_init__(self) -> None:
-        self.torch_device = resolve_device(self.device)  # DeviceError before anything loads
-        self.torch_dtype = resolve_model_dtype(self.dtype)
-        if self.metric not in METRICS:
-            raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
-        if self.shortlist not in (None, "loss", "dof"):
-            raise ValueError(f"shortlist must be 'loss', 'dof' or null, got {self.shortlist!r}")
-        unknown = sorted(set(self.orderings) - set(ORDERINGS))
-        if unknown:
-            raise ValueError(f"unknown orderings {unknown}; choose from {', '.join(ORDERINGS)}")
-
-    @property
-    def perplexity(self) -> bool:
-        """Whether the items are text blocks scored by perplexity (else multiple-choice items of ``task``)."""
-        return self.metric == "perplexity"
-
-    @property
-    def settings(self) -> dict:
-        """What the numbers in ``search.json`` depend on; a resumed run must have the same. ``dtype`` is there
-        only when not ``auto``, so records written before the option resume."""
-        return {
-            "bank": str(self.bank),
-            "task": None if self.perplexity else self.task,
-            "metric": self.metric,
-            "corpus": str(self.corpus) if self.perplexity else None,
-            "search_items": self.search_items,
-            "heldout_items": self.heldout_items,
-            "tolerance": self.tolerance,
-            "relative": self.relative,
-            "shortlist": self.shortlist,
-            "shortlist_k": self.shortlist_k,
-            "max_linear": self.max_linear,
-            "prefix_cache": self.prefix_cache,
-            "seed": self.seed,
-            **({"dtype": self.dtype} if self.dtype != "auto" else {}),
-        }
-
-    def task_data_dir(self) -> str:
-        """``data_dir``, else ``$LIT_DOF_DATA``.
-
-        Raises:
-            ValueError: neither is set.
-        """
-        data_dir = self.data_dir or os.environ.get("LIT_DOF_DATA")
-        if data_dir is None:
-            raise ValueError(
-                "no data directory: pass --data_dir or set LIT_DOF_DATA (layout: docs/usage.md, 'Task data layout')"
-            )
-        return data_dir
 
     def scorer(self, ws: Workspace, batches: list[dict], prefix_cache: bool | None = None) -> HybridScorer:
         """A scorer of hybrids of the bank on ``batches`` (``prefix_cache`` defaults to the setting)."""

@@ -21,6 +21,7 @@ from torchmetrics.aggregation import MeanMetric
 from torchmetrics.text import Perplexity
 
 from lit_dof.attention import FeatureMapFactory, LearnedPRF, SlidingWindow
+from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE
 from lit_dof.pipeline.planner import DoFPlanner, FeatureDimPlan, FeatureDimPlanner, StudentSpec
 from lit_dof.pipeline.replication import all_reduce_mean, coalesced, data_parallel, fsdp_mesh
 from lit_dof.pipeline.validation import check_student_setup
@@ -78,7 +79,7 @@ class StudentModule(L.LightningModule):
         planner: FeatureDimPlanner = DoFPlanner(),  # settings only: one instance serves every module
         softmax_layers: Sequence[int] = (),
         share_kv_maps: bool = True,
-        chunk_size: int = 64,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
         sliding_window: SlidingWindow = SlidingWindow(),
         lora: LoRA | None = None,
         seq_len: int = 512,

@@ -10,6 +10,7 @@ from typing import Iterable, Sequence
 from transformers import AutoConfig, PretrainedConfig
 
 from lit_dof.attention.layers.window_options import SlidingWindow
+from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE
 
 
 class LitDofConfig(PretrainedConfig):
@@ -42,7 +43,7 @@ class LitDofConfig(PretrainedConfig):
         feature_map: dict | None = None,
         softmax_layers: Iterable[int] = (),
         share_kv_maps: bool = True,
-        chunk_size: int = 64,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
         teacher: str | None = None,
         window_options: SlidingWindow | dict | None = None,
         **kwargs,

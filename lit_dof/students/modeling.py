@@ -36,6 +36,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PreT
 from lit_dof.attention import CausalLinearAttention, FeatureMap, FeatureMapFactory, SlidingWindow
 from lit_dof.attention.feature_maps.registry import warn_if_unregistered
 from lit_dof.attention.layers.grouped import HeadGroupedAttention
+from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE
 from lit_dof.interface import MODEL_CACHE_ARGUMENT, AttentionSlot
 from lit_dof.io import atomic_directory
 from lit_dof.students import integrity
@@ -291,7 +292,7 @@ def linearize(
     softmax_layers: Iterable[int] = (),
     seed: int | None = None,
     share_kv_maps: bool = True,
-    chunk_size: int = 64,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> LitDofForCausalLM:
     """Replace every softmax attention layer of ``model`` by linear attention (paper §3; METHOD.md §1).
 

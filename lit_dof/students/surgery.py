@@ -25,6 +25,7 @@ from lit_dof.attention import (
 )
 from lit_dof.attention.feature_maps.registry import feature_map_name, registered_feature_map
 from lit_dof.attention.layers.grouped import HeadGroupedAttention
+from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE
 from lit_dof.interface import ATTN_IMPLEMENTATION, AttentionSlot, install_attention_hook
 from lit_dof.teacher.families import AttentionLayer, attention_layers, has_rotary_positions
 
@@ -85,7 +86,7 @@ def attach_linear_attention(
     *,
     softmax_layers: Iterable[int] = (),
     share_kv_maps: bool = True,
-    chunk_size: int = 64,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     sliding_window: SlidingWindow = SlidingWindow(),
     seed: int | None = None,
 ) -> list[AttentionLayer]:

@@ -1,4 +1,4 @@
-"""scripts/far_mass.py's per-layer masses against the float64 naive sliding-window reference."""
+"""tools/far_mass.py's per-layer masses against the float64 naive sliding-window reference."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.conftest import load_script
 
 
 def _script():
-    return load_script("far_mass")
+    return load_script("far_mass", "tools")
 
 
 def test_far_shares_and_log_ratio_match_the_reference_attention_matrix():

@@ -1,4 +1,4 @@
-"""scripts/position_probe.py: under rotary positions the teacher and the window-plus-sink control score a block
+"""tools/position_probe.py: under rotary positions the teacher and the window-plus-sink control score a block
 the same at every position shift; the learned far term's maps see the absolute rotation and do not."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from tests.conftest import TINYSTORIES, load_script
 
 
 def _script():
-    return load_script("position_probe")
+    return load_script("position_probe", "tools")
 
 
 def _student():

@@ -8,7 +8,7 @@ import signal
 import statistics
 import subprocess
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 import torch
@@ -37,12 +37,20 @@ TINY_FIT = [
 ]  # fmt: skip  # compact list
 
 
+def run_compare(**kwargs) -> dict:
+    """:func:`compare` with the :class:`Comparison` fields among ``kwargs`` (``out``, ``teacher``, …) gathered into
+    its ``comparison``, as ``lit-dof compare`` gathers its options."""
+    names = {f.name for f in fields(Comparison)}
+    comparison = Comparison(**{k: v for k, v in kwargs.items() if k in names})
+    return compare(comparison, **{k: v for k, v in kwargs.items() if k not in names})
+
+
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
 def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     kwargs = dict(rows=["teacher", "performer", "fix", "dof"], budgets=[16], out=str(tmp_path / "cells"),
                   teacher=str(TINYSTORIES), corpus=str(WIKIPEDIA), data_dir=str(DATA), eval_limit=6,
                   mmlu_per_subject=1, ppl_tokens=300, fit_args=TINY_FIT)  # fmt: skip  # packed args
-    report = compare(**kwargs)
+    report = run_compare(**kwargs)
     cells = {c["row"]: c for c in report["cells"]}
     assert set(cells) == {"teacher", "performer", "fix", "dof"}
     record = json.loads((tmp_path / "cells" / "C16" / "teacher" / "ppl.json").read_text())
@@ -83,20 +91,20 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
         raise AssertionError("a finished cell was re-fitted")
 
     monkeypatch.setattr(subprocess, "run", refuse)
-    again = compare(**kwargs)
+    again = run_compare(**kwargs)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert json.dumps(again, sort_keys=True) == json.dumps(report, sort_keys=True)
     with pytest.raises(ValueError, match="unknown row"):
-        compare(**{**kwargs, "rows": ["softmax"]})
+        run_compare(**{**kwargs, "rows": ["softmax"]})
     with pytest.raises(ValueError, match="unknown task"):
-        compare(**{**kwargs, "tasks": ["hellaswag"]})
+        run_compare(**{**kwargs, "tasks": ["hellaswag"]})
     # `tasks` limits what the eval stage runs now: a new budget's cells get only those task files
     monkeypatch.undo()  # lm-eval itself runs git in a subprocess
-    compare(**{**kwargs, "rows": ["teacher"], "out": str(tmp_path / "few"), "tasks": ["wsc273"]})
+    run_compare(**{**kwargs, "rows": ["teacher"], "out": str(tmp_path / "few"), "tasks": ["wsc273"]})
     assert [p.name for p in (tmp_path / "few").rglob("eval/*.json")] == ["wsc273.json"]
 
     # A second seed: only its new cell is fitted, in seed1/, with the seed passed to the fit; the draw differs
-    seeded = compare(**{**kwargs, "rows": ["fix"], "seeds": [0, 1], "stages": ["fit"]})
+    seeded = run_compare(**{**kwargs, "rows": ["fix"], "seeds": [0, 1], "stages": ["fit"]})
     first, second = (tmp_path / "cells" / "C16" / "fix", tmp_path / "cells" / "C16" / "seed1" / "fix")
     record = json.loads((second / "fit.json").read_text())
     assert (
@@ -110,7 +118,7 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     labels = [(c["row"], c["seed"], c["label"]) for c in seeded["cells"]]
     assert labels == [("fix", 0, "fix"), ("fix", 1, "fix (seed 1)")]
     with pytest.raises(ValueError, match="distinct integers"):
-        compare(**{**kwargs, "seeds": [1, 1]})
+        run_compare(**{**kwargs, "seeds": [1, 1]})
 
 
 def first_z(student) -> torch.Tensor:
@@ -129,7 +137,7 @@ def test_finetune_stage_selects_the_lr_on_the_teacher_and_reuses_it(tmp_path):
                   finetune_args=["--data.init_args.train_limit=8", "--data.init_args.eval_limit=8",
                                  "--trainer.max_epochs=1",
                                  "--trainer.enable_progress_bar=false"])  # fmt: skip  # packed args
-    report = compare(**kwargs)
+    report = run_compare(**kwargs)
     selected = json.loads((tmp_path / "cells" / "finetune_lr" / "arc_easy" / "selected.json").read_text())
     assert selected["lr"] == max((float(k) for k in selected["scores"]), key=lambda lr: selected["scores"][f"{lr:g}"])
     cells = {c["row"]: c for c in report["cells"]}
@@ -568,7 +576,7 @@ def test_long_stage_measures_perplexity_by_position_at_every_context(tmp_path):
 
 
 def test_compare_prints_each_cell_with_elapsed_time_and_eta_on_stderr(tmp_path, capsys):
-    compare(rows=["teacher", "fix"], budgets=[16], out=str(tmp_path), stages=[], carry=False, device="cpu")
+    run_compare(rows=["teacher", "fix"], budgets=[16], out=str(tmp_path), stages=[], carry=False, device="cpu")
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if line.startswith("[compare]")]
     assert lines[0].startswith("[compare] cell 1/2 C=16 teacher () · elapsed 0:00:0") and lines[0].endswith("ETA –")
@@ -605,3 +613,18 @@ def test_every_row_names_config_files_that_exist_and_a_reference_row():
         assert not missing, f"row {row.name}: {missing} not under {REPO_CONFIGS}"
         assert row.kind == "teacher" or row.reference in ROWS, row.name
     assert {"lolcats", "lora", "dof_head", "swa_linear", "swa_only", "swa_sink"} <= set(ROWS)  # issue 25's recipes
+
+
+def test_the_command_options_are_the_comparisons_fields_and_the_grids():
+    import inspect
+    from pathlib import Path
+
+    from lit_dof.comparison.cli import SKIPPED
+    from lit_dof.help_text import command_parser
+
+    parser = command_parser(compare, "lit-dof compare", flat=["comparison"], skip=SKIPPED, as_positional=False)
+    options = {action.dest.split(".")[0] for action in parser._actions} - {"help", "config", "print_config"}
+    grid = set(inspect.signature(compare).parameters) - {"comparison"}
+    assert options == grid | ({f.name for f in fields(Comparison)} - set(SKIPPED))
+    defaults = parser.get_defaults()
+    assert (defaults.out, defaults.eval_batch_size, defaults.mmlu_per_subject) == (Path("runs/compare"), 16, 18)

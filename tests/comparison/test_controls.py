@@ -11,11 +11,10 @@ import torch
 from transformers import AutoConfig
 
 from lit_dof.comparison.beyond_window import seed_pairs
-from lit_dof.comparison.cli import compare
 from lit_dof.comparison.rows import ROWS, control_rows
 from lit_dof.evaluation.retrieval_data import RetrievalGrid
 from lit_dof.generation import teacher_kv_nbytes
-from tests.comparison.test_comparison import DATA, TINY_FIT
+from tests.comparison.test_comparison import DATA, TINY_FIT, run_compare
 from tests.conftest import TINYSTORIES, WIKIPEDIA
 
 ROWS_CONTROLS = ("window_sinks", "equal_state", "tail_only")
@@ -31,7 +30,7 @@ def controlled(tmp_path_factory):
     kwargs.update(stages=["fit", "ppl", "long_documents", "retrieval", "eval"], seeds=[0, 1], ppl_tokens=300)
     kwargs.update(long_documents=2, tasks=["wsc273", "mmlu_5shot"], eval_limit=4)
     kwargs.update(retrieval=RetrievalGrid(contexts=(256, 512), depths=(0.5,), trials=2))
-    return out, kwargs, compare(**kwargs)
+    return out, kwargs, run_compare(**kwargs)
 
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
@@ -98,11 +97,11 @@ def test_retrieval_and_long_documents_are_reported_and_paired_over_seeds(control
 def test_controls_are_refused_for_rows_that_are_not_selected_students(controlled):
     _, kwargs, _ = controlled
     with pytest.raises(ValueError, match="name student rows that --rows selects"):
-        compare(**{**kwargs, "controls": ["teacher"]})
+        run_compare(**{**kwargs, "controls": ["teacher"]})
     with pytest.raises(ValueError, match="name student rows that --rows selects"):
-        compare(**{**kwargs, "controls": ["fix"]})
+        run_compare(**{**kwargs, "controls": ["fix"]})
     with pytest.raises(ValueError, match="unknown retrieval task"):
-        compare(**{**kwargs, "retrieval_tasks": ["needle"]})
+        run_compare(**{**kwargs, "retrieval_tasks": ["needle"]})
     with pytest.raises(ValueError, match="only students have controls"):
         control_rows(ROWS["teacher"])
 

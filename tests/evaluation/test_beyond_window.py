@@ -84,12 +84,12 @@ def test_eval_reports_each_tasks_share_beyond_the_students_window(tmp_path, caps
 
 
 def test_the_lengths_script_needs_no_model(tmp_path):
-    """``scripts/task_lengths.py``: per task, the lengths of its requests and the share beyond the exact positions."""
+    """``tools/task_lengths.py``: per task, the lengths of its requests and the share beyond the exact positions."""
     from lit_dof.teacher.loading import load_tokenizer
     from tests.conftest import load_script
 
     args = ["--tokenizer", str(TINYSTORIES), "--exact", "20", "--tasks", "wsc273", "--data_dir", str(DATA)]
-    result = load_script("task_lengths").main([*args, "--output", str(tmp_path / "l.json")])
+    result = load_script("task_lengths", "tools").main([*args, "--output", str(tmp_path / "l.json")])
     tok = load_tokenizer(str(TINYSTORIES))
     lengths = [
         max(len(tok(t, add_special_tokens=False)["input_ids"]) for t in task_data.request_texts(d))

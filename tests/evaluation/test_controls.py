@@ -102,8 +102,8 @@ def test_quickstart_record_is_133_float32_teacher_tokens():
     far term and committed feature dims holds the committed state bytes, the float32 KV cache of 129 + 4 tokens."""
     import transformers as tf
 
-    fit = json.loads((REPO / "docs/results/sliding_window/quickstart_lora_fit.json").read_text())
-    record = json.loads((REPO / "docs/results/sliding_window/quickstart_lora_ppl.json").read_text())["state"]
+    fit = json.loads((REPO / "docs/results/sliding_window/records/quickstart_lora_fit.json").read_text())
+    record = json.loads((REPO / "docs/results/sliding_window/records/quickstart_lora_ppl.json").read_text())["state"]
     config = tf.LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                             num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True)  # fmt: skip
     with torch.device("meta"):

@@ -108,8 +108,11 @@ def test_search_exports_reports_and_resumes(bank, tmp_path, capsys):
 
 @needs_data
 def test_search_on_perplexity_exports_the_teacher_when_no_swap_passes(bank, tmp_path):
-    from lit_dof.hybrid.cli import search
+    from lit_dof.hybrid.run import HybridSearch
     from tests.conftest import WIKIPEDIA
+
+    def search(*args, **kwargs):
+        return HybridSearch(*args, **kwargs).run()
 
     # untrained twins raise the perplexity of every single-layer swap: with a zero tolerance none passes
     data = search(str(bank), metric="perplexity", corpus=str(WIKIPEDIA), block=32, search_items=3, heldout_items=2,
@@ -135,11 +138,24 @@ def test_search_on_perplexity_exports_the_teacher_when_no_swap_passes(bank, tmp_
 @needs_data
 def test_search_runs_in_the_dtype_asked_for_and_records_device_and_dtype(bank, tmp_path):
     from lit_dof.hybrid.cli import search
+    from lit_dof.hybrid.run import HybridSearch
     from tests.conftest import WIKIPEDIA
 
-    data = search(str(bank), metric="perplexity", corpus=str(WIKIPEDIA), block=32, search_items=2, heldout_items=2,
-                  tolerance=0.0, shortlist=None, out=str(tmp_path / "s"), orderings=["uniform"], device="cpu",
-                  dtype="bfloat16")  # fmt: skip  # packed args
+    settings = HybridSearch(
+        str(bank),
+        metric="perplexity",
+        corpus=str(WIKIPEDIA),
+        block=32,
+        search_items=2,
+        heldout_items=2,
+        tolerance=0.0,
+        shortlist=None,
+        out=str(tmp_path / "s"),
+        orderings=["uniform"],
+        device="cpu",
+        dtype="bfloat16",
+    )
+    data = search(settings)
     assert data["device"] == "cpu" and data["dtype"] == "bfloat16" and data["settings"]["dtype"] == "bfloat16"
     exported = load_student(tmp_path / "s" / "most_linear")
     assert exported.dtype == torch.bfloat16  # exported in the dtype it was searched in, feature maps in float32

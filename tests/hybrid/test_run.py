@@ -37,3 +37,15 @@ def test_device_and_dtype_are_validated_at_once_and_dtype_recorded_unless_auto()
         HybridSearch(dtype="half")
     assert "dtype" not in HybridSearch().settings  # records written before the option resume
     assert HybridSearch(dtype="bfloat16", device="cpu").settings["dtype"] == "bfloat16"
+
+
+def test_the_command_options_are_the_settings_fields():
+    from dataclasses import fields
+
+    from lit_dof.help_text import command_parser
+    from lit_dof.hybrid.cli import search
+    from lit_dof.hybrid.settings import SearchSettings
+
+    parser = command_parser(search, "lit-dof hybrid", flat=["settings"])
+    options = {action.dest for action in parser._actions} - {"help", "config", "print_config"}
+    assert options == {f.name for f in fields(SearchSettings)}

@@ -39,7 +39,7 @@ FEATURE_MAPS = [
 PLANNERS = ["lit_dof.pipeline.planner.DoFPlanner", "lit_dof.pipeline.planner.FixedPlanner"]
 
 HELPS = {
-    **{command: [command, "--help"] for command in ("eval", "compare", "hybrid", "generate")},
+    **{command: [command, "--help"] for command in ("eval", "compare", "hybrid", "generate", "chat")},
     "fit": ["fit", "--config", QUICKSTART, "--help"],
     "validate": ["validate", "--config", QUICKSTART, "--help"],
     "predict": ["predict", "--help"],

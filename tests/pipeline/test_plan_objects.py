@@ -25,7 +25,7 @@ TINY = [
     "--data.init_args.seq_len=256",
     "--data.init_args.batch_size=2",
 ]
-REPORT = REPO / "docs/results/sliding_window/dof_pooled.json"  # a DoF report of the quickstart's SmolLM2 teacher
+REPORT = REPO / "docs/results/sliding_window/records/dof_pooled.json"  # a DoF report of the quickstart teacher
 
 
 class PaddedLoss(LayerLoss):

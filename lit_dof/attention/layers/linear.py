@@ -20,7 +20,7 @@ from torch import Tensor
 
 from lit_dof.attention._validation import check_positive_int, check_rank
 from lit_dof.attention.feature_maps.base import FeatureMap
-from lit_dof.attention.ops.linear.chunked import accumulate_state, chunked_linear_attention
+from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE, accumulate_state, chunked_linear_attention
 from lit_dof.attention.ops.linear.recurrent import recurrent_linear_attention
 from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE, LinearAttentionState
 from lit_dof.precision import Float32Parameters
@@ -52,7 +52,7 @@ class CausalLinearAttention(Float32Parameters):
         num_heads: int,
         num_kv_heads: int | None = None,
         *,
-        chunk_size: int = 64,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
         decode_max_tokens: int = 1,
     ) -> None:
         super().__init__()

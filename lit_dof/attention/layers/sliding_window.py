@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from lit_dof.attention.feature_maps.base import FeatureMap
 from lit_dof.attention.layers.linear import CausalLinearAttention
 from lit_dof.attention.layers.window_options import SlidingWindow
+from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE
 from lit_dof.attention.ops.rotary import Rotary, unrotate
 from lit_dof.attention.ops.sliding_window.chunked import SlidingWindowState, sliding_window_linear_attention
 
@@ -51,7 +52,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         num_kv_heads: int | None = None,
         *,
         sliding_window: SlidingWindow,
-        chunk_size: int = 64,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
         decode_max_tokens: int = 1,
         window_kernel: str = "torch",
         linear_kernel: str = "torch",

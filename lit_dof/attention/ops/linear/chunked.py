@@ -42,6 +42,11 @@ from lit_dof.attention._validation import check_positive_int, check_qkv, check_r
 from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE, LinearAttentionState
 from lit_dof.precision import fp32_region
 
+DEFAULT_CHUNK_SIZE = 64
+"""The chunk C (tokens) of the chunked kernels where none is given, and so of the layers, students and fits built on
+them: the one declaration of that default. A saved student's ``config.json`` records its own ``chunk_size``; one
+that lacks it (none written by lit-dof does) gets this."""
+
 _TINY = torch.finfo(torch.float32).tiny
 _UNDERFLOW = 1e-12  # a row normaliser below this (relative to its stabiliser): 1/den² would overflow in the backward
 
@@ -62,7 +67,7 @@ def chunked_linear_attention(
     log_phi_k: Tensor,
     v: Tensor,
     *,
-    chunk_size: int = 64,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     block_size: int = 1024,
     initial_state: LinearAttentionState | None = None,
     check_inputs: bool = True,

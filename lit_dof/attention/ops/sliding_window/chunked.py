@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lit_dof.attention._validation import check_grouped_qkv, check_positive_int, check_sink_tokens
-from lit_dof.attention.ops.linear.chunked import chunked_linear_attention
+from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE, chunked_linear_attention
 from lit_dof.attention.ops.linear.fla import fla_aligned_linear_attention
 from lit_dof.attention.ops.linear.recurrent import recurrent_linear_attention
 from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE, LinearAttentionState
@@ -136,7 +136,7 @@ def sliding_window_linear_attention(
     far_decay: Tensor | None = None,
     state: SlidingWindowState | None = None,
     key_padding_mask: Tensor | None = None,
-    chunk_size: int = 64,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     window_kernel: str = "torch",
     linear_kernel: str = "torch",
 ) -> tuple[Tensor, SlidingWindowState]:

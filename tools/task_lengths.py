@@ -5,7 +5,7 @@ A sliding-window student attends exactly to its last ``window`` tokens and first
 every scored request (context + continuation, as lm-eval tokenizes it) fits in window + sinks is scored exactly as
 its teacher scores it. ``lit-dof eval`` records the same lengths per example (``tokens``, ``beyond_exact``).
 
-Usage: python scripts/task_lengths.py --tokenizer smollm2-135m-instruct --exact 68 --mmlu_per_subject 18 \
+Usage: python tools/task_lengths.py --tokenizer smollm2-135m-instruct --exact 68 --mmlu_per_subject 18 \
            [--tasks piqa mmlu_5shot] [--data_dir ../shared/data] [--output lengths.json]
 """
 

@@ -14,7 +14,7 @@ query head:
 Prints one line per position bucket (mean over layers and heads, and over the sampled queries) and, with
 ``--per-layer``, the last bucket per layer. Float64 throughout.
 
-Usage: python scripts/far_mass.py STUDENT_DIR --corpus FILE [--context 8192] [--queries 16] [--per-layer]
+Usage: python tools/far_mass.py STUDENT_DIR --corpus FILE [--context 8192] [--queries 16] [--per-layer]
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ is p-RoPE, Barbero et al. 2025, "Round and round we go! What makes rotary positi
 held-out documents concatenated, up to 16,384 tokens) for the student (with the remedy, if given) and the control,
 and prints their paired perplexity ratio overall and in the last position bucket.
 
-Usage: python scripts/position_probe.py STUDENT_DIR --corpus FILE [--shifts 0 1536 3584 7680] [--blocks 8]
+Usage: python tools/position_probe.py STUDENT_DIR --corpus FILE [--shifts 0 1536 3584 7680] [--blocks 8]
        [--unrotate-period P] [--contexts 512 2048 4096 8192] [--device auto|cpu|cuda[:N]]
        [--dtype auto|float32|bfloat16|float16]
 ``--device`` / ``--dtype`` as for ``lit-dof eval`` (lit_dof.devices; auto: CUDA when available, the recorded dtype).
