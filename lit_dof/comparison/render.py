@@ -266,7 +266,7 @@ def seed_table(report: dict) -> list[str]:
 
 
 def paired_table(report: dict) -> list[str]:
-    """Markdown lines: each method minus its reference row (Fix with the same loss, :class:`Row`) at the same
+    """Markdown lines: each method minus its reference row (:class:`Row`'s ``reference``) at the same
     budget on the same examples (± paired standard error, :func:`paired_difference`), per task, and a line naming
     the evaluated cells whose reference is evaluated too but could not be paired (a side without per-example
     scores); empty when neither exists.
@@ -302,7 +302,9 @@ def _paired_rows(report: dict, paired: list[dict]) -> list[str]:
     lines = [
         "",
         (
-            "Difference from the reference row (`vs`: Fix with the same loss) at the same budget, on the same "
+            "Difference from the reference row (`vs`: the row it is measured against — Fix with the same loss for a "
+            "pure linear student, the untrained window-plus-sink control for a window student, its student for a "
+            "control) at the same budget, on the same "
             "examples (points of the primary metric, ± paired standard error; – where either cell lacks "
             "per-example scores; avg: over the tasks, standard error √(Σ SE²) / number of tasks):"
         ),
