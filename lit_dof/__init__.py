@@ -4,7 +4,8 @@ per-layer feature dimension follows the degrees of freedom of its attention kern
 The pipeline, one subpackage per stage: :mod:`lit_dof.teacher` (loading, capture) → :mod:`lit_dof.dof`
 (Algorithm 1) → :mod:`lit_dof.students` (surgery, student model, generation cache) → :mod:`lit_dof.pipeline`
 (Lightning phases, ``lit-dof``) → :mod:`lit_dof.evaluation` (lm-eval tasks, perplexity, fine-tuning
-protocol) → :mod:`lit_dof.comparison` (the comparison runner, ``lit-dof compare``); the math lives in
+protocol) → :mod:`lit_dof.comparison` (the comparison runner, ``lit-dof compare``), with :mod:`lit_dof.hybrid`
+(softmax/linear hybrids, ``lit-dof hybrid``) and :mod:`lit_dof.data` (corpora, splits); the math lives in
 :mod:`lit_dof.attention` (pure PyTorch). The top-level names below are imported lazily so that
 ``import lit_dof.attention`` does not pull in transformers. ``import lit_dof`` registers the ``"lit_dof"``
 model type with ``AutoConfig`` / ``AutoModelForCausalLM`` as soon as transformers is imported

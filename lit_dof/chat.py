@@ -11,8 +11,8 @@ Input: one user message per line of stdin (a prompt ``>`` on stderr when stdin i
 (prefixed ``student:`` / ``teacher:`` with ``--compare-teacher``), one line of statistics per model and turn to
 stderr::
 
-    chat: turn 2 student: 8 new tokens in 2.39 s = 3.4 tokens/s; state 6129120 bytes at context 85 tokens
-    (teacher KV cache at the same context: 3916800 bytes)
+    chat: turn <k> student: <n> new tokens in <t> s = <n/t> tokens/s; state <bytes> bytes at context <c> tokens
+    (teacher KV cache at the same context: <bytes> bytes)
 
 Decoding is :func:`lit_dof.generation.prompt_inputs` (the chat template with the generation prompt) and
 transformers' ``generate`` with a :class:`transformers.TextStreamer`, as in ``lit-dof generate``.
@@ -21,8 +21,8 @@ transformers' ``generate`` with a :class:`transformers.TextStreamer`, as in ``li
 previous turn left to ``generate`` with the whole conversation's token ids, so only the new tokens (the last
 reply's final token, the template's turn markers and the new message) are prefilled. A student's cache is a
 recurrent state per linear layer plus, with a sliding window, the keys and values of the window and sink tokens:
-it grows until the window is full and then keeps its size however long the conversation grows (the smoke
-student's: 6.1 MB once its window of 64 + 4 tokens is full, which the teacher's KV cache passes at 133 tokens).
+it grows until the window is full and then keeps its size however long the conversation grows (its bytes:
+:func:`lit_dof.students.state_bytes.decode_state_bytes`, printed after every turn).
 The teacher's ``DynamicCache`` keeps every token's keys and values and grows with every turn (so do the softmax
 layers of a hybrid). The conversation's token ids are the first turn's template output, the tokens generated and,
 per later turn, the template's text after the assistant's message (:func:`continuation`): the chat template

@@ -13,8 +13,8 @@ decodes from its own constant-size cache (:meth:`~lit_dof.students.LitDofForCaus
 state per linear layer, a KV cache per softmax layer of a hybrid). The continuation goes to stdout, one line
 of statistics to stderr::
 
-    generate: 32 new tokens in 0.41 s = 78.0 tokens/s; cache 18432 bytes at context 40 tokens (teacher KV cache
-    at the same context: 81920 bytes)
+    generate: <n> new tokens in <t> s = <n/t> tokens/s; cache <bytes> bytes at context <c> tokens (teacher KV cache
+    at the same context: <bytes> bytes)
 
 For a teacher both figures are its ``DynamicCache``, measured from its tensors; for a student the first is
 measured (the recurrent states' ``nbytes`` and any softmax layers' keys and values) and the teacher's is

@@ -82,7 +82,7 @@ def test_too_few_tokens_for_J():
 @pytest.mark.slow
 def test_smollm2_allocation_is_non_degenerate(smollm2_dir):
     """Issue 2's bar on the real teacher: the paper's absolute λ = 2⁻⁴ saturates (uniform dims, warned);
-    automatic and trace-relative λ spread the dims. Measured spreads are in lit_dof/dof/estimator.py."""
+    automatic and trace-relative λ spread the dims (printed; ``python scripts/dof_report.py`` for the full report)."""
     from lit_dof.dof import collect_samples, dof_report
     from lit_dof.teacher.loading import load_teacher
 

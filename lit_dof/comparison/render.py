@@ -325,8 +325,8 @@ def _paired_rows(report: dict, paired: list[dict]) -> list[str]:
 def curve_table(report: dict, tail: int = 5) -> list[str]:
     """Markdown lines: each fitted cell's validation perplexity at every validation step and, where its
     reference row (``vs``: Fix with the same loss) has a curve at the same budget, the ratio to it at the last
-    shared step and the mean ratio over the last ``tail`` shared steps (one validation point is noisy:
-    single-seed curves wobble by ~5%). That mean is "–" for a curve with fewer than ``tail`` shared steps: a
+    shared step and the mean ratio over the last ``tail`` shared steps (one validation point of one seed is
+    noisy). That mean is "–" for a curve with fewer than ``tail`` shared steps: a
     few widely spaced validations can span different stages (the full recipe validates once after the
     layer-wise stage and once after the end-to-end tail), whose mean answers no question. Empty when no cell
     has a curve.

@@ -155,7 +155,7 @@ class HubDocuments:
 
     def check_reachable(self, timeout: float = 5.0) -> None:
         """Fail at once when the stream cannot load, instead of at its first read (after the teacher has loaded,
-        and after ``datasets`` has retried for about 25 s): offline mode (:func:`hub_offline`), or one request to
+        and after ``datasets``'s own retries): offline mode (:func:`hub_offline`), or one request to
         the hub's dataset API that gets no answer within ``timeout`` seconds. An answer of any status passes
         (a gated or unknown dataset is for ``datasets`` to report).
 

@@ -2,7 +2,8 @@
 
 * :mod:`lit_dof.dof.estimator` — N_λ of a head from J pooled vectors (exact, well-conditioned), the
   ridge rules and the feature-dimension allocation;
-* :mod:`lit_dof.dof.report` — the whole model: capture → DoF → allocation → :class:`DoFReport` (JSON).
+* :mod:`lit_dof.dof.report` — the whole model: capture → DoF → allocation → :class:`DoFReport` (JSON);
+* :mod:`lit_dof.dof.sharded` — the per-layer DoF computation split across the ranks of a process group.
 """
 
 from lit_dof.dof.estimator import (

@@ -8,7 +8,13 @@ fine-tuning protocol (the comparison runner that uses them is :mod:`lit_dof.comp
 * :mod:`~lit_dof.evaluation.extra` — ``require_lm_eval``: lm-eval is the optional ``eval`` extra;
 * :mod:`~lit_dof.evaluation.perplexity` — sliding-window perplexity (torchmetrics) on a split of the corpus (test
   by default, :mod:`lit_dof.data.splits`);
+* :mod:`~lit_dof.evaluation.position_perplexity` — perplexity by token position, paired ratios, long contexts;
+  :mod:`~lit_dof.evaluation.position_report` — their markdown tables;
 * :mod:`~lit_dof.evaluation.long_documents` — whole long documents by in-document position, SE over documents;
+* :mod:`~lit_dof.evaluation.retrieval_data` and :mod:`~lit_dof.evaluation.needles` — retrieval examples beyond the
+  window (passkey, needle-in-a-haystack, associative recall); :mod:`~lit_dof.evaluation.retrieval` — their scores;
+* :mod:`~lit_dof.evaluation.controls` — the controls a student is shown beside;
+* :mod:`~lit_dof.evaluation.request_cache` — the answered requests of an evaluation, for resuming;
 * :mod:`~lit_dof.evaluation.multiple_choice` — option scores as lm-eval's ``multiple_choice`` (acc, acc_norm);
 * :mod:`~lit_dof.evaluation.finetune_data` — ``MultipleChoiceDataModule`` (one task's splits, batched);
 * :mod:`~lit_dof.evaluation.finetune` — ``TaskFinetuning``, the per-task fine-tuning phase (METHOD.md §4);

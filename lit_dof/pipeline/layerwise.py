@@ -80,7 +80,10 @@ class LayerwiseDistillation(StudentModule):
             the rotations of positions up to S + ``seq_len`` rather than only of the first ``seq_len`` (it does not
             show them query–key distances beyond ``seq_len``). 0: positions from 0 (the paper's recipe).
             ``"auto"``: the teacher's ``max_position_embeddings`` − ``seq_len`` for a rotary teacher, 0 for one
-            with absolute position embeddings (resolved at ``configure_model``).
+            with absolute position embeddings (resolved at ``configure_model``). Supported; not used by the
+            shipped recipes (all keep 0; tried and not adopted: docs/results/sliding_window/README.md, "Absolute
+            positions"; docs/method_students.md). With ``sliding_window.far_rope: false`` the feature maps see q/k
+            with RoPE undone, so the shift changes nothing they see.
         layer_backward: differentiate each layer's loss as soon as it is computed and free its graph (and, with
             ``teacher_reuse`` 1, its captured q/k/v): the layer-wise peak holds one layer's loss graph, not L of
             them; the same gradients as one backward of the summed loss. ``False``: that one backward.

@@ -1,4 +1,6 @@
-"""Students: linear twins attached to a teacher (surgery), the student model class and its cache."""
+"""Students: linear twins attached to a teacher (surgery), the student model class and its cache (and the bytes its
+decode state holds), the layer-wise losses, LoRA, which parameters a phase trains, and a saved student's folder
+(config, integrity checks, remote code, model card)."""
 
 from lit_dof.students.cache import RecurrentStateLayer, student_cache
 from lit_dof.students.card import write_model_card

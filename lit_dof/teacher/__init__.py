@@ -1,4 +1,5 @@
-"""Teachers: loading pretrained causal LMs, their supported families, and capture of queries and keys.
+"""Teachers: loading pretrained causal LMs (hub, directory, GGUF, the embedded default's file), their supported
+families, random-initialised and FSDP2-sharded teachers, and capture of queries and keys.
 
 The default teacher's name lives here, in a module that imports nothing, so that command modules can show it as
 their default without importing torch or transformers.

