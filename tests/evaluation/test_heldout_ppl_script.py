@@ -69,7 +69,7 @@ def test_long_context_records_pair_context_by_context():
     per-block perplexity ratios computed by hand from their block NLL."""
     from tests.conftest import REPO
 
-    folder = REPO / "docs" / "results" / "sliding_window"
+    folder = REPO / "docs" / "results" / "sliding_window" / "records"
     script = load_script("heldout_ppl")
     out = script.main([str(folder / "quickstart_lora_long.json"), "--against", str(folder / "quickstart_long.json")])
     found = out["ratios"][str(folder / "quickstart_long.json")]
