@@ -8,6 +8,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from lit_dof.comparison.rows import ROWS, Row
 from lit_dof.data.splits import check_record_split
@@ -62,26 +63,23 @@ class EvaluationStages:
         from lit_dof.evaluation.harness import evaluate_model
         from lit_dof.evaluation.retrieval import beyond_exact_share, exact_positions
 
-        folder = self.cell_dir(row, budget) / "eval"
-        todo = [t for t in tasks if not (folder / f"{t}.json").is_file()]
-        if todo:
-            model, tokenizer = self.load(row, budget)
-            for task in todo:  # one task at a time: a kill loses at most one task's work
-                result = evaluate_model(
-                    model,
-                    tokenizer,
-                    [task],
-                    data_dir=self.data_dir,
-                    limit=self.eval_limit,
-                    batch_size=self.eval_batch_size,
-                    mmlu_per_subject=self.mmlu_per_subject,
-                    cache_dir=folder / "cache",
-                )
-                entry = {**result["tasks"][task], "provenance": result["provenance"]}
-                exact = entry["provenance"]["exact_positions"] = exact_positions(model)
-                entry["beyond_exact"] = beyond_exact_share(entry.get("tokens") or [], exact)  # those it can get wrong
-                atomic_write_json(folder / f"{task}.json", entry)
-        return {t: json.loads((folder / f"{t}.json").read_text()) for t in tasks}
+        def measure(model, tokenizer, task: str, cache: Path) -> dict:
+            result = evaluate_model(
+                model,
+                tokenizer,
+                [task],
+                data_dir=self.data_dir,
+                limit=self.eval_limit,
+                batch_size=self.eval_batch_size,
+                mmlu_per_subject=self.mmlu_per_subject,
+                cache_dir=cache,
+            )
+            entry = {**result["tasks"][task], "provenance": result["provenance"]}
+            exact = entry["provenance"]["exact_positions"] = exact_positions(model)
+            entry["beyond_exact"] = beyond_exact_share(entry.get("tokens") or [], exact)  # those it can get wrong
+            return entry
+
+        return self._per_task(row, budget, "eval", tasks, measure)
 
     def retrieval_stage(self, row: Row, budget: int) -> dict:
         """Retrieval of the cell's model by greedy generation (:attr:`retrieval_tasks` on the :attr:`retrieval`
@@ -99,30 +97,32 @@ class EvaluationStages:
         from lit_dof.evaluation.harness import evaluate_model
         from lit_dof.evaluation.retrieval import beyond_exact, exact_positions, heatmap
 
-        folder = self.cell_dir(row, budget) / "retrieval"
-        todo = [t for t in self.retrieval_tasks if not (folder / f"{t}.json").is_file()]
+        def measure(model, tokenizer, task: str, cache: Path) -> dict:
+            result = evaluate_model(
+                model, tokenizer, [task], batch_size=self.eval_batch_size, retrieval=self.retrieval, cache_dir=cache
+            )
+            entry = {**result["tasks"][task], "provenance": result["provenance"]}
+            entry["provenance"]["exact_positions"] = exact_positions(model)
+            options = getattr(model.config, "window_options", None) or {}
+            if options.get("window"):  # which needles lie beyond its window
+                for example in entry["examples"]:
+                    example["beyond_window"] = beyond_exact(example, options["window"], options.get("sink_tokens", 0))
+            heatmap(entry["cells"], cache.parent / f"{task}.png", title=f"{task}: {row.name} (C={budget})")
+            return entry
+
+        return self._per_task(row, budget, "retrieval", self.retrieval_tasks, measure)
+
+    def _per_task(self, row: Row, budget: int, name: str, tasks: Sequence[str], measure) -> dict:
+        """The cell's ``<name>/<task>.json`` records: each missing one is ``measure(model, tokenizer, task, cache)``
+        with the cell's model (loaded once, only if a record is missing), written atomically one task at a time (a
+        kill loses at most one task's work; ``<name>/cache`` keeps the answered requests of an unfinished one)."""
+        folder = self.cell_dir(row, budget) / name
+        todo = [t for t in tasks if not (folder / f"{t}.json").is_file()]
         if todo:
             model, tokenizer = self.load(row, budget)
-            options = getattr(model.config, "window_options", None) or {}
             for task in todo:
-                result = evaluate_model(
-                    model,
-                    tokenizer,
-                    [task],
-                    batch_size=self.eval_batch_size,
-                    retrieval=self.retrieval,
-                    cache_dir=folder / "cache",
-                )
-                entry = {**result["tasks"][task], "provenance": result["provenance"]}
-                entry["provenance"]["exact_positions"] = exact_positions(model)
-                if options.get("window"):  # which needles lie beyond its window
-                    for example in entry["examples"]:
-                        example["beyond_window"] = beyond_exact(
-                            example, options["window"], options.get("sink_tokens", 0)
-                        )
-                atomic_write_json(folder / f"{task}.json", entry)
-                heatmap(entry["cells"], folder / f"{task}.png", title=f"{task}: {row.name} (C={budget})")
-        return {t: json.loads((folder / f"{t}.json").read_text()) for t in self.retrieval_tasks}
+                atomic_write_json(folder / f"{task}.json", measure(model, tokenizer, task, folder / "cache"))
+        return {t: json.loads((folder / f"{t}.json").read_text()) for t in tasks}
 
     def _measured(self, row: Row, budget: int, name: str, measure) -> dict:
         """The cell's ``name`` record: read back if written, else ``measure(model, tokenizer, corpus)`` with the
