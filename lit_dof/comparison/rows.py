@@ -150,6 +150,13 @@ ROWS: dict[str, Row] = {
             reference="swa_sink",
         ),
         Row(
+            "quickstart_gate",
+            args=("--model.init_args.sliding_window.far_gate=true",),
+            note="the quickstart with a forget gate on its far memory, set per token from the value vector "
+            "(starts at its τ = 128 decay; docs/method_students.md)",
+            reference="swa_sink",
+        ),
+        Row(
             "quickstart_dof_head",
             (),
             (f"{PLANNER_ARGS}.strategy=dof_head", f"{PLANNER_ARGS}.multiple_of=8"),

@@ -218,7 +218,7 @@ class LayerwiseDistillation(StudentModule):
     ) -> tuple[torch.Tensor | None, dict[int, CapturedAttention]]:
         """One frozen-teacher forward: its logits and, if ``capture``, every layer's
         :class:`~lit_dof.teacher.capture.CapturedAttention` (q, k, key padding; v and the attention output only
-        when the layer loss ``needs_values``).
+        when the layer loss ``needs_values``, v also for twins whose far memory has a gate).
 
         ``logits=False`` (the layer-wise steps, which discard them): the forward stops as soon as the last twin's
         layer has been captured — the layers above it, the final norm and the LM head never run — unless the
@@ -226,11 +226,12 @@ class LayerwiseDistillation(StudentModule):
         ``(B, T)`` position ids (``None``: the model's own)."""
         captured: dict[int, CapturedAttention] = {}
         keep_values = self.layer_loss.needs_values
+        keep_v = keep_values or any(twin.far_gated for twin in self.student.linear_modules().values())  # gates read v
         last = max(self.student.linear_modules(), default=None)
         stop_early = capture and not logits and last is not None and getattr(self, "_replicated_group", None) is None
 
         def record(index: int, c: CapturedAttention) -> None:
-            captured[index] = c if keep_values else dataclasses.replace(c, v=None, out=None)
+            captured[index] = c if keep_values else dataclasses.replace(c, v=c.v if keep_v else None, out=None)
             if stop_early and index == last:
                 raise _CapturedAll
 

@@ -119,7 +119,9 @@ def _method_lines(config: dict, dims: list) -> list[str]:
     lines = [f"- Feature map: `{name}`" + (f" ({kwargs})" if kwargs else "")]
     if options.enabled:
         far = "a linear far term" if options.far_term else "no far term"
-        if options.far_term and options.far_decay is not None:
+        if options.far_term and options.far_gate:
+            far += f" with a learned forget gate (started at a {options.far_decay:g}-token decay)"
+        elif options.far_term and options.far_decay is not None:
             far += f" decaying over {options.far_decay:g} tokens past the window"
         if options.far_term and not options.far_rope:
             far += " on un-rotated queries and keys (position-free)"

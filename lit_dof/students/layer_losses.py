@@ -111,7 +111,8 @@ class LayerLoss(ABC):
         Args:
             twin: the layer's :class:`~lit_dof.attention.CausalLinearAttention`.
             captured: the teacher's ``q (B, Hq, T, d)``, ``k (B, Hk, T, d)``, ``key_padding (B, T)`` (or ``None``)
-                and, when ``needs_values``, ``v (B, Hk, T, D)`` and ``out (B, T, Hq, D)``.
+                and, when ``needs_values``, ``v (B, Hk, T, D)`` and ``out (B, T, Hq, D)`` (``v`` also for a twin
+                whose far memory has a forget gate, ``twin.far_gated``).
             query_rows: score this many random query rows per sequence (``None``: all T); a loss may ignore it.
             generator: RNG for the row subset.
 
@@ -160,7 +161,15 @@ class SoftmaxRowLoss(LayerLoss):
         """KL between the teacher's and the twin's attention rows (see :meth:`LayerLoss.__call__`)."""
         q, k, pad = captured.q, captured.k, captured.key_padding
         return attention_distillation_loss(
-            twin, q, k, pad, kind="softmax", query_rows=query_rows, generator=generator, rotary=captured.rotary
+            twin,
+            q,
+            k,
+            pad,
+            kind="softmax",
+            query_rows=query_rows,
+            generator=generator,
+            rotary=captured.rotary,
+            values=captured.v,
         )
 
 

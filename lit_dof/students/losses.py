@@ -99,6 +99,7 @@ def attention_distillation_loss(
     query_rows: int | None = None,
     generator: torch.Generator | None = None,
     rotary: Rotary | None = None,
+    values: Tensor | None = None,
 ) -> Tensor:
     """One layer's distillation loss (scalar) of ``twin`` against the teacher's attention on q, k.
 
@@ -112,31 +113,36 @@ def attention_distillation_loss(
         generator: RNG for the row subset.
         rotary: the teacher's rotary ``(cos, sin)`` of the T positions; needed by a twin whose far term sees
             un-rotated q/k (``needs_rotary``).
+        values: ``(B, Hk, T, D)`` teacher values; needed by a twin whose far memory has a forget gate
+            (``far_gated``: the gate reads them).
 
     Returns:
         a 0-d float32 tensor.
 
     Raises:
         ValueError: unknown ``kind``, ``l2`` for a sliding-window twin, a sliding-window twin without a far
-            term, or one that needs ``rotary`` without it.
+            term, one that needs ``rotary`` without it, or a gated one without ``values``.
         FloatingPointError: a non-finite loss (names the layer's inputs).
     """
     if kind not in ("softmax", "l2"):
         raise ValueError(f"loss kind must be 'softmax' or 'l2', got {kind!r}")
     if isinstance(twin, HeadGroupedAttention):  # per-head dims: each group on its heads, weighted by heads
-        total = sum(
-            attention_distillation_loss(
-                layer, qg, kg, key_padding, kind=kind, query_rows=query_rows, generator=generator, rotary=rotary
-            )
-            * len(heads)
-            for layer, qg, kg, heads in twin.split(q, k)
-        )
+        options = {"kind": kind, "query_rows": query_rows, "generator": generator, "rotary": rotary}
+        total = 0.0
+        for layer, qg, kg, *vg, heads in twin.split(q, k, *(() if values is None else (values,))):
+            part = attention_distillation_loss(layer, qg, kg, key_padding, values=next(iter(vg), None), **options)
+            total = total + part * len(heads)
         return total / twin.num_heads
     windowed = isinstance(twin, SlidingWindowLinearAttention)
     if windowed and kind == "l2":
         raise ValueError("the l2 kernel loss is not defined for sliding-window twins: use loss 'softmax' or 'output'")
     if windowed and not twin.far_term:
         raise ValueError("a sliding-window twin without a far term has nothing to distil (its KL is infinite)")
+    if windowed and twin.far_gated and values is None:
+        raise ValueError(
+            "this twin's far memory has a forget gate that reads the values (sliding_window.far_gate): pass the "
+            "teacher's values (the layer-wise capture keeps them for gated twins)"
+        )
     B, Hq, T, d = q.shape
     G = q.shape[1] // k.shape[1]
     q, k = q.detach(), k.detach()
@@ -160,7 +166,7 @@ def attention_distillation_loss(
         allowed = (causal[None] & valid[:, None, :])[:, None]  # (B, 1, R, T)
         log_p = logits.masked_fill(~allowed, float("-inf")).log_softmax(-1)
         if windowed:
-            log_khat = _windowed_scores(twin, logits, log_khat, rows, T)
+            log_khat = _windowed_scores(twin, logits, log_khat, rows, T, values)
         log_phat = log_khat.masked_fill(~allowed, float("-inf")).log_softmax(-1)
         p = log_p.exp()
         kl = (p * (log_p - log_phat)).masked_fill(~allowed, 0.0).sum(-1)  # (B, Hq, R)
@@ -179,10 +185,16 @@ def attention_distillation_loss(
 
 
 def _windowed_scores(
-    twin: SlidingWindowLinearAttention, logits: Tensor, log_khat: Tensor | None, rows: Tensor, T: int
+    twin: SlidingWindowLinearAttention,
+    logits: Tensor,
+    log_khat: Tensor | None,
+    rows: Tensor,
+    T: int,
+    values: Tensor | None = None,
 ) -> Tensor:
     """The log-terms of a sliding-window twin's rows ``(B, Hq, R, T)``: the teacher's logits on exact pairs,
-    ``β_h − λ_h (i − w − j) + log K̂`` on far pairs, ``-inf`` elsewhere
+    ``β_h − λ_h (i − w − j) + Σ_{j+w<t≤i} g_ht + log K̂`` on far pairs (g: the forget gates the twin reads from
+    ``values`` ``(B, Hk, T, D)``), ``-inf`` elsewhere
     (:func:`~lit_dof.attention.ops.sliding_window.naive.sliding_window_masks`)."""
     exact, far = (m[rows] for m in sliding_window_masks(T, twin.window, twin.sink_tokens, device=logits.device))
     scores = torch.full_like(logits, float("-inf"))
@@ -193,6 +205,12 @@ def _windowed_scores(
         if rates is not None:  # e^{−λ (i − w − j)} on far pairs
             beyond = (rows[:, None] - twin.window - torch.arange(T, device=logits.device)).float()  # (R, T)
             log_khat = log_khat - rates.to(logits.device)[None, :, None, None] * beyond
+        if twin.far_gated:  # Σ_{j+w<t≤i} g_t = c_i − c_{j+w}, c the inclusive cumulative sum over positions
+            group = twin.num_heads // twin.num_kv_heads
+            v = values.float() if twin.shares_kv_maps else values.float().repeat_interleave(group, dim=1)
+            c = twin.far_log_gates(v, per_query_head=True).cumsum(-1)  # (B, Hq, T)
+            left = c[:, :, (torch.arange(T, device=c.device) + twin.window).clamp_max(T - 1)]  # c_{j+w}
+            log_khat = log_khat + c[:, :, rows, None] - left[:, :, None, :]
         scores = log_khat.masked_fill(~far, float("-inf"))
     return torch.where(exact, logits, scores)
 

@@ -102,6 +102,11 @@ class HeadGroupedAttention(Float32Parameters):
         return any(layer.needs_rotary for layer in self.groups)
 
     @property
+    def far_gated(self) -> bool:
+        """Whether a group's far memory has a forget gate that reads the values."""
+        return any(layer.far_gated for layer in self.groups)
+
+    @property
     def feature_dim_total(self) -> int:
         """Σ_h M_h over the KV heads: the features (and, × (D + 2), the state floats per batch row) of the layer."""
         return sum(self.head_dims)

@@ -174,6 +174,12 @@ class CausalLinearAttention(Float32Parameters):
         """Whether :meth:`forward` needs the call's rotary ``(cos, sin)``; ``False`` for the pure linear layer."""
         return False
 
+    @property
+    def far_gated(self) -> bool:
+        """Whether a forget gate of the layer reads the values, so its losses need them; ``False`` for the pure
+        linear layer."""
+        return False
+
     def forward(
         self,
         q: Tensor,

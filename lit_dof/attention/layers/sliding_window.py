@@ -33,7 +33,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
     Args:
         feature_map: φ of the far term (``num_heads`` = Hk for maps shared per KV head, or Hq).
         num_heads: Hq. num_kv_heads: Hk (``None``: Hq).
-        sliding_window: the window (w ≥ 1), sink tokens, far term, mixing weight and decay
+        sliding_window: the window (w ≥ 1), sink tokens, far term, mixing weight, decay and gate
             (:class:`~lit_dof.attention.layers.window_options.SlidingWindow`).
         chunk_size: chunk size of both parts' parallel forms.
         window_kernel: ``"torch"`` or ``"flex"``, the exact part's kernel on a fresh sequence
@@ -67,8 +67,14 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         learned = sliding_window.far_term and sliding_window.learn_mix
         self.log_mix = nn.Parameter(torch.zeros(num_heads, dtype=torch.float32)) if learned else None
         # log λ per feature-map head (the heads of the linear state): a parameter, a fixed buffer, or None
+        self.far_gate_weight = self.far_gate_bias = None
         if sliding_window.far_decay is None or not sliding_window.far_term:
             self.register_buffer("far_log_decay", None)
+        elif sliding_window.far_gate:  # the gate σ(wᵀv/√D + b)/τ_min starts at the fixed rate 1/far_decay (w = 0)
+            self.register_buffer("far_log_decay", None)
+            heads, start = self.feature_map.num_heads, sliding_window.gate_min_decay / float(sliding_window.far_decay)
+            self.far_gate_weight = nn.Parameter(torch.zeros(heads, self.feature_map.head_dim, dtype=torch.float32))
+            self.far_gate_bias = nn.Parameter(torch.full((heads,), math.log(start / (1 - start)), dtype=torch.float32))
         else:
             rate = -math.log(float(sliding_window.far_decay))
             init = torch.full((self.feature_map.num_heads,), rate, dtype=torch.float32)
@@ -122,10 +128,43 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             rates = rates.repeat_interleave(self.num_heads // self.num_kv_heads)
         return rates
 
+    @property
+    def far_gated(self) -> bool:
+        """Whether the far memory has a data-dependent forget gate (``sliding_window.far_gate``): the layer's
+        losses then need the values, which the gate reads."""
+        return self.far_gate_weight is not None
+
+    def far_log_gates(self, v: Tensor, per_query_head: bool = False) -> Tensor | None:
+        """The log forget gate of the far memory at each token, ``g = −σ(w_hᵀv/√D + b_h)/τ_min`` (``far_gate``),
+        or ``None`` without a gate (a fixed decay is :meth:`decay_rates`).
+
+        Args:
+            v: ``(B, H, T, D)`` values, H = the feature map's heads (the KV heads for maps shared per KV head,
+                else the query heads, values repeated for them); ``D`` = the head size.
+            per_query_head: repeat the gates of maps shared by a KV group for each query head of the group.
+
+        Returns:
+            ``(B, H, T)`` float32, in ``(−1/τ_min, 0)`` nats; ``(B, Hq, T)`` with ``per_query_head``.
+
+        Raises:
+            ValueError: ``v`` with another head count or size than the gate's.
+        """
+        if self.far_gate_weight is None:
+            return None
+        heads, size = self.far_gate_weight.shape
+        if v.shape[1] != heads or v.shape[-1] != size:
+            raise ValueError(f"the far gate reads values (B, {heads}, T, {size}), got {tuple(v.shape)}")
+        x = torch.einsum("bhtd,hd->bht", v.float(), self.far_gate_weight) / math.sqrt(size)
+        gates = -torch.sigmoid(x + self.far_gate_bias[None, :, None]) / self.sliding_window.gate_min_decay
+        if per_query_head and self.shares_kv_maps:
+            gates = gates.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
+        return gates
+
     def extra_repr(self) -> str:
         """The linear layer's fields plus the sliding window, sink tokens and far term, for ``print(module)``."""
         far = "linear" if self.far_term else "none"
         decay = "" if self.far_log_decay is None else f", far_decay={(-self.far_log_decay).exp().tolist()}"
+        decay += f", far_gate=True, gate_min_decay={self.sliding_window.gate_min_decay:g}" if self.far_gated else ""
         rope = "" if self.sliding_window.far_rope else ", far_rope=False"
         return (
             f"{super().extra_repr()}, window={self.window}, sink_tokens={self.sink_tokens}, far_term={far}{decay}{rope}"
@@ -185,6 +224,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         if not self.shares_kv_maps:  # per-query-head maps: the state is per query head
             group = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        gates = self.far_log_gates(v) if self.far_term else None
         return sliding_window_linear_attention(
             q,
             k,
@@ -195,6 +235,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             sink_tokens=self.sink_tokens,
             log_mix=self.log_mix,
             far_decay=self.decay_rates(),
+            far_log_gates=gates,
             state=state,
             key_padding_mask=key_padding_mask,
             chunk_size=self.chunk_size,

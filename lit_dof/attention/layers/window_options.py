@@ -30,6 +30,14 @@ class SlidingWindow:
             on the far part only), so the far term reaches about τ tokens past the window at any context
             length; ``None``: no decay.
         learn_decay: train the decay rates (log λ per feature-map head, initialised to ``log(1/far_decay)``).
+        far_gate: a data-dependent forget gate of the far memory instead of a fixed decay: each token, as it arrives,
+            keeps ``e^{g}`` of every far key's weight, ``g = −σ(w_hᵀv/√D + b_h)/gate_min_decay`` from its own value
+            vector v per feature-map head (the scalar gate of Mamba-2, Dao & Gu 2024, §3, and simple GLA, Yang et
+            al. 2024), so the memory can hold on to what matters and drop what does not; initialised (w = 0) at
+            the fixed decay of ``far_decay``, which it needs.
+        gate_min_decay: τ_min > 0 in tokens, the fastest the gate may forget (rate ≤ 1/τ_min nats per token):
+            below ``far_decay``; bounded so the kernel's segments stay long
+            (:mod:`lit_dof.attention.ops.linear.aligned`).
         far_rope: ``True``: the far term's feature maps see post-RoPE queries and keys, like the exact parts;
             ``False``: they see them with the rotary embedding undone (``lit_dof.attention.ops.rotary.unrotate``),
             so the far term depends on content alone, never on absolute positions (the window keeps RoPE).
@@ -37,7 +45,8 @@ class SlidingWindow:
 
     Raises:
         ValueError: a negative or non-integer ``window``/``sink_tokens``, ``far_decay <= 0``, ``learn_decay``
-            without ``far_decay``, or a window option set while ``window = 0``.
+            without ``far_decay``, ``far_gate`` without ``far_decay``, with ``learn_decay`` or with
+            ``gate_min_decay >= far_decay``, or a window option set while ``window = 0``.
     """
 
     window: int = 0
@@ -46,6 +55,8 @@ class SlidingWindow:
     learn_mix: bool = True
     far_decay: float | None = None
     learn_decay: bool = False
+    far_gate: bool = False
+    gate_min_decay: float = 16.0
     far_rope: bool = True
 
     def __post_init__(self) -> None:
@@ -58,12 +69,29 @@ class SlidingWindow:
             raise ValueError(f"sliding_window.far_decay must be a positive number of tokens (or None), got {decay!r}")
         if self.learn_decay and decay is None:
             raise ValueError("sliding_window.learn_decay needs far_decay (the initial decay length in tokens)")
+        self._check_gate()
         changed = [f.name for f in fields(self) if f.name != "window" and getattr(self, f.name) != f.default]
         if self.window == 0 and changed:
             raise ValueError(
                 f"sliding_window options {changed} need a sliding window: set sliding_window.window >= 1 "
                 "(window 0 is pure linear attention), or reset them to their defaults (a pure linear method file "
                 "composed after configs/quickstart.yaml sets far_decay: null and far_rope: true)"
+            )
+
+    def _check_gate(self) -> None:
+        floor = self.gate_min_decay
+        if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not floor > 0:
+            raise ValueError(f"sliding_window.gate_min_decay must be a positive number of tokens, got {floor!r}")
+        if not self.far_gate:
+            return
+        if self.far_decay is None:
+            raise ValueError("sliding_window.far_gate needs far_decay (the decay length in tokens the gate starts at)")
+        if self.learn_decay:
+            raise ValueError("sliding_window.far_gate learns its own decay: set learn_decay: false")
+        if not self.far_decay > floor:
+            raise ValueError(
+                f"sliding_window.far_decay ({self.far_decay}) must exceed gate_min_decay ({floor}), the fastest the "
+                "gate may forget: raise far_decay or lower gate_min_decay"
             )
 
     @property

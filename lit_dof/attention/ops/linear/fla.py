@@ -2,20 +2,22 @@
 lit-dof[gpu]``).
 
 The far term of :mod:`lit_dof.attention.ops.sliding_window.chunked` is causal linear attention of N queries over N
-aligned keys with the scalar decay e^{−λ(n − m)} — simple gated linear attention with a constant gate ``g = −λ``
-(RetNet, Sun et al. 2023, §2.1; GLA, Yang et al. 2024, as fla's ``chunk_simple_gla``). What fla does not
-carry is our representation: log-features, a normaliser and a state with per-feature log-scales. The mapping,
-exact in real arithmetic, per segment of ≤ 512 tokens:
+aligned keys with a scalar forget gate per head and token, e^{c_n − c_m} (:mod:`~lit_dof.attention.ops.linear.aligned`)
+— simple gated linear attention (GLA, Yang et al. 2024, as fla's ``chunk_simple_gla``; a constant gate ``g = −λ`` is
+RetNet's decay, Sun et al. 2023, §2.1). What fla does not carry is our representation: log-features, a normaliser
+and a state with per-feature log-scales. The mapping, exact in real arithmetic, per segment of ≤ 512 tokens:
 
 * key features ``exp(ℓ_k − c_f)`` with ``c_f`` the largest key log-feature of the segment (or of the carried
   state) in feature f, so every key feature is ≤ 1; the same ``c_f`` is added to the query log-features, and
   each query row is divided by its largest entry ``a_n``, so no feature overflows;
 * the normaliser as a column of ones appended to the values: one kernel call gives numerator and denominator,
   ``log_z = log(den) + a_n``;
-* the carried :class:`~lit_dof.attention.ops.linear.state.LinearAttentionState` (referenced to the call's index 0)
-  enters as fla's initial state (referenced to index −1: one decay step e^{λ} more) in the scale ``c``, and the
-  final state comes back with ``log_scale = c − λ``.
+* the carried :class:`~lit_dof.attention.ops.linear.state.LinearAttentionState` (referenced to index −1, as fla's
+  initial state is) enters in the scale ``c``, and the final state comes back with ``log_scale = c``.
 
+One ``c`` serves the whole segment: where a later key of the segment exceeds an earlier key's (or the carried
+state's) log-feature by more than float32's range (~87 nats), the earlier terms underflow here, while the PyTorch
+path's finer stabilisers keep them (:mod:`~lit_dof.attention.ops.linear.chunked`).
 ``c`` and ``a_n`` are constants of the exact function (its value does not depend on them), so they carry no
 gradient. Grouped-query attention repeats the KV features for the query heads (fla's simple GLA has one head
 count). On CUDA the kernel is fla's Triton ``chunk_simple_gla``; elsewhere fla's own pure-PyTorch reference
@@ -62,22 +64,22 @@ def fla_aligned_linear_attention(
     lk: Tensor,
     lv: Tensor,
     state: LinearAttentionState | None,
-    decay: Tensor | None,
+    log_gates: Tensor | None,
     *,
     kernel: Callable | None = None,
 ) -> tuple[Tensor, Tensor, LinearAttentionState]:
-    """Causal linear attention of N queries over N aligned keys (query n sees keys m ≤ n and ``state``), each term
-    weighted e^{−λ(n − m)}, by fla's simple-GLA kernel.
+    """Gated causal linear attention of N queries over N aligned keys (query n sees keys m ≤ n and ``state``), each
+    term weighted e^{c_n − c_m}, by fla's simple-GLA kernel.
 
-    The contract of the PyTorch path (``sliding_window._aligned_linear_attention``): ``state`` referenced to index 0,
-    the returned state to index N.
+    The contract of the PyTorch path (:func:`~lit_dof.attention.ops.linear.aligned.aligned_linear_attention`):
+    ``state`` referenced to index −1, the returned state to index N − 1.
 
     Args:
         lq: ``(B, Hq, N, M)`` query log-features (exact, or up to a per-row constant).
         lk: ``(B, Hk, N, M)`` key log-features (``EMPTY_LOG_SCALE`` for keys that must not count).
         lv: ``(B, Hk, N, D)`` values.
         state: the carried state ``(B, Hk, M, ·)``, or ``None``.
-        decay: ``(Hk,)`` λ ≥ 0 in nats per token, or ``None`` (no decay).
+        log_gates: ``(B, Hk, N)`` g ≤ 0, the log forget gate of each index in nats, or ``None`` (no gate).
         kernel: fla's kernel (default :func:`fla_kernel` for the inputs' device).
 
     Returns:
@@ -90,25 +92,25 @@ def fla_aligned_linear_attention(
     kernel = kernel or fla_kernel(lq.device)
     Hq, N, Hk = lq.shape[1], lq.shape[2], lk.shape[1]
     G = Hq // Hk
-    lam = torch.zeros(Hk, device=lq.device) if decay is None else decay.float()
+    gates = lq.new_zeros(lq.shape[0], Hk, N) if log_gates is None else log_gates
     ys, log_zs = [], []
     for start in range(0, N, SEGMENT):
-        q_s, k_s, v_s = (x[:, :, start : start + SEGMENT].float() for x in (lq, lk, lv))
-        y, log_z, state = _segment(q_s, k_s, v_s, state, lam, G, kernel)
+        q_s, k_s, v_s, g_s = (x[:, :, start : start + SEGMENT].float() for x in (lq, lk, lv, gates))
+        y, log_z, state = _segment(q_s, k_s, v_s, state, g_s, G, kernel)
         ys.append(y)
         log_zs.append(log_z)
     return torch.cat(ys, 2), torch.cat(log_zs, 2), state
 
 
 def _segment(
-    lq: Tensor, lk: Tensor, lv: Tensor, state: LinearAttentionState | None, lam: Tensor, G: int, kernel: Callable
+    lq: Tensor, lk: Tensor, lv: Tensor, state: LinearAttentionState | None, gates: Tensor, G: int, kernel: Callable
 ) -> tuple[Tensor, Tensor, LinearAttentionState]:
-    """One kernel call over ≤ :data:`SEGMENT` tokens (the mapping of the module docstring)."""
+    """One kernel call over ≤ :data:`SEGMENT` tokens (the mapping of the module docstring); ``gates`` ``(B, Hk, n)``."""
     B, Hk, n, _ = lk.shape
     D = lv.shape[-1]
     c = lk.detach().amax(2)  # (B, Hk, M)
     if state is not None:
-        c = torch.maximum(c, state.log_scale + lam[None, :, None])
+        c = torch.maximum(c, state.log_scale)
     c = c.clamp_min(-1e4)  # a feature no key has touched: any finite scale (its key features are all 0)
     phi_k = (lk - c[:, :, None]).exp()  # ≤ 1
     lq_c = lq + c.repeat_interleave(G, 1)[:, :, None]
@@ -117,9 +119,9 @@ def _segment(
     v1 = torch.cat([lv, lv.new_ones(B, Hk, n, 1)], -1)  # values and the normaliser's ones
     h0 = None
     if state is not None:
-        scale = (state.log_scale + lam[None, :, None] - c).exp()[..., None]  # ≤ 1
+        scale = (state.log_scale - c).exp()[..., None]  # ≤ 1
         h0 = (torch.cat([state.kv, state.k_sum[..., None]], -1) * scale).repeat_interleave(G, 1)
-    g = (-lam).repeat_interleave(G)[None, None, :].expand(B, n, Hk * G).contiguous()
+    g = gates.repeat_interleave(G, 1).transpose(1, 2).contiguous()  # (B, n, Hq)
 
     def layout(x: Tensor) -> Tensor:  # (B, H, n, ·) → fla's (B, n, H, ·)
         return x.transpose(1, 2).contiguous()
@@ -133,5 +135,5 @@ def _segment(
     y = num / torch.where(seen, den, torch.ones_like(den))[..., None]
     log_z = torch.where(seen, den.clamp_min(torch.finfo(torch.float32).tiny).log(), float("-inf")) + a[..., 0]
     ht = ht.float()[:, ::G]  # (B, Hk, M, D + 1): the group's copies are equal
-    new_state = LinearAttentionState(ht[..., :D], ht[..., D], c - lam[None, :, None])
+    new_state = LinearAttentionState(ht[..., :D], ht[..., D], c)
     return y, log_z, new_state

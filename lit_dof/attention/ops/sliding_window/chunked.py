@@ -6,28 +6,26 @@ size, M features, w window (tokens), s attention-sink tokens. Positions are abso
 For a query at position p and a key at position t ≤ p::
 
     exact   E_p = {t : p − w < t ≤ p} ∪ {t : t < s}   softmax terms  e^{a_pt},  a_pt = q_pᵀk_t/√d
-    linear  L_p = {t : s ≤ t ≤ p − w}                    kernel terms   κ_pt = e^{β_h − λ_h (p − w − t)} K̂(q_p, k_t)
+    linear  L_p = {t : s ≤ t ≤ p − w}                    kernel terms   κ_pt = e^{β_h + Σ_{t+w<i≤p} g_hi} K̂(q_p, k_t)
     y_p = (Σ_E e^{a_pt} v_t + Σ_L κ_pt v_t) / (Σ_E e^{a_pt} + Σ_L κ_pt)
 
 Every term estimates exp(qᵀk/√d), so numerators and denominators simply add (one normaliser); β_h is an
 optional per-query-head log-weight of the linear terms that training can use to turn a useless far term
-down (the mixing factor of LoLCATs, Zhang et al. 2025, §3.1). λ_h ≥ 0 is an optional per-head decay rate
-(nats per token) of the far terms with their distance beyond the window — the scalar decay of RetNet (Sun et
-al. 2023, §2.1) applied to the far part only: with λ_h > 0 the far term sees ≈ 1/λ_h tokens past the window
+down (the mixing factor of LoLCATs, Zhang et al. 2025, §3.1). g_hi ≤ 0 is an optional log forget gate of the far
+memory: each token i, as it arrives, keeps e^{g_hi} of every far key's weight, so a far key counts with the gates
+of the tokens that arrived after it left the window. A constant ``g = −λ_h`` (``far_decay``) is the scalar decay of
+RetNet (Sun et al. 2023, §2.1) applied to the far part only: the far term sees ≈ 1/λ_h tokens past the window
 whatever the context length, so a term trained on short blocks meets the distances it was trained on at any
-length; λ = 0 is the plain estimate. ``s`` tokens kept exact are StreamingLLM's attention sinks (Xiao et al.
-2024, §3). ``w = 1, s = 0`` leaves only the token itself exact.
+length; a data-dependent ``g`` per head and token (``far_log_gates``) is the scalar forget gate of Mamba-2 (Dao &
+Gu 2024, §3) and simple GLA (Yang et al. 2024); both add. ``s`` tokens kept exact are StreamingLLM's attention
+sinks (Xiao et al. 2024, §3). ``w = 1, s = 0`` leaves only the token itself exact.
 
 Each part is computed normalised with its log-normaliser — the window by a banded, chunked softmax, the far
-part by :func:`~lit_dof.attention.ops.linear.chunked.chunked_linear_attention` on the key stream delayed by w tokens —
-and the parts are merged by their normalisers (:func:`merge_normalized`), so nothing overflows for any
-norm. The decay needs no kernel of its own: queries and far keys are aligned one to one (a query with the
-key w positions before it), and e^{−λ(n − m)} between aligned indices is a per-head offset of the query
-log-features (−λn) and of the key log-features (+λm), exact, with the linear kernel's stabilisers absorbing
-the offsets; offsets are taken from the start of 512-token segments and the carried linear state is
-re-referenced by a shift of its per-feature log-scale (−λ · segment length), so they stay small at any context
-length. Decoding keeps a :class:`SlidingWindowState`: the last ≤ w keys/values, the s sink keys/values and
-the linear state of everything older, so its memory is constant in the context length.
+part by :func:`~lit_dof.attention.ops.linear.aligned.aligned_linear_attention` on the key stream delayed by w
+tokens, queries and far keys aligned one to one (a query with the key w positions before it), where the gates are
+offsets of the log-features — and the parts are merged by their normalisers (:func:`merge_normalized`), so nothing
+overflows for any norm. Decoding keeps a :class:`SlidingWindowState`: the last ≤ w keys/values, the s sink
+keys/values and the linear state of everything older, so its memory is constant in the context length.
 
 Sinks are the first s *positions* of the sequence: in a left-padded batch a padded row's sinks are padding
 (masked), and its first real tokens are attended like any other — such a row can differ from the same text
@@ -44,9 +42,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lit_dof.attention._validation import check_grouped_qkv, check_positive_int, check_sink_tokens
-from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE, chunked_linear_attention
-from lit_dof.attention.ops.linear.fla import fla_aligned_linear_attention
-from lit_dof.attention.ops.linear.recurrent import recurrent_linear_attention
+from lit_dof.attention.ops.linear.aligned import aligned_linear_attention
+from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE
 from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE, LinearAttentionState
 from lit_dof.attention.ops.sliding_window.flex import flex_window_softmax
 from lit_dof.attention.ops.sliding_window.softmax import band_and_sinks_softmax, decode_window_softmax, merge_normalized
@@ -134,6 +131,7 @@ def sliding_window_linear_attention(
     sink_tokens: int = 0,
     log_mix: Tensor | None = None,
     far_decay: Tensor | None = None,
+    far_log_gates: Tensor | None = None,
     state: SlidingWindowState | None = None,
     key_padding_mask: Tensor | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -153,7 +151,10 @@ def sliding_window_linear_attention(
         sink_tokens: s ≥ 0, the first tokens of the sequence always attended exactly.
         log_mix: ``(Hq,)`` β, log-weight of the linear terms per query head (``None``: 0).
         far_decay: ``(Hk,)`` λ ≥ 0, decay rate of the linear terms per key head in nats per token of distance
-            beyond the window (``None``: 0, no decay). A call's state carries it: pass the same λ to every call.
+            beyond the window (``None``: 0, no decay): the constant gate ``g = −λ``. A call's state carries it: pass
+            the same λ to every call.
+        far_log_gates: ``(B, Hk, T)`` g ≤ 0, the log forget gate of the far memory at each new token in nats
+            (added to ``−far_decay``), or ``None``.
         state: state after the preceding tokens (decoding, chunked prefill), or ``None`` for a fresh sequence.
         key_padding_mask: ``(B, T)`` bool, False for padding keys (never attended; rows of padding queries are
             finite but meaningless).
@@ -174,7 +175,8 @@ def sliding_window_linear_attention(
 
     Raises:
         ValueError: inconsistent shapes, ``window < 1``, ``sink_tokens < 0``, only one of the log-features,
-            ``far_decay`` not of shape ``(Hk,)``, or an unknown ``window_kernel`` or ``linear_kernel``.
+            ``far_decay`` not of shape ``(Hk,)``, ``far_log_gates`` not of shape ``(B, Hk, T)``, or an unknown
+            ``window_kernel`` or ``linear_kernel``.
     """
     B, Hq, Hk, T, d = check_grouped_qkv(q, k, v)
     check_positive_int("window", window)
@@ -190,6 +192,8 @@ def sliding_window_linear_attention(
         raise ValueError(f"linear_kernel must be 'torch' or 'fla', got {linear_kernel!r}")
     if far_decay is not None and tuple(far_decay.shape) != (Hk,):
         raise ValueError(f"far_decay must have shape (Hk,) = ({Hk},), got {tuple(far_decay.shape)}")
+    if far_log_gates is not None and tuple(far_log_gates.shape) != (B, Hk, T):
+        raise ValueError(f"far_log_gates must have shape (B, Hk, T) = {(B, Hk, T)}, got {tuple(far_log_gates.shape)}")
     G = Hq // Hk
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     prev = state if state is not None else _empty_state_like(k, v, log_phi_k)
@@ -225,8 +229,11 @@ def sliding_window_linear_attention(
     if log_phi_q is not None:
         log_phi = torch.cat([prev.log_phi_k.to(log_phi_k.dtype), log_phi_k], 2) if b else log_phi_k
         log_phi = log_phi.masked_fill(~valid[:, None, :, None], EMPTY_LOG_SCALE)
+        gates = far_log_gates
+        if far_decay is not None:
+            gates = (0 if gates is None else gates) - far_decay[None, :, None].expand(B, Hk, T)
         y_lin, log_z_lin, linear = _far_part(
-            log_phi_q, log_phi, values, b, P, window, sink_tokens, prev.linear, chunk_size, far_decay, linear_kernel
+            log_phi_q, log_phi, values, b, P, window, sink_tokens, prev.linear, chunk_size, gates, linear_kernel
         )
         if y_lin is not None:
             if log_mix is not None:
@@ -258,16 +265,16 @@ def _far_part(
     sinks: int,
     linear: LinearAttentionState | None,
     chunk_size: int,
-    decay: Tensor | None = None,
+    gates: Tensor | None = None,
     kernel: str = "torch",
 ) -> tuple[Tensor | None, Tensor | None, LinearAttentionState | None]:
     """Linear attention of T queries over the stream delayed by w tokens (keys of position < s excluded).
 
     The stream holds b buffered then T new tokens; stream index j is position P − b + j. Query i sees stream
     keys j0 ≤ j ≤ b + i − w (j0: the first non-sink) plus ``linear``: queries and far keys are aligned one to
-    one (query i with the key w positions earlier), so the decay e^{−λ(P + i − w − t)} is e^{−λ(n − m)} between
-    aligned indices n (query) and m (key). Returns ``(y (B, Hq, T, D), log_z (B, Hq, T), state)``, or
-    ``(None, None, linear)`` when no query has a far key.
+    one (query i with the key w positions earlier), so the gates Σ_{t+w<i'≤P+i} g_i' of a far key at position t are
+    those of the aligned indices after the key's (``gates`` ``(B, Hk, T)``, one per query). Returns
+    ``(y (B, Hq, T, D), log_z (B, Hq, T), state)``, or ``(None, None, linear)`` when no query has a far key.
     """
     T = log_phi_q.shape[2]
     j0 = max(0, sinks - (P - b))  # the first stream key that is not a sink
@@ -276,77 +283,14 @@ def _far_part(
     if linear is None and count == 0:
         return None, None, None
     lk, lv = log_phi[:, :, j0 : j0 + count], values[:, :, j0 : j0 + count]
+    run = partial(aligned_linear_attention, chunk_size=chunk_size, kernel=kernel)
     if linear is None:  # the first `first` queries have no far key at all: run the others alone
-        y, log_z, state = _aligned_linear_attention(log_phi_q[:, :, first:], lk, lv, None, chunk_size, decay, kernel)
+        g = None if gates is None else gates[:, :, first:]
+        y, log_z, state = run(log_phi_q[:, :, first:], lk, lv, None, log_gates=g)
         y = F.pad(y, (0, 0, T - count, 0))
         log_z = F.pad(log_z, (T - count, 0), value=float("-inf"))
         return y, log_z, state
     skip = T - count  # queries that see only the carried state: empty keys (φ = 0) in front
     lk = F.pad(lk, (0, 0, skip, 0), value=EMPTY_LOG_SCALE)
     lv = F.pad(lv, (0, 0, skip, 0))
-    return _aligned_linear_attention(log_phi_q, lk, lv, linear, chunk_size, decay, kernel)
-
-
-_DECAY_SEGMENT = 512  # most tokens per kernel call under a decay
-_DECAY_SPAN = 16.0  # nats: a segment's log-feature offsets stay within this (float32 keeps them to ~1e-6)
-
-
-def _aligned_linear_attention(
-    lq: Tensor,
-    lk: Tensor,
-    lv: Tensor,
-    state: LinearAttentionState | None,
-    chunk_size: int,
-    decay: Tensor | None,
-    kernel: str = "torch",
-) -> tuple[Tensor, Tensor, LinearAttentionState]:
-    """Causal linear attention of N queries over N aligned keys (query n sees keys m ≤ n and ``state``), each
-    term weighted e^{−λ(n − m)} (``decay`` λ ``(Hk,)``, or none).
-
-    The decay is a per-head offset of the log-features, −λn on queries and +λm on keys, taken relative to the
-    start of segments of at most :data:`_DECAY_SEGMENT` tokens and at most :data:`_DECAY_SPAN` / max λ (whole
-    chunks, at least one): the offsets stay small, so float32 keeps them exact to about 1e-6 and the kernel's
-    per-block stabiliser does not underflow a row; the state carried from one segment to the next is
-    re-referenced by a shift of its log-scale, −λ · length (:func:`_rereference`).
-    ``state`` is referenced to index 0 and the returned state to index N (the next call's 0).
-    Returns ``(y (B, Hq, N, D), log_z (B, Hq, N), state)``. ``kernel="fla"`` hands N > 1 tokens to
-    :func:`~lit_dof.attention.ops.linear.fla.fla_aligned_linear_attention` (same contract).
-    """
-    N = lq.shape[2]
-    if kernel == "fla" and N > 1:
-        return fla_aligned_linear_attention(lq, lk, lv, state, decay)
-    step = N
-    if decay is not None and N > chunk_size:  # one segment needs no host sync for the decay's rate
-        fastest = float(decay.detach().max())
-        span = _DECAY_SEGMENT if fastest <= 0 else int(_DECAY_SPAN / fastest) // chunk_size * chunk_size
-        step = max(chunk_size, min(_DECAY_SEGMENT, span))
-    ys, log_zs = [], []
-    for start in range(0, N, step):
-        q_s, k_s, v_s = (x[:, :, start : start + step] for x in (lq, lk, lv))
-        n = q_s.shape[2]
-        if decay is not None:
-            lam = decay.float()
-            offsets = torch.arange(n, device=lk.device, dtype=torch.float32)[:, None]
-            k_s = k_s.float() + lam[None, :, None, None] * offsets
-            q_s = q_s.float() - lam.repeat_interleave(q_s.shape[1] // lam.shape[0])[None, :, None, None] * offsets
-        kernel = recurrent_linear_attention if n == 1 else partial(chunked_linear_attention, chunk_size=chunk_size)
-        y, state, log_z = kernel(q_s, k_s, v_s, initial_state=state, check_inputs=False, return_log_normalizer=True)
-        if decay is not None:
-            state = _rereference(state, lam * n)
-        ys.append(y)
-        log_zs.append(log_z)
-    if len(ys) == 1:
-        return ys[0], log_zs[0], state
-    return torch.cat(ys, 2), torch.cat(log_zs, 2), state
-
-
-def _rereference(state: LinearAttentionState, shift: Tensor) -> LinearAttentionState:
-    """The state with every key's weight multiplied by e^{−shift} (``shift`` ``(Hk,)``): in value a shift of the
-    per-feature log-scale, which the kernels treat as a constant stabiliser; the gradient with respect to
-    ``shift`` goes through a factor e^{sg(shift) − shift} = 1 on the accumulators."""
-    shift = shift[None, :, None]
-    log_scale = state.log_scale - shift.detach()
-    if not (torch.is_grad_enabled() and shift.requires_grad):
-        return LinearAttentionState(state.kv, state.k_sum, log_scale)
-    factor = torch.exp(shift.detach() - shift)  # 1, with d/dshift = −1
-    return LinearAttentionState(state.kv * factor[..., None], state.k_sum * factor, log_scale)
+    return run(log_phi_q, lk, lv, linear, log_gates=gates)

@@ -44,10 +44,11 @@ def naive_sliding_window_attention(
     sink_tokens: int = 0,
     log_mix: Tensor | None = None,
     far_decay: Tensor | None = None,
+    far_log_gates: Tensor | None = None,
     key_padding_mask: Tensor | None = None,
 ) -> Tensor:
     """Reference (quadratic, float64) sliding-window + linear attention: one softmax over the logits
-    ``qᵀk/√d`` on exact pairs and ``β_h − λ_h (i − w − j) + log K̂(q_i, k_j)`` on linear pairs
+    ``qᵀk/√d`` on exact pairs and ``β_h − λ_h (i − w − j) + Σ_{j+w<t≤i} g_ht + log K̂(q_i, k_j)`` on linear pairs
     (:func:`sliding_window_masks`).
 
     Args:
@@ -60,6 +61,7 @@ def naive_sliding_window_attention(
         sink_tokens: s, first tokens attended exactly.
         log_mix: ``(Hq,)`` β, log-weight of the linear terms (``None``: 0).
         far_decay: ``(Hk,)`` λ, decay rate of the linear terms per key head (``None``: 0).
+        far_log_gates: ``(B, Hk, T)`` g ≤ 0, the log forget gate of the far terms at each token (``None``: 0).
         key_padding_mask: ``(B, T)`` bool, False for padding keys.
 
     Returns:
@@ -79,6 +81,10 @@ def naive_sliding_window_attention(
         if far_decay is not None:
             beyond = (torch.arange(T, device=q.device)[:, None] - window - torch.arange(T, device=q.device)).double()
             far = far - far_decay.double().repeat_interleave(group)[:, None, None] * beyond
+        if far_log_gates is not None:  # Σ_{j+w<t≤i} g_t = c_i − c_{j+w}, c the inclusive cumulative sum
+            c = far_log_gates.double().repeat_interleave(group, dim=1).cumsum(-1)  # (B, Hq, T)
+            left = c[:, :, (torch.arange(T, device=q.device) + window).clamp_max(T - 1)]  # c_{j+w} (unused past T)
+            far = far + c[:, :, :, None] - left[:, :, None, :]
         far = far.masked_fill(~linear, float("-inf"))
     logits = torch.where(exact, logits, far)
     if key_padding_mask is not None:
