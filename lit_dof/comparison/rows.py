@@ -157,6 +157,17 @@ ROWS: dict[str, Row] = {
             reference="swa_sink",
         ),
         Row(
+            "quickstart_delta",
+            args=(
+                "--model.init_args.sliding_window.far_gate=true",
+                "--model.init_args.sliding_window.far_memory=delta",
+                "--model.init_args.loss=lit_dof.students.layer_losses.OutputLoss",
+            ),
+            note="quickstart_gate with its far values read from a delta-rule memory (block-output loss; "
+            "docs/method_students.md)",
+            reference="swa_sink",
+        ),
+        Row(
             "quickstart_dof_head",
             (),
             (f"{PLANNER_ARGS}.strategy=dof_head", f"{PLANNER_ARGS}.multiple_of=8"),

@@ -123,6 +123,8 @@ def _method_lines(config: dict, dims: list) -> list[str]:
             far += f" with a learned forget gate (started at a {options.far_decay:g}-token decay)"
         elif options.far_term and options.far_decay is not None:
             far += f" decaying over {options.far_decay:g} tokens past the window"
+        if options.far_term and options.far_memory == "delta":
+            far += ", its values read from a delta-rule memory"
         if options.far_term and not options.far_rope:
             far += " on un-rotated queries and keys (position-free)"
         lines.append(

@@ -121,7 +121,8 @@ def attention_distillation_loss(
 
     Raises:
         ValueError: unknown ``kind``, ``l2`` for a sliding-window twin, a sliding-window twin without a far
-            term, one that needs ``rotary`` without it, or a gated one without ``values``.
+            term, one that needs ``rotary`` without it, a gated one without ``values``, or one with a delta-rule
+            far memory (no attention rows).
         FloatingPointError: a non-finite loss (names the layer's inputs).
     """
     if kind not in ("softmax", "l2"):
@@ -138,6 +139,11 @@ def attention_distillation_loss(
         raise ValueError("the l2 kernel loss is not defined for sliding-window twins: use loss 'softmax' or 'output'")
     if windowed and not twin.far_term:
         raise ValueError("a sliding-window twin without a far term has nothing to distil (its KL is infinite)")
+    if windowed and twin.far_delta:
+        raise ValueError(
+            "a delta-rule far memory (sliding_window.far_memory: delta) has no attention rows to distil: train it "
+            "with the output loss (model.init_args.loss: lit_dof.students.layer_losses.OutputLoss)"
+        )
     if windowed and twin.far_gated and values is None:
         raise ValueError(
             "this twin's far memory has a forget gate that reads the values (sliding_window.far_gate): pass the "

@@ -144,9 +144,16 @@ def test_windowed_softmax_loss_includes_the_gate_and_trains_it():
     lq, lk = twin.exact_log_features(q, k)
     gates = twin.far_log_gates(v).detach()
     p_hat = naive_sliding_window_attention(
-        q.double(), k.double(), onehot, lq, lk, window=5, sink_tokens=2, log_mix=twin.log_mix.detach(),
+        q.double(),
+        k.double(),
+        onehot,
+        lq,
+        lk,
+        window=5,
+        sink_tokens=2,
+        log_mix=twin.log_mix.detach(),
         far_log_gates=gates,
-    )  # fmt: skip
+    )
     logits = q.double() @ k.double().repeat_interleave(2, 1).transpose(-1, -2) / math.sqrt(8)
     causal = torch.ones(T, T).tril().bool()
     p = logits.masked_fill(~causal, -torch.inf).softmax(-1)

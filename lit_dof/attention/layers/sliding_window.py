@@ -66,6 +66,11 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         self.sliding_window = sliding_window
         learned = sliding_window.far_term and sliding_window.learn_mix
         self.log_mix = nn.Parameter(torch.zeros(num_heads, dtype=torch.float32)) if learned else None
+        self.far_write_weight = self.far_write_bias = None
+        if sliding_window.far_term and sliding_window.far_memory == "delta":  # β = σ(0) = 1/2 at the start
+            heads, size = self.feature_map.num_heads, self.feature_map.head_dim
+            self.far_write_weight = nn.Parameter(torch.zeros(heads, size, dtype=torch.float32))
+            self.far_write_bias = nn.Parameter(torch.zeros(heads, dtype=torch.float32))
         # log λ per feature-map head (the heads of the linear state): a parameter, a fixed buffer, or None
         self.far_gate_weight = self.far_gate_bias = None
         if sliding_window.far_decay is None or not sliding_window.far_term:
@@ -129,6 +134,32 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         return rates
 
     @property
+    def far_delta(self) -> bool:
+        """Whether the far values come from a delta-rule memory (``sliding_window.far_memory == "delta"``)."""
+        return self.far_write_weight is not None
+
+    def far_write_strengths(self, v: Tensor) -> Tensor | None:
+        """The delta-rule memory's write strength of each token's key, ``β = σ(u_hᵀv/√D + a_h)``, or ``None`` for
+        the additive far term.
+
+        Args:
+            v: ``(B, H, T, D)`` values, laid out as for :meth:`far_log_gates`.
+
+        Returns:
+            ``(B, H, T)`` float32 in (0, 1).
+
+        Raises:
+            ValueError: ``v`` with another head count or size than the layer's.
+        """
+        if self.far_write_weight is None:
+            return None
+        heads, size = self.far_write_weight.shape
+        if v.shape[1] != heads or v.shape[-1] != size:
+            raise ValueError(f"the delta-rule writes read values (B, {heads}, T, {size}), got {tuple(v.shape)}")
+        x = torch.einsum("bhtd,hd->bht", v.float(), self.far_write_weight) / math.sqrt(size)
+        return torch.sigmoid(x + self.far_write_bias[None, :, None])
+
+    @property
     def far_gated(self) -> bool:
         """Whether the far memory has a data-dependent forget gate (``sliding_window.far_gate``): the layer's
         losses then need the values, which the gate reads."""
@@ -165,6 +196,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         far = "linear" if self.far_term else "none"
         decay = "" if self.far_log_decay is None else f", far_decay={(-self.far_log_decay).exp().tolist()}"
         decay += f", far_gate=True, gate_min_decay={self.sliding_window.gate_min_decay:g}" if self.far_gated else ""
+        decay += ", far_memory='delta'" if self.far_delta else ""
         rope = "" if self.sliding_window.far_rope else ", far_rope=False"
         return (
             f"{super().extra_repr()}, window={self.window}, sink_tokens={self.sink_tokens}, far_term={far}{decay}{rope}"
@@ -225,6 +257,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             group = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         gates = self.far_log_gates(v) if self.far_term else None
+        write = self.far_write_strengths(v) if self.far_term else None
         return sliding_window_linear_attention(
             q,
             k,
@@ -236,6 +269,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             log_mix=self.log_mix,
             far_decay=self.decay_rates(),
             far_log_gates=gates,
+            far_write=write,
             state=state,
             key_padding_mask=key_padding_mask,
             chunk_size=self.chunk_size,

@@ -38,6 +38,11 @@ class SlidingWindow:
         gate_min_decay: τ_min > 0 in tokens, the fastest the gate may forget (rate ≤ 1/τ_min nats per token):
             below ``far_decay``; bounded so the kernel's segments stay long
             (:mod:`lit_dof.attention.ops.linear.aligned`).
+        far_memory: ``"additive"``: the far term averages the far values under their kernel weights (linear
+            attention); ``"delta"``: the far values are read from a delta-rule memory over the same features,
+            which overwrites what a key held (writes β = σ(uᵀv/√D + a) per feature-map head from the key's own
+            value; DeltaNet, Schlag et al. 2021; :mod:`lit_dof.attention.ops.delta_rule.far`), weighted by the
+            same kernel estimate of the far mass. No attention rows: train it with the output loss.
         far_rope: ``True``: the far term's feature maps see post-RoPE queries and keys, like the exact parts;
             ``False``: they see them with the rotary embedding undone (``lit_dof.attention.ops.rotary.unrotate``),
             so the far term depends on content alone, never on absolute positions (the window keeps RoPE).
@@ -46,7 +51,8 @@ class SlidingWindow:
     Raises:
         ValueError: a negative or non-integer ``window``/``sink_tokens``, ``far_decay <= 0``, ``learn_decay``
             without ``far_decay``, ``far_gate`` without ``far_decay``, with ``learn_decay`` or with
-            ``gate_min_decay >= far_decay``, or a window option set while ``window = 0``.
+            ``gate_min_decay >= far_decay``, an unknown ``far_memory`` or ``"delta"`` without a far term, or a
+            window option set while ``window = 0``.
     """
 
     window: int = 0
@@ -57,6 +63,7 @@ class SlidingWindow:
     learn_decay: bool = False
     far_gate: bool = False
     gate_min_decay: float = 16.0
+    far_memory: str = "additive"
     far_rope: bool = True
 
     def __post_init__(self) -> None:
@@ -70,6 +77,10 @@ class SlidingWindow:
         if self.learn_decay and decay is None:
             raise ValueError("sliding_window.learn_decay needs far_decay (the initial decay length in tokens)")
         self._check_gate()
+        if self.far_memory not in ("additive", "delta"):
+            raise ValueError(f"sliding_window.far_memory must be 'additive' or 'delta', got {self.far_memory!r}")
+        if self.far_memory == "delta" and not self.far_term:
+            raise ValueError("sliding_window.far_memory 'delta' needs the far term (far_term: true)")
         changed = [f.name for f in fields(self) if f.name != "window" and getattr(self, f.name) != f.default]
         if self.window == 0 and changed:
             raise ValueError(

@@ -35,13 +35,13 @@ run alone when s > 0 (right padding, or none, is unaffected).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from lit_dof.attention._validation import check_grouped_qkv, check_positive_int, check_sink_tokens
+from lit_dof.attention.ops.delta_rule.far import delta_far_attention
 from lit_dof.attention.ops.linear.aligned import aligned_linear_attention
 from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE
 from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE, LinearAttentionState
@@ -62,6 +62,9 @@ class SlidingWindowState:
         sink_keys: ``(B, Hk, s', d)`` the first s' = min(s, seen) keys. sink_values: ``(B, Hk, s', D)``.
         sink_valid: ``(B, s')`` bool.
         seen: tokens seen so far (the absolute position of the next token).
+        write: ``(B, Hk, b)`` the window keys' write strengths, with a delta-rule far memory; else ``None``.
+        memory: ``(B, Hk, M, D)`` the delta-rule far memory (``linear`` then holds only its normaliser), or
+            ``None``.
     """
 
     linear: LinearAttentionState | None
@@ -73,10 +76,12 @@ class SlidingWindowState:
     sink_values: Tensor
     sink_valid: Tensor
     seen: int
+    write: Tensor | None = None
+    memory: Tensor | None = None
 
     def _tensors(self) -> list[Tensor]:
         tensors = [self.keys, self.values, self.valid, self.sink_keys, self.sink_values, self.sink_valid]
-        return tensors + ([self.log_phi_k] if self.log_phi_k is not None else [])
+        return tensors + [t for t in (self.log_phi_k, self.write, self.memory) if t is not None]
 
     @property
     def nbytes(self) -> int:
@@ -100,6 +105,8 @@ class SlidingWindowState:
             fn(self.sink_values),
             fn(self.sink_valid),
             self.seen,
+            None if self.write is None else fn(self.write),
+            None if self.memory is None else fn(self.memory),
         )
 
     def index_select(self, dim: int, index: Tensor) -> "SlidingWindowState":
@@ -132,6 +139,7 @@ def sliding_window_linear_attention(
     log_mix: Tensor | None = None,
     far_decay: Tensor | None = None,
     far_log_gates: Tensor | None = None,
+    far_write: Tensor | None = None,
     state: SlidingWindowState | None = None,
     key_padding_mask: Tensor | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -155,6 +163,10 @@ def sliding_window_linear_attention(
             the same λ to every call.
         far_log_gates: ``(B, Hk, T)`` g ≤ 0, the log forget gate of the far memory at each new token in nats
             (added to ``−far_decay``), or ``None``.
+        far_write: ``(B, Hk, T)`` β ∈ [0, 1], the write strength of each new token's key: the far values then
+            come from a delta-rule memory over the unit features, weighted by the additive normaliser
+            (:mod:`lit_dof.attention.ops.delta_rule.far`); ``None``: the additive far term. Pass it to every
+            call of a sequence or to none.
         state: state after the preceding tokens (decoding, chunked prefill), or ``None`` for a fresh sequence.
         key_padding_mask: ``(B, T)`` bool, False for padding keys (never attended; rows of padding queries are
             finite but meaningless).
@@ -175,8 +187,8 @@ def sliding_window_linear_attention(
 
     Raises:
         ValueError: inconsistent shapes, ``window < 1``, ``sink_tokens < 0``, only one of the log-features,
-            ``far_decay`` not of shape ``(Hk,)``, ``far_log_gates`` not of shape ``(B, Hk, T)``, or an unknown
-            ``window_kernel`` or ``linear_kernel``.
+            ``far_decay`` not of shape ``(Hk,)``, ``far_log_gates`` or ``far_write`` not of shape ``(B, Hk, T)``,
+            ``far_write`` with ``linear_kernel="fla"``, or an unknown ``window_kernel`` or ``linear_kernel``.
     """
     B, Hq, Hk, T, d = check_grouped_qkv(q, k, v)
     check_positive_int("window", window)
@@ -192,8 +204,11 @@ def sliding_window_linear_attention(
         raise ValueError(f"linear_kernel must be 'torch' or 'fla', got {linear_kernel!r}")
     if far_decay is not None and tuple(far_decay.shape) != (Hk,):
         raise ValueError(f"far_decay must have shape (Hk,) = ({Hk},), got {tuple(far_decay.shape)}")
-    if far_log_gates is not None and tuple(far_log_gates.shape) != (B, Hk, T):
-        raise ValueError(f"far_log_gates must have shape (B, Hk, T) = {(B, Hk, T)}, got {tuple(far_log_gates.shape)}")
+    for name, x in (("far_log_gates", far_log_gates), ("far_write", far_write)):
+        if x is not None and tuple(x.shape) != (B, Hk, T):
+            raise ValueError(f"{name} must have shape (B, Hk, T) = {(B, Hk, T)}, got {tuple(x.shape)}")
+    if far_write is not None and linear_kernel == "fla":
+        raise ValueError("the delta-rule far memory (far_write) runs on the 'torch' linear_kernel only")
     G = Hq // Hk
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     prev = state if state is not None else _empty_state_like(k, v, log_phi_k)
@@ -225,16 +240,17 @@ def sliding_window_linear_attention(
     o, log_z = o.reshape(B, Hq, T, -1), log_z.reshape(B, Hq, T)
 
     # Linear part: the key stream delayed by w tokens, sinks excluded (they stay exact).
-    linear, log_phi = prev.linear, None
+    linear, log_phi, memory, write = prev.linear, None, prev.memory, None
+    if far_write is not None:
+        write = torch.cat([prev.write.to(far_write.dtype), far_write], 2) if b else far_write
     if log_phi_q is not None:
         log_phi = torch.cat([prev.log_phi_k.to(log_phi_k.dtype), log_phi_k], 2) if b else log_phi_k
         log_phi = log_phi.masked_fill(~valid[:, None, :, None], EMPTY_LOG_SCALE)
         gates = far_log_gates
         if far_decay is not None:
             gates = (0 if gates is None else gates) - far_decay[None, :, None].expand(B, Hk, T)
-        y_lin, log_z_lin, linear = _far_part(
-            log_phi_q, log_phi, values, b, P, window, sink_tokens, prev.linear, chunk_size, gates, linear_kernel
-        )
+        far = _FarPart(b, P, window, sink_tokens, chunk_size, linear_kernel)
+        y_lin, log_z_lin, linear, memory = far(log_phi_q, log_phi, values, prev.linear, gates, write, memory)
         if y_lin is not None:
             if log_mix is not None:
                 log_z_lin = log_z_lin + log_mix.to(log_z_lin.dtype)[None, :, None]
@@ -251,46 +267,58 @@ def sliding_window_linear_attention(
         sink_v,
         sink_ok,
         P + T,
+        None if write is None else write[:, :, -keep:],
+        memory,
     )
     return o.to(v.dtype), new_state
 
 
-def _far_part(
-    log_phi_q: Tensor,
-    log_phi: Tensor,
-    values: Tensor,
-    b: int,
-    P: int,
-    window: int,
-    sinks: int,
-    linear: LinearAttentionState | None,
-    chunk_size: int,
-    gates: Tensor | None = None,
-    kernel: str = "torch",
-) -> tuple[Tensor | None, Tensor | None, LinearAttentionState | None]:
+@dataclass(frozen=True)
+class _FarPart:
     """Linear attention of T queries over the stream delayed by w tokens (keys of position < s excluded).
 
     The stream holds b buffered then T new tokens; stream index j is position P − b + j. Query i sees stream
-    keys j0 ≤ j ≤ b + i − w (j0: the first non-sink) plus ``linear``: queries and far keys are aligned one to
-    one (query i with the key w positions earlier), so the gates Σ_{t+w<i'≤P+i} g_i' of a far key at position t are
-    those of the aligned indices after the key's (``gates`` ``(B, Hk, T)``, one per query). Returns
-    ``(y (B, Hq, T, D), log_z (B, Hq, T), state)``, or ``(None, None, linear)`` when no query has a far key.
+    keys j0 ≤ j ≤ b + i − w (j0: the first non-sink) plus the carried state: queries and far keys are aligned one
+    to one (query i with the key w positions earlier), so the gates Σ_{t+w<i'≤P+i} g_i' of a far key at position t
+    are those of the aligned indices after the key's (``gates`` ``(B, Hk, T)``, one per query). With ``write``
+    (``(B, Hk, b + T)``, per stream key) the values are read from the delta-rule memory
+    (:func:`~lit_dof.attention.ops.delta_rule.far.delta_far_attention`).
     """
-    T = log_phi_q.shape[2]
-    j0 = max(0, sinks - (P - b))  # the first stream key that is not a sink
-    first = j0 + window - b  # the first query with a stream key in its far part (≥ 0: b ≤ w)
-    count = max(0, T - first)  # queries (and stream keys) aligned one to one
-    if linear is None and count == 0:
-        return None, None, None
-    lk, lv = log_phi[:, :, j0 : j0 + count], values[:, :, j0 : j0 + count]
-    run = partial(aligned_linear_attention, chunk_size=chunk_size, kernel=kernel)
-    if linear is None:  # the first `first` queries have no far key at all: run the others alone
-        g = None if gates is None else gates[:, :, first:]
-        y, log_z, state = run(log_phi_q[:, :, first:], lk, lv, None, log_gates=g)
-        y = F.pad(y, (0, 0, T - count, 0))
-        log_z = F.pad(log_z, (T - count, 0), value=float("-inf"))
-        return y, log_z, state
-    skip = T - count  # queries that see only the carried state: empty keys (φ = 0) in front
-    lk = F.pad(lk, (0, 0, skip, 0), value=EMPTY_LOG_SCALE)
-    lv = F.pad(lv, (0, 0, skip, 0))
-    return run(log_phi_q, lk, lv, linear, log_gates=gates)
+
+    b: int
+    P: int
+    window: int
+    sinks: int
+    chunk_size: int
+    kernel: str
+
+    def __call__(self, log_phi_q, log_phi, values, linear, gates, write, memory):
+        """``(y (B, Hq, T, D), log_z (B, Hq, T), state, memory)``, or ``(None, None, linear, memory)`` when no
+        query has a far key."""
+        T = log_phi_q.shape[2]
+        j0 = max(0, self.sinks - (self.P - self.b))  # the first stream key that is not a sink
+        first = j0 + self.window - self.b  # the first query with a stream key in its far part (≥ 0: b ≤ w)
+        count = max(0, T - first)  # queries (and stream keys) aligned one to one
+        if linear is None and count == 0:
+            return None, None, None, memory
+        lk, lv = log_phi[:, :, j0 : j0 + count], values[:, :, j0 : j0 + count]
+        beta = None if write is None else write[:, :, j0 : j0 + count]
+        if linear is None:  # the first `first` queries have no far key at all: run the others alone
+            g = None if gates is None else gates[:, :, first:]
+            y, log_z, state, memory = self._run(log_phi_q[:, :, first:], lk, lv, None, g, beta, None)
+            y = F.pad(y, (0, 0, T - count, 0))
+            log_z = F.pad(log_z, (T - count, 0), value=float("-inf"))
+            return y, log_z, state, memory
+        skip = T - count  # queries that see only the carried state: empty keys (φ = 0, β = 0) in front
+        lk = F.pad(lk, (0, 0, skip, 0), value=EMPTY_LOG_SCALE)
+        lv = F.pad(lv, (0, 0, skip, 0))
+        beta = None if beta is None else F.pad(beta, (skip, 0))
+        return self._run(log_phi_q, lk, lv, linear, gates, beta, memory)
+
+    def _run(self, lq, lk, lv, linear, gates, beta, memory):
+        if beta is None:
+            y, log_z, state = aligned_linear_attention(
+                lq, lk, lv, linear, chunk_size=self.chunk_size, log_gates=gates, kernel=self.kernel
+            )
+            return y, log_z, state, None
+        return delta_far_attention(lq, lk, lv, linear, memory, beta, chunk_size=self.chunk_size, log_gates=gates)

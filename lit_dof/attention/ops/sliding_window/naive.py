@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lit_dof.attention.ops.delta_rule.naive import naive_delta_rule
 from lit_dof.attention.ops.linear.naive import log_kernel_matrix
 
 
@@ -45,6 +46,7 @@ def naive_sliding_window_attention(
     log_mix: Tensor | None = None,
     far_decay: Tensor | None = None,
     far_log_gates: Tensor | None = None,
+    far_write: Tensor | None = None,
     key_padding_mask: Tensor | None = None,
 ) -> Tensor:
     """Reference (quadratic, float64) sliding-window + linear attention: one softmax over the logits
@@ -62,6 +64,9 @@ def naive_sliding_window_attention(
         log_mix: ``(Hq,)`` β, log-weight of the linear terms (``None``: 0).
         far_decay: ``(Hk,)`` λ, decay rate of the linear terms per key head (``None``: 0).
         far_log_gates: ``(B, Hk, T)`` g ≤ 0, the log forget gate of the far terms at each token (``None``: 0).
+        far_write: ``(B, Hk, T)`` β of each token's key: the far part's value is then the readout of the
+            delta-rule memory of the far keys (:func:`~lit_dof.attention.ops.delta_rule.naive.naive_delta_rule`
+            over unit features, key t written when query t + w arrives), its weight the far logits' mass.
         key_padding_mask: ``(B, T)`` bool, False for padding keys.
 
     Returns:
@@ -89,4 +94,31 @@ def naive_sliding_window_attention(
     logits = torch.where(exact, logits, far)
     if key_padding_mask is not None:
         logits = logits.masked_fill(~key_padding_mask.bool()[:, None, None, :], float("-inf"))
-    return (torch.softmax(logits, dim=-1) @ vv).to(v.dtype)
+    if far_write is None:
+        return (torch.softmax(logits, dim=-1) @ vv).to(v.dtype)
+    top = logits.amax(-1, keepdim=True)
+    weights = (logits - top).exp()
+    exact_w, far_mass = weights * exact, (weights * ~exact).sum(-1, keepdim=True)
+    gates = far_log_gates
+    if far_decay is not None:  # the decay is the constant gate −λ
+        gates = (0 if gates is None else gates) - far_decay.double()[None, :, None].expand(B, k.shape[1], T)
+    readout = _delta_readout(log_phi_q, log_phi_k, v, far_write, gates, window, sink_tokens, key_padding_mask)
+    return ((exact_w @ vv + far_mass * readout) / (exact_w.sum(-1, keepdim=True) + far_mass)).to(v.dtype)
+
+
+def _delta_readout(lq, lk, v, write, gates, window, sinks, key_padding_mask) -> Tensor:
+    """``(B, Hq, T, D)``: at query p, the delta-rule memory of the far keys t ≤ p − w (t ≥ s, not padding), key t
+    written at index t + w under the gates of the indices, read with the unit query features."""
+    B, Hk, T, _ = lk.shape
+
+    def unit(x: Tensor) -> Tensor:
+        return torch.nn.functional.normalize((x - x.amax(-1, keepdim=True)).exp(), dim=-1)
+
+    usable = torch.arange(T, device=lk.device) >= sinks  # (T,)
+    usable = usable[None, :] if key_padding_mask is None else usable[None, :] & key_padding_mask.bool()  # (B, T)
+    keys = unit(lk.double()) * usable[:, None, :, None]
+    shift = (0, 0, window, 0)  # key t enters at index t + w
+    keys = torch.nn.functional.pad(keys, shift)[:, :, :T]
+    values = torch.nn.functional.pad(v.double(), shift)[:, :, :T]
+    beta = torch.nn.functional.pad(write.double() * usable[:, None, :], (window, 0))[:, :, :T]
+    return naive_delta_rule(unit(lq.double()), keys, values, beta, gates)[0]
