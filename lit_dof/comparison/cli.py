@@ -57,7 +57,8 @@ def compare(
         controls: student rows shown beside their controls, each measured by every stage as a row of its own
             (``<row>:window_sinks``, the teacher behind the student's window + sinks; ``<row>:equal_state``, the
             teacher behind the window of equal decode state; ``<row>:tail_only``, the student's LoRA-merged weights
-            with full attention; lit_dof.evaluation.controls). The teacher-weight controls are measured once per
+            with full attention; ``<row>:far_only``, the student with its window cut to the token itself and no
+            sinks; lit_dof.evaluation.controls). The teacher-weight controls are measured once per
             window and shared by every seed.
         finetune_tasks: tasks of the protocol (those with training data offline).
         seeds: training seeds of every student row (0: the base config's seeds). With two or more the report

@@ -124,4 +124,5 @@ def _absent_reason(name: str) -> str:
     return {
         "window_sinks": "a pure linear student has no window: the teacher behind it would attend to nothing",
         "tail_only": "the student's weights are the teacher's (no tail trained them)",
+        "far_only": "the student has no window or no far term: nothing to cut",
     }.get(name, "not built for this student")

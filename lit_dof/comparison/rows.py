@@ -194,20 +194,22 @@ CONTROLS = {
     "equal_state": "control (b): the teacher behind the window whose KV cache holds the student's decode state, "
     "+ its sinks",
     "tail_only": "control (c): the student's LoRA-merged weights with full softmax attention, no linear part",
+    "far_only": "control (d): the student with its window cut to the token itself and no sinks — its far term alone",
 }
 """The controls every student is shown beside (:func:`lit_dof.evaluation.controls.control_models`), by name."""
 
 
 def control_rows(row: Row) -> list[Row]:
-    """The control rows of a student row: ``<row>:window_sinks`` (a), ``<row>:equal_state`` (b) and
-    ``<row>:tail_only`` (c), each measured against the student (``reference``). Whether the student has a control
-    (a pure linear one has no (a), one without a tail no (c)) is known only once it is fitted.
+    """The control rows of a student row: ``<row>:window_sinks`` (a), ``<row>:equal_state`` (b),
+    ``<row>:tail_only`` (c) and ``<row>:far_only`` (d), each measured against the student (``reference``). Whether
+    the student has a control (a pure linear one has no (a) and no (d), one without a tail no (c)) is known only once
+    it is fitted.
 
     Args:
         row: a student row.
 
     Returns:
-        The three rows.
+        The four rows.
 
     Raises:
         ValueError: ``row`` is not a student row.

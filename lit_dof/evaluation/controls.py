@@ -5,8 +5,9 @@ The bytes come from :mod:`lit_dof.students.state_bytes` (re-exported here: :func
 :func:`closed_form_state_bytes`, :func:`equal_state_window`, :func:`full_state_context`). :func:`control_models`
 builds ``window_sinks`` (a), the teacher behind the student's own window + sinks without a far term,
 ``equal_state`` (b), the teacher behind W' + s — both :func:`~lit_dof.students.linearize` of the teacher with
-``SlidingWindow(far_term=False)`` — and ``tail_only`` (c), the student's (LoRA-merged) weights with full softmax
-attention in a plain model of the teacher's class. Each is an ordinary causal LM (forward, ``generate``,
+``SlidingWindow(far_term=False)`` — ``tail_only`` (c), the student's (LoRA-merged) weights with full softmax
+attention in a plain model of the teacher's class, and ``far_only`` (d), the student with its window cut to the
+token itself and no sinks: its far term alone. Each is an ordinary causal LM (forward, ``generate``,
 perplexity, lm-eval) with a :class:`Control` record.
 
 Pure linear students (window 0): (a) would be the teacher attending to nothing, so it is left out; (b) is the
@@ -17,6 +18,7 @@ sinks make a stronger control at the same bytes).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -45,6 +47,7 @@ __all__ = [
     "control_models",
     "decode_state_bytes",
     "equal_state_window",
+    "far_only_model",
     "full_state_context",
     "tail_only_model",
     "tuned_parameters",
@@ -185,6 +188,30 @@ def tail_only_model(student: LitDofForCausalLM, teacher: nn.Module) -> nn.Module
     return plain.eval().requires_grad_(False)
 
 
+def far_only_model(student: LitDofForCausalLM) -> LitDofForCausalLM:
+    """The student with its window cut to the query's own token and no sinks: everything else comes from its far
+    term — what the far term carries alone (the check against a student that bypasses its linear part, arXiv
+    2510.05901). Its weight tensors are the student's (no copy).
+
+    Args:
+        student: a sliding-window student with a far term.
+
+    Raises:
+        TypeError: ``student`` is not a lit-dof student.
+        ValueError: a student without a window or without a far term.
+    """
+    options = student_window(student)
+    if not (options.enabled and options.far_term):
+        raise ValueError("far_only needs a sliding-window student with a far term (window >= 1, far_term: true)")
+    alone = dataclasses.replace(options, window=1, sink_tokens=0)
+    model = _shared_copy(student)
+    for twin in model.linear_modules().values():
+        for layer in getattr(twin, "groups", [twin]):  # per-head dims: every group
+            layer.sliding_window = alone
+    model.config.window_options = alone.to_dict()
+    return model.eval()
+
+
 def _labelled(model: nn.Module, **fields) -> nn.Module:
     info = Control(**fields, state_bytes=decode_state_bytes(model, fields["context"]))
     setattr(model, CONTROL_ATTRIBUTE, info)
@@ -220,7 +247,8 @@ def control_models(
         ``{name: model}``: ``window_sinks`` (a), the teacher behind the student's own window + sinks, no far term
         (not for a pure linear student: it would attend to nothing); ``equal_state`` (b), the teacher behind
         W' + s (:func:`equal_state_window` at ``context``); ``tail_only`` (c), :func:`tail_only_model`, where the
-        student's weights differ from the teacher's (:func:`tuned_parameters`: a merged LoRA tail) or ``tail``.
+        student's weights differ from the teacher's (:func:`tuned_parameters`: a merged LoRA tail) or ``tail``;
+        ``far_only`` (d), :func:`far_only_model`, for a sliding-window student with a far term.
 
     Raises:
         TypeError: ``student`` is not a lit-dof student.
@@ -246,6 +274,16 @@ def control_models(
         controls["window_sinks"] = _window_control(teacher, student, options.window, options.sink_tokens, note, record)
     note = f"its {kv} KV cache holds at most the student's {state} bytes"
     controls["equal_state"] = _window_control(teacher, student, window, sinks, note, record, name="equal_state")
+    if options.enabled and options.far_term:
+        controls["far_only"] = _labelled(
+            far_only_model(student),
+            name="far_only",
+            description="the student with its window cut to the token itself and no sinks: its far term alone",
+            window=1,
+            sink_tokens=0,
+            weights="student",
+            **record,
+        )
     if tail is True or (tail == "auto" and tuned_parameters(student, teacher)):
         text = "the student's weights (LoRA tail merged), full softmax attention, no linear part"
         controls["tail_only"] = _labelled(

@@ -27,8 +27,10 @@ import torch
 
 from lit_dof.pipeline.module import StudentModule
 from lit_dof.pipeline.optimization import parameter_groups, phase_schedule
+from lit_dof.pipeline.position_shift import shifted_position_ids
 from lit_dof.pipeline.teacher_reuse import ReusedCapture, kept_batch
 from lit_dof.pipeline.validation import check_position_shift, check_schedule
+from lit_dof.pipeline.window_dropout import WindowDropout
 from lit_dof.students.layer_losses import LayerLoss, SoftmaxRowLoss, resolve_layer_loss
 from lit_dof.students.losses import logit_distillation_loss
 from lit_dof.students.trainable import OptimizerCallable
@@ -74,19 +76,14 @@ class LayerwiseDistillation(StudentModule):
             paper's recipe) captures every batch and keeps nothing between steps. A run resumed inside a group
             re-creates its capture from the same batch (lit_dof.pipeline.teacher_reuse).
         position_shift: S ≥ 0 — every training sequence's position ids start at an offset drawn uniformly from
-            [0, S] (one per row, for teacher and student alike) instead of 0. Rotary position encodings make
-            the teacher's attention depend on relative positions only, so its outputs do not change, while the
-            feature maps — which see post-RoPE q/k, whose absolute rotation they are not invariant to — learn
-            the rotations of positions up to S + ``seq_len`` rather than only of the first ``seq_len`` (it does not
-            show them query–key distances beyond ``seq_len``). 0: positions from 0 (the paper's recipe).
+            [0, S] (per row, teacher and student alike) instead of 0 (why and when: lit_dof.pipeline.position_shift);
             ``"auto"``: the teacher's ``max_position_embeddings`` − ``seq_len`` for a rotary teacher, 0 for one
-            with absolute position embeddings (resolved at ``configure_model``). Supported; not used by the
-            shipped recipes (all keep 0; tried and not adopted: docs/results/sliding_window/README.md, "Absolute
-            positions"; docs/method_students.md). With ``sliding_window.far_rope: false`` the feature maps see q/k
-            with RoPE undone, so the shift changes nothing they see.
+            with absolute position embeddings (resolved at ``configure_model``); 0: the paper's recipe.
         layer_backward: differentiate each layer's loss as soon as it is computed and free its graph (and, with
             ``teacher_reuse`` 1, its captured q/k/v): the layer-wise peak holds one layer's loss graph, not L of
             them; the same gradients as one backward of the summed loss. ``False``: that one backward.
+        window_dropout: cut every sliding-window twin's exact window on a random share of the layer-wise steps,
+            so the far term must carry more (lit_dof.pipeline.window_dropout; ``None``: never).
 
     Raises:
         ValueError: an unknown ``loss``, ``finetune_fraction`` outside [0, 1], a negative ``position_shift``, a
@@ -116,6 +113,7 @@ class LayerwiseDistillation(StudentModule):
         teacher_reuse: int = 1,
         position_shift: int | Literal["auto"] = 0,
         layer_backward: bool = True,
+        window_dropout: WindowDropout | None = None,
         **kwargs,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -146,7 +144,7 @@ class LayerwiseDistillation(StudentModule):
         self.query_rows, self.optimizer_factory = query_rows, optimizer
         self.finetune_fraction, self.finetune_lr_ratio = finetune_fraction, finetune_lr_ratio
         self.kd_temperature = kd_temperature
-        self.teacher_reuse, self.layer_backward = teacher_reuse, layer_backward
+        self.teacher_reuse, self.layer_backward, self.window_dropout = teacher_reuse, layer_backward, window_dropout
         self.position_shift = position_shift
         self._shift_generator = torch.Generator()
         self._reuse = ReusedCapture(teacher_reuse)  # which batch captures, the kept capture (checkpointed)
@@ -177,13 +175,8 @@ class LayerwiseDistillation(StudentModule):
             return None
         if self.position_shift == "auto":
             raise RuntimeError("position_shift='auto' is resolved from the teacher at configure_model")
-        ids, mask = batch["input_ids"], batch.get("attention_mask")
-        self._shift_generator.manual_seed((self.global_step if step is None else step) * 104729 + batch_idx)
-        offsets = torch.randint(0, self.position_shift + 1, (ids.shape[0], 1), generator=self._shift_generator)
-        base = (
-            (mask.long().cumsum(-1) - 1).clamp(min=0) if mask is not None else torch.arange(ids.shape[1]).expand_as(ids)
-        )
-        return base.to(ids.device) + offsets.to(ids.device)
+        seed = (self.global_step if step is None else step) * 104729 + batch_idx
+        return shifted_position_ids(batch, self.position_shift, seed, self._shift_generator)
 
     # -- the two phases ----------------------------------------------------------------------------------
     def _total_steps(self) -> int:
@@ -289,13 +282,16 @@ class LayerwiseDistillation(StudentModule):
     def _each_layer_loss(self, captured: dict[int, CapturedAttention], batch_idx: int):
         """Yields ``(index, twin, loss)`` layer by layer, so a caller can backward and free each graph in turn."""
         self._rows_generator.manual_seed(self.global_step * 7919 + batch_idx)
-        for index, twin in self.student.linear_modules().items():
-            if not getattr(twin, "far_term", True):
-                continue  # a window without a far term (a control): nothing to distil
-            loss = self.layer_loss(twin, captured[index], query_rows=self.query_rows, generator=self._rows_generator)
-            self.log(f"train/loss_layer_{index:02d}", loss.detach())
-            yield index, twin, loss
-            del loss
+        twins, rows = self.student.linear_modules(), {"query_rows": self.query_rows, "generator": self._rows_generator}
+        dropout = self.window_dropout if self.window_dropout and not self.in_finetune() else WindowDropout(rate=0)
+        with dropout.applied(twins.values(), self.global_step, batch_idx):  # the tail's measured losses: uncut
+            for index, twin in twins.items():
+                if not getattr(twin, "far_term", True):
+                    continue  # a window without a far term (a control): nothing to distil
+                loss = self.layer_loss(twin, captured[index], **rows)
+                self.log(f"train/loss_layer_{index:02d}", loss.detach())
+                yield index, twin, loss
+                del loss
 
     def _layerwise_backward(
         self, captured: dict[int, CapturedAttention], batch_idx: int, release: bool

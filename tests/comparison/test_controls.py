@@ -1,5 +1,6 @@
 """A student beside its controls in ``lit-dof compare`` (rows ``<row>:window_sinks``, ``:equal_state``,
-``:tail_only``), with the retrieval and long-document stages, over two seeds, on the tiny real teacher."""
+``:tail_only``, ``:far_only``), with the retrieval and long-document stages, over two seeds, on the tiny real
+teacher."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from lit_dof.generation import teacher_kv_nbytes
 from tests.comparison.test_comparison import DATA, TINY_FIT, run_compare
 from tests.conftest import TINYSTORIES, WIKIPEDIA
 
-ROWS_CONTROLS = ("window_sinks", "equal_state", "tail_only")
+ROWS_CONTROLS = ("window_sinks", "equal_state", "tail_only", "far_only")
 WINDOW = ["--model.init_args.sliding_window.window=16", "--model.init_args.sliding_window.sink_tokens=2"]
 
 
@@ -37,13 +38,14 @@ def controlled(tmp_path_factory):
 def test_controls_are_rows_measured_once_per_window(controlled):
     out, _, report = controlled
     cells = {(c["row"], c["seed"]): c for c in report["cells"]}
-    rows = ["quickstart", "quickstart:window_sinks", "quickstart:equal_state", "quickstart:tail_only"]
+    rows = ["quickstart", *(f"quickstart:{n}" for n in ROWS_CONTROLS)]
     assert set(cells) == {("teacher", None)} | {(row, seed) for row in rows for seed in (0, 1)}
     config = AutoConfig.from_pretrained(TINYSTORIES)
     shared = set()
     for seed, student in ((0, out / "C16" / "quickstart"), (1, out / "C16" / "seed1" / "quickstart")):
         info = {n: json.loads((student / "controls" / n / "control.json").read_text()) for n in ROWS_CONTROLS}
-        a, b, c = (info[n]["control"] for n in ROWS_CONTROLS)
+        a, b, c, d = (info[n]["control"] for n in ROWS_CONTROLS)
+        assert (d["window"], d["sink_tokens"], d["weights"]) == (1, 0, "student")
         assert (a["window"], a["sink_tokens"], a["weights"]) == (16, 2, "teacher")
         # (b): the largest window whose fp32 KV cache (window + sinks tokens, closed form) fits in the student's state
         state = b["student_state_bytes"]

@@ -146,11 +146,12 @@ def test_window_controls_are_the_masked_teacher_and_the_student_without_far_term
     teacher = tiny_model("llama")
     before = teacher(ids).logits
     controls = control_models(student, teacher)
-    assert list(controls) == ["window_sinks", "equal_state"]  # no tail: the student's weights are the teacher's
+    assert list(controls) == ["window_sinks", "equal_state", "far_only"]  # no tail: the weights are the teacher's
     torch.testing.assert_close(controls["window_sinks"](ids).logits, student(ids).logits)
     torch.testing.assert_close(teacher(ids).logits, before, rtol=0, atol=0)  # the teacher is left as it was
     student = _student(dtype=torch.float64)
     double = control_models(student, tiny_model("llama").double())
+    double.pop("far_only")  # the student's weights (test_far_only_is_the_student_without_its_window)
     for name, control in double.items():
         info = control_info(control)
         full = equal_state_window(student) + WINDOW.sink_tokens + 1  # every state but a full KV cache is full there
@@ -161,6 +162,28 @@ def test_window_controls_are_the_masked_teacher_and_the_student_without_far_term
     assert info.window == equal_state_window(student) > WINDOW.window and info.sink_tokens == WINDOW.sink_tokens
     assert info.state_bytes <= info.student_state_bytes == decode_state_bytes(student)
     assert control_info(double["window_sinks"]).window == WINDOW.window
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("variant", ["window+sinks+linear", "window-per-head-dims-hybrid"])
+def test_far_only_is_the_student_without_its_window(variant):
+    """(d) equals a student built at window 1 and no sinks with the same weights; the student keeps its window."""
+    options = dict(STUDENTS[variant])
+    student, ids = _student(**options), _ids(20)
+    with torch.no_grad():
+        for name, p in student.named_parameters():
+            if ".lit_dof." in f".{name}":
+                p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
+    before = student(ids).logits
+    control = control_models(student, tiny_model("llama"))["far_only"]
+    alone = _student(**(options | {"sliding_window": SlidingWindow(window=1, sink_tokens=0)}))
+    alone.load_state_dict(student.state_dict())
+    torch.testing.assert_close(control(ids).logits, alone(ids).logits, rtol=0, atol=0)
+    assert (control(ids).logits - before).abs().max() > 1e-3  # the window mattered
+    torch.testing.assert_close(student(ids).logits, before, rtol=0, atol=0)  # the student keeps its window
+    info = control_info(control)
+    assert (info.name, info.window, info.sink_tokens, info.weights) == ("far_only", 1, 0, "student")
+    assert "far_only" not in control_models(_student(**STUDENTS["pure-linear"]), tiny_model("llama"))
 
 
 def _lora_students():
@@ -184,7 +207,7 @@ def test_tail_only_is_the_student_in_teacher_mode_or_the_teacher():
     tuned = tuned_parameters(exported, teacher)
     assert tuned and {name.split(".")[-2] for name in tuned} == {"q_proj", "k_proj", "v_proj", "o_proj"}
     controls = control_models(exported, teacher)
-    assert list(controls) == ["window_sinks", "equal_state", "tail_only"]
+    assert list(controls) == ["window_sinks", "equal_state", "far_only", "tail_only"]
     with exported.teacher_mode():
         reference = exported(ids).logits
     torch.testing.assert_close(controls["tail_only"](ids).logits, reference)
@@ -196,7 +219,7 @@ def test_tail_only_is_the_student_in_teacher_mode_or_the_teacher():
     plain = _student()  # no tail: (c) is the teacher itself
     assert tuned_parameters(plain, teacher) == []
     torch.testing.assert_close(tail_only_model(plain, teacher)(ids).logits, teacher(ids).logits, rtol=0, atol=0)
-    assert list(control_models(plain, teacher, tail=True)) == ["window_sinks", "equal_state", "tail_only"]
+    assert list(control_models(plain, teacher, tail=True)) == ["window_sinks", "equal_state", "far_only", "tail_only"]
 
 
 @torch.no_grad()
@@ -232,7 +255,7 @@ def test_the_recorded_teacher_is_loaded():
     student = linearize(teacher, LearnedPRF, 8, sliding_window=WINDOW).eval()
     controls = control_models(student)  # loads config.teacher: the TinyStories directory
     ids = _ids(12)
-    assert list(controls) == ["window_sinks", "equal_state"]
+    assert list(controls) == ["window_sinks", "equal_state", "far_only"]
     torch.testing.assert_close(controls["window_sinks"](ids).logits, controls["window_sinks"](ids).logits)
     assert control_info(controls["equal_state"]).window == equal_state_window(student)
 
