@@ -237,7 +237,7 @@ def plot(data: dict) -> bytes:
     ax.axhline(data["heldout_threshold"], color="grey", linestyle="--", linewidth=1, label="tolerance")
     ax.set_xlabel("linear attention layers")
     ax.set_ylabel(f"held-out {data['settings']['metric']}")
-    ax.set_title(f"{data['settings']['task'] or 'perplexity'}: hybrids of {data['num_layers']} layers")
+    ax.set_title(f"{data['settings']['task'] or data['settings']['metric']}: hybrids of {data['num_layers']} layers")
     ax.legend(fontsize=8)
     fig.tight_layout()
     buffer = io.BytesIO()

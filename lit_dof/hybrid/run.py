@@ -41,6 +41,7 @@ from lit_dof.devices import device_label
 from lit_dof.hybrid import report
 from lit_dof.hybrid.bank import bank_recipe, check_bank, layer_dof
 from lit_dof.hybrid.items import Items, task_items, text_blocks
+from lit_dof.hybrid.recall_items import recall_blocks
 from lit_dof.hybrid.local import local_losses
 from lit_dof.hybrid.orderings import all_orders, default_counts
 from lit_dof.hybrid.scoring import HybridScorer, choice_batches
@@ -89,8 +90,9 @@ class HybridSearch(SearchSettings):
         """
         if self.perplexity:
             if self.corpus is None:
-                raise ValueError("metric 'perplexity' needs --corpus (a text file)")
-            search, confirm, heldout, where = text_blocks(
+                raise ValueError(f"metric {self.metric!r} needs --corpus (a text file)")
+            blocks = recall_blocks if self.metric == "recall" else text_blocks
+            search, confirm, heldout, where = blocks(
                 self.corpus, tokenizer, self.block, self.search_items, self.heldout_items, self.confirm_items
             )
             on = functools.partial(_on, device=self.torch_device)
@@ -254,7 +256,10 @@ class HybridSearch(SearchSettings):
         blocks after every block used so far."""
         if self.perplexity:
             first = self.search_items + self.heldout_items + ws.items.confirm_count
-            batches = text_blocks(self.corpus, ws.tokenizer, self.block, first, self.verify_items)[2]
+            if self.metric == "recall":
+                batches = recall_blocks(self.corpus, ws.tokenizer, self.block, 0, self.verify_items, skip=first)[2]
+            else:
+                batches = text_blocks(self.corpus, ws.tokenizer, self.block, first, self.verify_items)[2]
             return _on(batches, self.torch_device), len(batches)
         docs = task_items(self.task, self.task_data_dir(), self.search_items, self.verify_items, self.seed)[2]
         return _on(choice_batches(docs, ws.tokenizer, self.batch_size), self.torch_device), len(docs)

@@ -5,7 +5,8 @@ cached prefix (:mod:`lit_dof.hybrid.prefix`) so that only layers from the first 
 Metrics: ``"accuracy"`` on multiple-choice items (lm-eval's ``acc``: argmax of summed option
 log-likelihoods, :mod:`lit_dof.evaluation.multiple_choice`) and ``"acc_norm"`` (lm-eval's ``acc_norm``: argmax of
 log-likelihood per character of the option) — higher is better; ``"perplexity"`` on token blocks — lower
-is better.
+is better; ``"recall"`` on recall items (:mod:`lit_dof.hybrid.recall_items`): the share whose answer every argmax
+gets right — higher is better.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import torch
 
 from lit_dof.evaluation.multiple_choice import collate_choices, option_pairs, option_scores_from_logits, score_matrix
 from lit_dof.hybrid.prefix import PrefixCache
+from lit_dof.hybrid.recall_items import recalled
 from lit_dof.hybrid.search import higher_is_better
 
-Metric = Literal["accuracy", "acc_norm", "perplexity"]
-METRICS = ("accuracy", "acc_norm", "perplexity")
+Metric = Literal["accuracy", "acc_norm", "perplexity", "recall"]
+METRICS = ("accuracy", "acc_norm", "perplexity", "recall")
 
 
 class HybridScorer:
@@ -30,8 +32,9 @@ class HybridScorer:
     Args:
         student: the student holding a linear twin for every candidate layer.
         batches: for ``"accuracy"`` batches from :func:`~lit_dof.evaluation.multiple_choice.collate_choices`; for
-            ``"perplexity"`` ``{"input_ids": (B, T)}`` blocks.
-        metric: ``"accuracy"``, ``"acc_norm"`` or ``"perplexity"``.
+            ``"perplexity"`` ``{"input_ids": (B, T)}`` blocks; for ``"recall"`` the items of
+            :func:`~lit_dof.hybrid.recall_items.recall_blocks`.
+        metric: ``"accuracy"``, ``"acc_norm"``, ``"perplexity"`` or ``"recall"``.
         prefix_cache: reuse the teacher's hidden states before the first linear layer (exact in float32;
             built on the first call that needs it).
 
@@ -78,7 +81,7 @@ class HybridScorer:
             linear: indices of the layers switched to linear attention, each in ``0..num_layers - 1``.
 
         Returns:
-            the metric over the scorer's batches: accuracy (``acc``/``acc_norm``) or perplexity.
+            the metric over the scorer's batches: accuracy (``acc``/``acc_norm``), perplexity or recall.
 
         Raises:
             ValueError: a layer index outside the student.
@@ -93,7 +96,9 @@ class HybridScorer:
         nll, tokens = 0.0, 0
         for index, batch in enumerate(self.batches):
             logits = self._logits(index, first)
-            if self.metric != "perplexity":
+            if self.metric == "recall":
+                hits, total = hits + recalled(logits, batch), total + 1
+            elif self.metric != "perplexity":
                 scores = option_scores_from_logits(logits, batch)
                 if self.metric == "acc_norm":
                     scores = scores / batch["lengths"].clamp_min(1)

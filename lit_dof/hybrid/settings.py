@@ -24,9 +24,11 @@ class SearchSettings:
             ``configs/hybrid/twins.yaml``).
         task: the target task (one of lit_dof.evaluation.task_data.TASKS), for the accuracy metrics.
         data_dir: folder in the task data layout (docs/usage.md; default ``$LIT_DOF_DATA``).
-        metric: ``accuracy`` (lm-eval's acc), ``acc_norm`` or ``perplexity`` (on ``corpus``).
-        corpus: text corpus for ``perplexity`` (its held-out documents; WikiExtractor or plain text).
-        block: tokens per perplexity block.
+        metric: ``accuracy`` (lm-eval's acc), ``acc_norm``, ``perplexity`` (on ``corpus``) or ``recall`` (a fact
+            recalled from far back in ``corpus``'s held-out text: lit_dof.hybrid.recall_items; for choosing the
+            layers that keep softmax attention for retrieval).
+        corpus: text corpus for ``perplexity`` and ``recall`` (its held-out documents; WikiExtractor or plain text).
+        block: tokens per perplexity block or recall item.
         search_items: items (or blocks) scored per search evaluation.
         heldout_items: items (or blocks) scored per held-out evaluation (the orderings' curves).
         tolerance: the acceptance rule (lit_dof.hybrid.search.Tolerance): a hybrid passes within this of the
@@ -103,8 +105,9 @@ class SearchSettings:
 
     @property
     def perplexity(self) -> bool:
-        """Whether the items are text blocks scored by perplexity (else multiple-choice items of ``task``)."""
-        return self.metric == "perplexity"
+        """Whether the items come from ``corpus`` — text blocks scored by perplexity or recall items — rather than
+        multiple-choice items of ``task``."""
+        return self.metric in ("perplexity", "recall")
 
     @property
     def settings(self) -> dict:
