@@ -157,6 +157,17 @@ ROWS: dict[str, Row] = {
             reference="swa_sink",
         ),
         Row(
+            "quickstart_gate_dropout",
+            args=(
+                "--model.init_args.sliding_window.far_gate=true",
+                "--model.init_args.window_dropout.rate=0.25",
+                "--model.init_args.window_dropout.window=16",
+            ),
+            note="quickstart_gate trained with its window cut to 16 tokens on a quarter of the layer-wise steps "
+            "(against bypass)",
+            reference="swa_sink",
+        ),
+        Row(
             "quickstart_delta",
             args=(
                 "--model.init_args.sliding_window.far_gate=true",
