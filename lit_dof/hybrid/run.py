@@ -41,9 +41,9 @@ from lit_dof.devices import device_label
 from lit_dof.hybrid import report
 from lit_dof.hybrid.bank import bank_recipe, check_bank, layer_dof
 from lit_dof.hybrid.items import Items, task_items, text_blocks
-from lit_dof.hybrid.recall_items import recall_blocks
 from lit_dof.hybrid.local import local_losses
 from lit_dof.hybrid.orderings import all_orders, default_counts
+from lit_dof.hybrid.recall_items import recall_blocks
 from lit_dof.hybrid.scoring import HybridScorer, choice_batches
 from lit_dof.hybrid.search import SearchResult, Tolerance, greedy_replacement
 from lit_dof.hybrid.settings import SearchSettings

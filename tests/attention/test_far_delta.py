@@ -86,8 +86,6 @@ def test_bad_inputs_are_named():
     q, k, v, lq, lk, _ = _inputs(1, 4, 2, 5)
     with pytest.raises(ValueError, match=r"far_write must have shape \(B, Hk, T\)"):
         sliding_window_linear_attention(q, k, v, lq, lk, far_write=torch.rand(1, 4, 5), window=2)
-    with pytest.raises(ValueError, match="'torch' linear_kernel only"):
-        sliding_window_linear_attention(q, k, v, lq, lk, far_write=torch.rand(1, 2, 5), window=2, linear_kernel="fla")
     with pytest.raises(ValueError, match="far_memory must be 'additive' or 'delta'"):
         SlidingWindow(window=3, far_memory="sum")
     with pytest.raises(ValueError, match="needs the far term"):
@@ -149,3 +147,22 @@ def test_student_generates_like_reforward_and_round_trips(tmp_path):
         torch.testing.assert_close(loaded.linear_modules()[i].far_write_weight, twin.far_write_weight)
     with torch.no_grad():
         torch.testing.assert_close(loaded(out).logits, student(out).logits)
+
+
+def test_the_fla_kernels_give_the_same_memory_and_decoding_continues_from_their_state():
+    pytest.importorskip("fla.ops.gated_delta_rule.naive", reason="flash-linear-attention (pip install 'lit-dof[gpu]')")
+    T = 40
+    q, k, v, lq, lk, mix = (x.double() for x in _inputs(2, 4, 2, T + 1, seed=6))
+    write, gates = _extras(2, 2, T + 1, 6)
+    kw = {"window": 6, "sink_tokens": 2, "log_mix": mix}
+    ref = naive_sliding_window_attention(q, k, v, lq, lk, far_write=write, far_log_gates=gates, **kw)
+    head = [x[:, :, :T] for x in (q, k, v, lq, lk)]
+    out, state = sliding_window_linear_attention(
+        *head, far_write=write[:, :, :T], far_log_gates=gates[:, :, :T], linear_kernel="fla", chunk_size=8, **kw
+    )
+    torch.testing.assert_close(out, ref[:, :, :T], rtol=1e-5, atol=1e-5)
+    tail = [x[:, :, T:] for x in (q, k, v, lq, lk)]
+    step, _ = sliding_window_linear_attention(
+        *tail, far_write=write[:, :, T:], far_log_gates=gates[:, :, T:], state=state, **kw
+    )
+    torch.testing.assert_close(step, ref[:, :, T:], rtol=1e-5, atol=1e-5)

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from lit_dof.attention.ops.delta_rule.chunked import chunked_delta_rule
+from lit_dof.attention.ops.delta_rule.fla import fla_delta_rule
 from lit_dof.attention.ops.linear.aligned import aligned_linear_attention
 from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE, LinearAttentionState
 
@@ -48,6 +49,7 @@ def delta_far_attention(
     *,
     chunk_size: int,
     log_gates: Tensor | None = None,
+    kernel: str = "torch",
 ) -> tuple[Tensor, Tensor, LinearAttentionState, Tensor]:
     """The far part over N aligned queries and keys: the delta-rule readout, weighted by the additive mass.
 
@@ -60,16 +62,21 @@ def delta_far_attention(
         write: ``(B, Hk, N)`` write strengths β ∈ [0, 1] of the N keys.
         chunk_size: both kernels' chunk.
         log_gates: ``(B, Hk, N)`` the forget gates (≤ 0) of the N indices, or ``None``.
+        kernel: ``"torch"`` (the chunked forms) or ``"fla"`` (flash-linear-attention's simple-GLA and gated
+            delta-rule kernels, :mod:`lit_dof.attention.ops.delta_rule.fla`; N > 1).
 
     Returns:
         ``(y (B, Hq, N, D), log_z (B, Hq, N), mass_state, memory)``: the readouts, the far mass (``-inf``: none),
         and the two states after the last index.
     """
     _, log_z, mass_state = aligned_linear_attention(
-        lq, lk, lv[..., :0], mass_state, chunk_size=chunk_size, log_gates=log_gates
+        lq, lk, lv[..., :0], mass_state, chunk_size=chunk_size, log_gates=log_gates, kernel=kernel
     )
     keys, present = unit_features(lk)
     queries, _ = unit_features(lq)
     beta = write.float() * present
-    y, memory = chunked_delta_rule(queries, keys, lv, beta, log_gates, chunk_size=chunk_size, initial_state=memory)
+    if kernel == "fla" and lq.shape[2] > 1:
+        y, memory = fla_delta_rule(queries, keys, lv, beta, log_gates, initial_state=memory)
+    else:
+        y, memory = chunked_delta_rule(queries, keys, lv, beta, log_gates, chunk_size=chunk_size, initial_state=memory)
     return y.float(), log_z, mass_state, memory

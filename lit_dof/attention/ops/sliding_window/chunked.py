@@ -176,9 +176,10 @@ def sliding_window_linear_attention(
             banded chunked softmax, or ``"flex"``, PyTorch's ``flex_attention`` with a block mask
             (:mod:`lit_dof.attention.ops.sliding_window.flex`; compiled on CUDA; its backward needs CUDA).
             Continuations and decoding use the former.
-        linear_kernel: the far term over more than one token: ``"torch"``, the chunked kernel, or ``"fla"``,
-            flash-linear-attention's simple-GLA kernel (:mod:`lit_dof.attention.ops.linear.fla`); decoding steps use
-            the recurrent form either way (the states are the same).
+        linear_kernel: the far term over more than one token: ``"torch"``, the chunked kernels, or ``"fla"``,
+            flash-linear-attention's simple-GLA kernel (:mod:`lit_dof.attention.ops.linear.fla`) and, for the
+            delta-rule memory, its gated delta-rule kernel (:mod:`lit_dof.attention.ops.delta_rule.fla`); decoding
+            steps use the PyTorch forms either way (the states are the same).
 
     Returns:
         ``(y, state)``: ``y`` ``(B, Hq, T, D)`` in v's dtype, computed in float32 (float64 for float64
@@ -187,8 +188,8 @@ def sliding_window_linear_attention(
 
     Raises:
         ValueError: inconsistent shapes, ``window < 1``, ``sink_tokens < 0``, only one of the log-features,
-            ``far_decay`` not of shape ``(Hk,)``, ``far_log_gates`` or ``far_write`` not of shape ``(B, Hk, T)``,
-            ``far_write`` with ``linear_kernel="fla"``, or an unknown ``window_kernel`` or ``linear_kernel``.
+            ``far_decay`` not of shape ``(Hk,)``, ``far_log_gates`` or ``far_write`` not of shape ``(B, Hk, T)``, or
+            an unknown ``window_kernel`` or ``linear_kernel``.
     """
     B, Hq, Hk, T, d = check_grouped_qkv(q, k, v)
     check_positive_int("window", window)
@@ -207,8 +208,6 @@ def sliding_window_linear_attention(
     for name, x in (("far_log_gates", far_log_gates), ("far_write", far_write)):
         if x is not None and tuple(x.shape) != (B, Hk, T):
             raise ValueError(f"{name} must have shape (B, Hk, T) = {(B, Hk, T)}, got {tuple(x.shape)}")
-    if far_write is not None and linear_kernel == "fla":
-        raise ValueError("the delta-rule far memory (far_write) runs on the 'torch' linear_kernel only")
     G = Hq // Hk
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     prev = state if state is not None else _empty_state_like(k, v, log_phi_k)
@@ -321,4 +320,6 @@ class _FarPart:
                 lq, lk, lv, linear, chunk_size=self.chunk_size, log_gates=gates, kernel=self.kernel
             )
             return y, log_z, state, None
-        return delta_far_attention(lq, lk, lv, linear, memory, beta, chunk_size=self.chunk_size, log_gates=gates)
+        return delta_far_attention(
+            lq, lk, lv, linear, memory, beta, chunk_size=self.chunk_size, log_gates=gates, kernel=self.kernel
+        )
