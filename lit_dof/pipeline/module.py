@@ -27,6 +27,7 @@ from lit_dof.pipeline.replication import all_reduce_mean, coalesced, data_parall
 from lit_dof.pipeline.validation import check_student_setup
 from lit_dof.precision import DtypeName, fp32_region, resolve_dtype
 from lit_dof.students.card import write_model_card
+from lit_dof.students.kernels import Kernels
 from lit_dof.students.lora import LoRA, add_lora, check_targets, has_adapters, merged_state_dict
 from lit_dof.students.modeling import LitDofForCausalLM, linearize
 from lit_dof.students.trainable import trainable_parameters
@@ -63,6 +64,8 @@ class StudentModule(L.LightningModule):
             precisions included, → ``"float32"``), or ``"float32"``, ``"bfloat16"``, ``"float16"``. Under a
             true-half precision Lightning converts the teacher to that dtype anyway. The feature maps are
             float32 whatever this is (master weights; see lit_dof.attention.FeatureMap).
+        kernels: the sliding-window layers' kernels (lit_dof.students.kernels.Kernels; in YAML
+            ``kernels: {window: flex, linear: fla}`` for GPUs); not part of the exported student.
 
     Checkpoints hold what training changes (:meth:`state_dict`): the frozen teacher is reloaded from the
     teacher on resume, so loading is never strict. They also keep :attr:`tokens_seen`, so that ``train/tokens``
@@ -86,6 +89,7 @@ class StudentModule(L.LightningModule):
         export_dir: str | None = None,
         seed: int | None = None,
         teacher_dtype: DtypeName = "auto",
+        kernels: Kernels = Kernels(),
     ) -> None:
         super().__init__()
         resolve_dtype(teacher_dtype, None)  # validate the name now, not at configure_model
@@ -98,7 +102,7 @@ class StudentModule(L.LightningModule):
         self.lora = lora
         self.sliding_window = sliding_window
         self.export_dir, self.seed = export_dir, seed
-        self.teacher_dtype = teacher_dtype
+        self.teacher_dtype, self.kernels = teacher_dtype, kernels
         self.strict_loading = False  # before any load: sharded (DCP) loads read it before on_load_checkpoint
         self.student: LitDofForCausalLM | None = None
         self.tokenizer = None
@@ -171,6 +175,7 @@ class StudentModule(L.LightningModule):
             seed=seed,
             sliding_window=self.sliding_window,
         )
+        self.kernels.apply(self.student)
         self.student.requires_grad_(False)
         if self.lora is not None:
             self._check_lora_strategy()
