@@ -178,19 +178,25 @@ def test_options_refuse_a_gate_without_its_starting_decay_or_with_a_learned_deca
         _gated_layer().far_log_gates(torch.randn(1, 2, 5, 3))
 
 
-def test_student_generates_like_reforward_and_round_trips(tmp_path):
-    options = SlidingWindow(window=4, sink_tokens=1, far_decay=24.0, far_gate=True, gate_min_decay=4.0)
-    student = linearize(tiny_model("llama"), LearnedPRF, 12, sliding_window=options)
+def check_generation_and_round_trip(student, tmp_path, parameter: str) -> None:
+    """``student`` (its twins' ``parameter`` randomised) generates as re-forwarding does, saves and loads with it."""
     with torch.no_grad():
         for twin in student.linear_modules().values():
-            twin.far_gate_weight.normal_(0, 3.0)
+            getattr(twin, parameter).normal_(0, 3.0)
     ids = torch.randint(3, 97, (1, 9), generator=torch.Generator().manual_seed(1))
     out = student.generate(ids, max_new_tokens=20, do_sample=False, min_new_tokens=20)
     torch.testing.assert_close(out, greedy_by_reforward(student, ids, 20), rtol=0, atol=0)
     student.save_pretrained(tmp_path / "s")
     loaded = load_student(tmp_path / "s")
-    assert (loaded.config.window_options["far_gate"], loaded.config.window_options["gate_min_decay"]) == (True, 4.0)
+    assert loaded.config.window_options == student.config.window_options
     for i, twin in student.linear_modules().items():
-        torch.testing.assert_close(loaded.linear_modules()[i].far_gate_weight, twin.far_gate_weight)
+        torch.testing.assert_close(getattr(loaded.linear_modules()[i], parameter), getattr(twin, parameter))
     with torch.no_grad():
         torch.testing.assert_close(loaded(out).logits, student(out).logits)
+
+
+def test_student_generates_like_reforward_and_round_trips(tmp_path):
+    options = SlidingWindow(window=4, sink_tokens=1, far_decay=24.0, far_gate=True, gate_min_decay=4.0)
+    student = linearize(tiny_model("llama"), LearnedPRF, 12, sliding_window=options)
+    assert (student.config.window_options["far_gate"], student.config.window_options["gate_min_decay"]) == (True, 4.0)
+    check_generation_and_round_trip(student, tmp_path, "far_gate_weight")

@@ -27,6 +27,15 @@ def _option(name: str, doc: str) -> property:
     return property(lambda self: getattr(self.sliding_window, name), doc=f"{doc} (``sliding_window.{name}``)")
 
 
+def _read_values(v: Tensor, weight: Tensor, bias: Tensor, what: str) -> Tensor:
+    """``w_hᵀ v_t / √D + b_h`` per head and token, ``(B, H, T)`` float32, from ``v`` ``(B, H, T, D)``, ``weight``
+    ``(H, D)``, ``bias`` ``(H,)``; ``ValueError`` naming ``what`` for values of another layout."""
+    heads, size = weight.shape
+    if v.shape[1] != heads or v.shape[-1] != size:
+        raise ValueError(f"{what} reads values (B, {heads}, T, {size}), got {tuple(v.shape)}")
+    return torch.einsum("bhtd,hd->bht", v.float(), weight) / math.sqrt(size) + bias[None, :, None]
+
+
 class SlidingWindowLinearAttention(CausalLinearAttention):
     """Causal attention with an exact sliding window (plus attention sinks) and a linear far term.
 
@@ -153,11 +162,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         """
         if self.far_write_weight is None:
             return None
-        heads, size = self.far_write_weight.shape
-        if v.shape[1] != heads or v.shape[-1] != size:
-            raise ValueError(f"the delta-rule writes read values (B, {heads}, T, {size}), got {tuple(v.shape)}")
-        x = torch.einsum("bhtd,hd->bht", v.float(), self.far_write_weight) / math.sqrt(size)
-        return torch.sigmoid(x + self.far_write_bias[None, :, None])
+        return torch.sigmoid(_read_values(v, self.far_write_weight, self.far_write_bias, "the delta-rule writes"))
 
     @property
     def far_gated(self) -> bool:
@@ -182,11 +187,8 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         """
         if self.far_gate_weight is None:
             return None
-        heads, size = self.far_gate_weight.shape
-        if v.shape[1] != heads or v.shape[-1] != size:
-            raise ValueError(f"the far gate reads values (B, {heads}, T, {size}), got {tuple(v.shape)}")
-        x = torch.einsum("bhtd,hd->bht", v.float(), self.far_gate_weight) / math.sqrt(size)
-        gates = -torch.sigmoid(x + self.far_gate_bias[None, :, None]) / self.sliding_window.gate_min_decay
+        x = _read_values(v, self.far_gate_weight, self.far_gate_bias, "the far gate")
+        gates = -torch.sigmoid(x) / self.sliding_window.gate_min_decay
         if per_query_head and self.shares_kv_maps:
             gates = gates.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
         return gates
