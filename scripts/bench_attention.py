@@ -8,12 +8,13 @@ prints ``failed`` and why):
   * one decode step with a context of 1k, 8k and 32k tokens (linear: recurrent state update;
     softmax: one query against a KV cache of that length).
 ``--layer sliding`` times the shipped student's attention instead (exact window ``--window`` + ``--sinks`` sinks
-and a decaying linear far term, :class:`~lit_dof.attention.SlidingWindowLinearAttention`).
+and a decaying linear far term, :class:`~lit_dof.attention.SlidingWindowLinearAttention`; ``--far-gate`` and
+``--far-memory delta`` the gated and delta-rule far memories).
 Each line prints both times and the ratio sdpa/linear. The last line is ``speedup_fwd_T8192=<ratio>``.
 
 Usage: python scripts/bench_attention.py [--lengths 1024 4096 8192 32768] [--device cpu] [--no-tune-allocator]
        [--shape smollm2|llama-3-8b] [--layer linear|sliding] [--window-kernel torch|flex]
-       [--linear-kernel torch|fla] [--min-time SECONDS]
+       [--linear-kernel torch|fla] [--far-gate] [--far-memory additive|delta] [--min-time SECONDS]
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ def main() -> None:
     parser.add_argument("--sinks", type=int, default=4, help="--layer sliding: sink tokens s")
     parser.add_argument("--window-kernel", choices=["torch", "flex"], default="torch", help="--layer sliding")
     parser.add_argument("--linear-kernel", choices=["torch", "fla"], default="torch", help="--layer sliding")
+    parser.add_argument("--far-gate", action="store_true", help="--layer sliding: the far memory's forget gate")
+    parser.add_argument("--far-memory", choices=["additive", "delta"], default="additive", help="--layer sliding")
     parser.add_argument("--min-time", type=float, default=1.0, help="seconds spent timing each case (at least)")
     args = parser.parse_args()
     tuned = False if args.no_tune_allocator else tune_cpu_allocator()
@@ -86,7 +89,13 @@ def bench(args: argparse.Namespace, shape: str | None, dtype_name: str, tuned: b
     (H, Hk, d), B, M = SHAPES.get(shape, (9, 9, 64)), 1, args.features
     torch.manual_seed(0)
     if args.layer == "sliding":
-        window = SlidingWindow(window=args.window, sink_tokens=args.sinks, far_decay=128.0)
+        window = SlidingWindow(
+            window=args.window,
+            sink_tokens=args.sinks,
+            far_decay=128.0,
+            far_gate=args.far_gate,
+            far_memory=args.far_memory,
+        )
         layer = SlidingWindowLinearAttention(
             LearnedPRF(d, Hk, M),
             H,
@@ -103,6 +112,7 @@ def bench(args: argparse.Namespace, shape: str | None, dtype_name: str, tuned: b
         f"allocator_tuned={tuned} B={B} H={H} Hk={Hk} d={d} M={M} chunk={args.chunk_size} layer={args.layer}"
         + (
             f" window={args.window} sinks={args.sinks} kernel={args.window_kernel}+{args.linear_kernel}"
+            f" far_gate={args.far_gate} far_memory={args.far_memory}"
             if args.layer == "sliding"
             else ""
         )

@@ -6,7 +6,7 @@
 #   2. tests.log      the CUDA tests (kernel parity against the float64 CPU reference, fp32 and bf16; 16-mixed fits)
 #   3. bench.log      scripts/bench_attention.py: the shipped sliding-window + linear layer (PyTorch kernels, then
 #                     the window by compiled flex_attention and the far term by fla: the `gpu` extra must be
-#                     installed) and the pure linear layer against SDPA at
+#                     installed), the pure linear layer and the gated delta-rule far memory against SDPA at
 #                     SmolLM2's and Llama-3-8B's head shapes, T 8k and 32k, fp32 and bf16
 #   4. quickstart.*   the quickstart recipe (LoRA tail included) for FIT_STEPS steps at a GPU batch (16 x 1024
 #                     tokens) on SmolLM2-135M's architecture with random weights: tokens/s and peak memory beside
@@ -113,6 +113,9 @@ bench() {
     --decode-contexts $CONTEXTS --min-time $MIN_TIME
   $PY scripts/bench_attention.py --device $DEVICE --dtype bfloat16 --shape smollm2 --layer linear \
     --lengths $LENGTHS --decode-contexts $CONTEXTS --min-time $MIN_TIME
+  $PY scripts/bench_attention.py --device $DEVICE --dtype bfloat16 --shape smollm2 --layer sliding --far-gate \
+    --far-memory delta --linear-kernel $([ $DRY = 1 ] && echo torch || echo fla) --lengths $LENGTHS \
+    --decode-contexts $CONTEXTS --min-time $MIN_TIME
 }
 
 RUNS=(--trainer.logger.init_args.save_dir "$WORK/runs" --trainer.enable_progress_bar false)

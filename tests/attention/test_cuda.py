@@ -145,3 +145,35 @@ def test_sliding_window_on_cuda_matches_the_float64_reference(T, window, sinks, 
             outs.append(y)
             start += n
     torch.testing.assert_close(torch.cat(outs, 2).double().cpu(), ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("linear_kernel", ["torch", pytest.param("fla", marks=pytest.mark.skipif(
+    not _fla_available(), reason="needs the gpu extra"))])  # fmt: skip
+@pytest.mark.parametrize("memory", ["gated", "delta"])
+def test_gated_and_delta_far_memories_on_cuda_match_the_float64_reference(memory, linear_kernel):
+    """The far memories of issue #45 on the GPU (chunked PyTorch kernels, or fla's simple GLA and gated delta rule):
+    forward and the gates' and writes' gradients equal the float64 CPU reference; decoding continues the prefill."""
+    from lit_dof.attention.ops.sliding_window.chunked import sliding_window_linear_attention
+    from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention
+
+    T, g = 300, torch.Generator().manual_seed(7)
+    shapes = [(2, 6, T, 8), (2, 2, T, 8), (2, 2, T, 5), (2, 6, T, 16), (2, 2, T, 16), (6,)]
+    cpu = [torch.randn(*s, generator=g) for s in shapes]
+    cpu.append(-0.1 * torch.rand(2, 2, T, generator=g))  # forget gates
+    cpu.append(torch.rand(2, 2, T, generator=g) if memory == "delta" else None)  # writes
+    kw = dict(window=32, sink_tokens=4)
+    ref_in = [None if x is None else x.double().requires_grad_() for x in cpu]
+    ref = naive_sliding_window_attention(*ref_in[:5], log_mix=ref_in[5], far_log_gates=ref_in[6], far_write=ref_in[7],
+                                         **kw)  # fmt: skip
+    weight = torch.randn(2, 6, T, 5, generator=g, dtype=torch.float64)
+    (ref * weight).sum().backward()
+    inputs = [None if x is None else x.cuda().requires_grad_() for x in cpu]
+    out, state = sliding_window_linear_attention(*inputs[:5], log_mix=inputs[5], far_log_gates=inputs[6],
+                                                 far_write=inputs[7], chunk_size=64, linear_kernel=linear_kernel,
+                                                 **kw)  # fmt: skip
+    (out.double().cpu() * weight).sum().backward()
+    torch.testing.assert_close(out.double().cpu(), ref, rtol=1e-4, atol=1e-5)
+    for name, x, r in zip(["gates", "writes"], inputs[6:], ref_in[6:]):
+        if x is not None:
+            scale = max(1.0, r.grad.abs().max().item())
+            torch.testing.assert_close(x.grad.double().cpu(), r.grad, rtol=1e-4, atol=1e-5 * scale, msg=name)
