@@ -31,8 +31,10 @@ def test_the_dry_run_runs_every_step_and_reports_consistent_measurements(tmp_pat
     assert collected and int(collected[1]) >= 20  # the CUDA tests, collected only
     bench = (tmp_path / "bench.log").read_text()
     for layout in ("H=9 Hk=3 d=64", "H=32 Hk=8 d=128"):
-        assert bench.count(layout) == 1 + (layout == "H=9 Hk=3 d=64")  # the sliding layer (fp32); linear (bf16)
-    assert bench.count("fwd      T=   128") == 3 and "layer=sliding window=64 sinks=4" in bench
+        # the sliding layer (fp32); SmolLM2's shape also: the linear layer and the gated delta-rule memory (bf16)
+        assert bench.count(layout) == 1 + 2 * (layout == "H=9 Hk=3 d=64")
+    assert bench.count("fwd      T=   128") == 4 and "layer=sliding window=64 sinks=4" in bench
+    assert "far_gate=True far_memory=delta" in bench
     for name, steps, rows, seq in (("quickstart", 8, 2, 128), ("llama-3-8b", 3, 1, 64)):
         record = json.loads((tmp_path / f"{name}.json").read_text())
         assert record["steps"] == steps and record["device"] == "cpu"
