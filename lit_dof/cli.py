@@ -187,6 +187,9 @@ def main(args: Sequence[str] | None = None) -> None:
         hint = "" if verbose else f" (add {VERBOSE} for the traceback)"
         print(f"{prog}: error: {exc}{hint}", file=sys.stderr)
         raise SystemExit(1) from exc
+    except BrokenPipeError:  # the reader left (`lit-dof configs list | head`): stop quietly, as the Python docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when stdout is flushed
+        raise SystemExit(1) from None
 
 
 def run_command(command: str, argv: list[str], lightning_args: list[str] | None) -> None:

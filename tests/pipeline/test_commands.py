@@ -196,3 +196,19 @@ def test_fit_without_corpus_or_network_fails_before_the_teacher_loads_in_one_lin
     assert errors[0].startswith("lit-dof fit: error: no corpus: --data.init_args.path and $LIT_DOF_CORPUS are unset")
     assert "offline mode is on" in errors[0] and "--verbose" in errors[0]
     assert not list(tmp_path.rglob("version_*"))
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """``lit-dof configs list | head -1``: the pipe closes after one line; the command stops quietly."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lit_dof", "configs", "list"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "LIT_DOF_TUNE_ALLOCATOR": "0"},
+    )
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader leaves, as `head -1` does
+    stderr = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert first.strip() and "Traceback" not in stderr and "BrokenPipeError" not in stderr
