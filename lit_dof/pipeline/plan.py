@@ -183,7 +183,8 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
 
     # -- layer-wise steps
     static = {"teacher shard": shard, "gathered layers": gathered, "twins": twins, "optimizer state": optimizer}
-    captured = L * B * (Hq + Hk) * T * d * b  # q and k of every twin's layer, in the teacher's dtype
+    gate_values = run.sliding_window.far_gate and not run.loss.needs_values  # the capture keeps v for the gates
+    captured = L * B * (Hq + Hk + Hk * gate_values) * T * d * b  # q and k (v) of every twin's layer, teacher dtype
     band = run.sliding_window.activation_bytes(B, Hq, T, run.chunk_size)
 
     def loss_bytes(m: int):  # the layer loss's own memory terms for a twin of feature dim m

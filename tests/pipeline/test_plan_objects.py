@@ -95,3 +95,19 @@ def test_plan_feature_dims_are_the_fit_planners(planner):
         from lit_dof.dof import DoFReport
 
         assert fit != DoFReport.load(REPORT).feature_dims("dof")  # min_dim 8 lifts the smallest layers
+
+
+def test_plan_counts_the_values_a_gated_far_memory_keeps():
+    """Gated twins keep each layer's v in the capture (the gates read it): captured bytes grow by Hk/(Hq + Hk); with
+    the output loss v is the loss's own, not counted twice."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(TINYSTORIES)
+    Hq, Hk = config.num_attention_heads, config.num_key_value_heads
+    window = ["--model.init_args.sliding_window.window=16", "--model.init_args.sliding_window.far_decay=64"]
+    plain = _layerwise([*TINY, *window])["captured q/k"]
+    gated = _layerwise([*TINY, *window, "--model.init_args.sliding_window.far_gate=true"])["captured q/k"]
+    assert gated * (Hq + Hk) == plain * (Hq + 2 * Hk)
+    output = ["--model.init_args.loss=lit_dof.students.layer_losses.OutputLoss"]
+    with_output = [*TINY, *window, *output]
+    assert _layerwise([*with_output, "--model.init_args.sliding_window.far_gate=true"]) == _layerwise(with_output)
