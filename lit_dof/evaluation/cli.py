@@ -99,7 +99,8 @@ def evaluate(
             ``<figures>/<control>/``); ``None``: none.
         controls: a student is also evaluated beside its controls (lit_dof.evaluation.controls.control_models: the
             teacher behind the student's window + sinks, the teacher behind the window of equal decode state, the
-            student's LoRA-merged weights with full attention where it has a tail), on the same tasks and examples;
+            student's LoRA-merged weights with full attention where it has a tail, the student's far term alone
+            where it has a window and a far term), on the same tasks and examples;
             each one's cache in ``<cache_dir>/<control>``.
 
     Returns:

@@ -152,8 +152,8 @@ def test_the_teacher_finds_the_pass_key_and_the_window_control_does_not():
 
 
 def test_eval_runs_a_student_beside_its_controls(tmp_path, capsys):
-    """``lit-dof eval --controls``: a window + sinks + linear student and its window-only and equal-state controls
-    score the same retrieval examples; the record says what each control is, and each gets its heatmap."""
+    """``lit-dof eval --controls``: a window + sinks + linear student and its window-only, equal-state and far-only
+    controls score the same retrieval examples; the record says what each control is, and each gets its heatmap."""
     pytest.importorskip("lm_eval")
     import json
 
@@ -166,7 +166,7 @@ def test_eval_runs_a_student_beside_its_controls(tmp_path, capsys):
           "--retrieval.depths", "[0.5]", "--retrieval.trials", "2", "--device", "cpu", "--controls", "true",
           "--figures", str(tmp_path / "figures"), "--output", str(output)])  # fmt: skip  # packed args
     record = json.loads(output.read_text())
-    assert set(record["controls"]) == {"window_sinks", "equal_state"}  # untrained: no LoRA tail to separate
+    assert set(record["controls"]) == {"window_sinks", "equal_state", "far_only"}  # untrained: no LoRA tail
     own = [{k: e[k] for k in ("context", "depth", "answers")} for e in record["tasks"]["passkey"]["examples"]]
     for name, entry in record["controls"].items():
         assert [
@@ -175,6 +175,10 @@ def test_eval_runs_a_student_beside_its_controls(tmp_path, capsys):
         assert entry["control"]["name"] == name and entry["provenance"]["model"].endswith(f"[{name}]")
         assert (tmp_path / "figures" / name / "passkey.png").is_file()
     assert record["controls"]["window_sinks"]["control"]["window"] == 16
+    assert (
+        record["controls"]["far_only"]["control"]["window"],
+        record["controls"]["far_only"]["control"]["sink_tokens"],
+    ) == (1, 0)
     equal = record["controls"]["equal_state"]["control"]
     assert equal["window"] > 16 and equal["state_bytes"] <= equal["student_state_bytes"]
     assert "control equal_state" in capsys.readouterr().out
