@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from lit_dof.attention import LearnedPRF, SlidingWindow
+from lit_dof.attention.layers.sliding_window import sliding_window_layers
 from lit_dof.students.lora import merged_state_dict
 from lit_dof.students.modeling import LitDofForCausalLM, linearize
 from lit_dof.students.state_bytes import (
@@ -205,9 +206,8 @@ def far_only_model(student: LitDofForCausalLM) -> LitDofForCausalLM:
         raise ValueError("far_only needs a sliding-window student with a far term (window >= 1, far_term: true)")
     alone = dataclasses.replace(options, window=1, sink_tokens=0)
     model = _shared_copy(student)
-    for twin in model.linear_modules().values():
-        for layer in getattr(twin, "groups", [twin]):  # per-head dims: every group
-            layer.sliding_window = alone
+    for layer in sliding_window_layers(model):  # per-head dims: every group
+        layer.sliding_window = alone
     model.config.window_options = alone.to_dict()
     return model.eval()
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from lit_dof.attention.layers.sliding_window import sliding_window_layers
+
 
 @dataclass(frozen=True)
 class WindowDropout:
@@ -62,13 +64,12 @@ class WindowDropout:
         """
         cut = self.cuts(step, batch_idx)
         changed = []
-        if cut:
-            for twin in twins:
-                for layer in getattr(twin, "groups", [twin]):
-                    options = getattr(layer, "sliding_window", None)
-                    if options is not None and options.enabled and options.window > self.window:
-                        changed.append((layer, options))
-                        layer.sliding_window = dataclasses.replace(options, window=self.window)
+        layers = [layer for twin in twins for layer in sliding_window_layers(twin)] if cut else []
+        for layer in layers:
+            options = layer.sliding_window
+            if options.window > self.window:
+                changed.append((layer, options))
+                layer.sliding_window = dataclasses.replace(options, window=self.window)
         try:
             yield cut
         finally:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from lit_dof.attention.layers.sliding_window import SlidingWindowLinearAttention
+from lit_dof.attention.layers.sliding_window import sliding_window_layers
 
 WINDOW_KERNELS = ("torch", "flex")
 LINEAR_KERNELS = ("torch", "fla")
@@ -46,7 +46,7 @@ class Kernels:
         Returns:
             the number of layers set.
         """
-        layers = [m for m in model.modules() if isinstance(m, SlidingWindowLinearAttention)]
+        layers = sliding_window_layers(model)
         for layer in layers:
             layer.window_kernel, layer.linear_kernel = self.window, self.linear
         return len(layers)

@@ -278,3 +278,9 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             window_kernel=self.window_kernel,
             linear_kernel=self.linear_kernel,
         )
+
+
+def sliding_window_layers(module: nn.Module) -> list[SlidingWindowLinearAttention]:
+    """Every :class:`SlidingWindowLinearAttention` inside ``module`` (itself included; the groups of per-head dims
+    too), in module order."""
+    return [m for m in module.modules() if isinstance(m, SlidingWindowLinearAttention)]
