@@ -72,10 +72,12 @@ def test_hub_corpus_without_datasets_names_the_train_extra(monkeypatch):
 
 def test_hybrid_figure_without_matplotlib_names_the_plots_extra(monkeypatch):
     from lit_dof.hybrid import report
+    from lit_dof.hybrid.record import SearchRecord
+    from tests.conftest import REPO
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(MissingExtraError, match=r"matplotlib.*pip install 'lit-dof\[plots\]'"):
-        report.plot({})
+        report.plot(SearchRecord.load(REPO / "docs/results/hybrid/hybrid.json"))
 
 
 def _main(capsys, *args) -> tuple[int, str]:

@@ -10,7 +10,8 @@
 * :mod:`~lit_dof.hybrid.local` — each linear twin's local loss on the target's data;
 * :mod:`~lit_dof.hybrid.items` — the search, confirmation and held-out items of a task or a corpus;
 * :mod:`~lit_dof.hybrid.bank` — what a bank of twins says about itself (DoF, training recipe);
-* :mod:`~lit_dof.hybrid.state` — the search's record ``search.json`` and ``hybrid_key``;
+* :mod:`~lit_dof.hybrid.record` — ``SearchRecord``: the search's record as types, read from every format written;
+* :mod:`~lit_dof.hybrid.state` — ``search.json`` on disk, written as soon as a number exists, scores memoised;
 * :mod:`~lit_dof.hybrid.settings` — ``SearchSettings``: the settings of ``lit-dof hybrid``, its options;
 * :mod:`~lit_dof.hybrid.run` — ``HybridSearch``: those settings and the stages of ``lit-dof hybrid``;
 * :mod:`~lit_dof.hybrid.report` — ``hybrid.md``/``.json``/``.png`` from the record;

@@ -5,12 +5,12 @@ itself: that it is one (:func:`check_bank`), each layer's DoF (:func:`layer_dof`
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import yaml
 
+from lit_dof.dof.report import DoFReport
 from lit_dof.students.layer_losses import layer_loss_name
 
 
@@ -31,8 +31,7 @@ def layer_dof(bank: Path, feature_dims: list[int]) -> tuple[dict[int, float], st
     """Per-layer DoF from the bank's ``dof.json`` (next to it or one folder up), else its feature dims."""
     for candidate in (bank / "dof.json", bank.parent / "dof.json"):
         if candidate.is_file():
-            report = json.loads(candidate.read_text())
-            return {i: float(n) for i, n in enumerate(report["layer_dof"])}, candidate.name
+            return {i: float(n) for i, n in enumerate(DoFReport.load(candidate).layer_dof)}, candidate.name
     return {i: float(m) for i, m in enumerate(feature_dims)}, "feature dims (no dof.json)"
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import sys
 
 from lit_dof.devices import device_errors_exit
+from lit_dof.hybrid.record import SearchRecord
 from lit_dof.hybrid.run import HybridSearch
 from lit_dof.io import portable
 
 
-def search(settings: HybridSearch) -> dict:
+def search(settings: HybridSearch) -> SearchRecord:
     """Search a hybrid within tolerance of the teacher, export it, compare orderings on held-out items.
 
     Args:
@@ -24,7 +25,7 @@ def search(settings: HybridSearch) -> dict:
             …; from Python, ``HybridSearch(...).run()`` is the same).
 
     Returns:
-        the contents of ``search.json``.
+        the record, as written to ``search.json``.
 
     Raises:
         ValueError: an ``out`` written with other settings, a bank without twins, items that cannot be had.

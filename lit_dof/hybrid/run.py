@@ -44,6 +44,7 @@ from lit_dof.hybrid.items import Items, task_items, text_blocks
 from lit_dof.hybrid.local import local_losses
 from lit_dof.hybrid.orderings import all_orders, default_counts
 from lit_dof.hybrid.recall_items import recall_blocks
+from lit_dof.hybrid.record import Exported, Exports, SearchRecord, SearchSummary
 from lit_dof.hybrid.scoring import HybridScorer, choice_batches
 from lit_dof.hybrid.search import SearchResult, Tolerance, greedy_replacement
 from lit_dof.hybrid.settings import SearchSettings
@@ -124,8 +125,8 @@ class HybridSearch(SearchSettings):
         if not candidates:
             raise ValueError(f"{self.bank} has no linear twins to swap in")
         items = self.load_items(tokenizer)
-        state.data["items"] = items.where
-        state.data["bank_recipe"] = bank_recipe(Path(self.bank))
+        state.record.items, state.record.bank_recipe = items.where, bank_recipe(Path(self.bank))
+        state.record.teacher = student.config.teacher
         rule = Tolerance.for_metric(self.metric, self.tolerance, self.relative)
         return Workspace(out, state, student, tokenizer, candidates, items, rule)
 
@@ -135,32 +136,30 @@ class HybridSearch(SearchSettings):
         Returns:
             ``(local loss, DoF)``, each keyed by layer index.
         """
-        data = ws.state.data
-        if "local_loss" not in data:
+        record = ws.state.record
+        if record.local_loss is None:
             start = time.perf_counter()
-            data["local_loss"] = {str(i): v for i, v in local_losses(ws.student, ws.items.search).items()}
-            ws.state.timed("local_loss", time.perf_counter() - start)
+            record.local_loss = local_losses(ws.student, ws.items.search)
+            record.timing.local_loss += time.perf_counter() - start
             ws.state.save()
-        loss = {int(i): v for i, v in data["local_loss"].items()}
-        dof, dof_source = layer_dof(Path(self.bank), ws.student.feature_dims)
-        dof = {i: dof[i] for i in ws.candidates}
-        data["layer_dof"], data["dof_source"] = {str(i): v for i, v in dof.items()}, dof_source
-        return loss, dof
+        dof, record.dof_source = layer_dof(Path(self.bank), ws.student.feature_dims)
+        record.layer_dof = {i: dof[i] for i in ws.candidates}
+        return dict(record.local_loss), dict(record.layer_dof)
 
     def greedy(self, ws: Workspace, loss: dict[int, float], dof: dict[int, float]) -> SearchResult:
         """Stage 3: the greedy search on the search items, round by round, resuming the recorded rounds."""
-        data = ws.state.data
+        record = ws.state.record
         scorer = self.scorer(ws, ws.items.search)
         logger = TensorBoardLogger(str(ws.out), name="tensorboard", version=0, default_hp_metric=False)
-        if "teacher_search_score" not in data:
+        if record.teacher_search_score is None:
             start = time.perf_counter()
-            data["teacher_search_score"] = scorer(frozenset())
-            ws.state.timed("search", time.perf_counter() - start)
-            data["search_evaluations"] = 1
+            record.teacher_search_score = scorer(frozenset())
+            record.timing.search += time.perf_counter() - start
+            record.search_evaluations = 1
             ws.state.save()
-        rank = {"loss": loss, "dof": dof}.get(self.shortlist or "")
+        rank = {"loss": loss, "dof": dof}.get(self.shortlist) if self.shortlist else None
         shortlist = functools.partial(_lowest, rank, self.shortlist_k) if rank else None
-        saved = ws.state.saved_rounds()
+        saved = list(record.rounds)
         rounds = Progress("hybrid", min(self.max_linear or len(ws.candidates), len(ws.candidates)), "round")
         rounds.done = len(saved)  # recorded by an earlier run: replayed, not scored
         result = greedy_replacement(
@@ -169,13 +168,20 @@ class HybridSearch(SearchSettings):
             ws.rule,
             shortlist=shortlist,
             max_linear=self.max_linear,
-            teacher_score=data["teacher_search_score"],
+            teacher_score=record.teacher_search_score,
             resume=saved,
             on_round=RoundLog(ws.state, logger, ws.num_layers, rounds),
         )
-        data["search"] = {k: v for k, v in result.to_json().items() if k != "rounds"}
-        data["search"]["evaluations"] = data.get("search_evaluations", 0)
-        data["search"]["seconds"] = data["timing"].get("search", 0.0)
+        record.search = SearchSummary(
+            teacher_score=result.teacher_score,
+            threshold=result.threshold,
+            best=sorted(result.best),
+            best_score=result.best_score,
+            most_linear=sorted(result.most_linear),
+            most_linear_score=result.most_linear_score,
+            evaluations=record.search_evaluations,
+            seconds=record.timing.search,
+        )
         ws.state.save()
         return result  # the scorer and its prefix cache go with this frame: one cache alive at a time
 
@@ -188,18 +194,18 @@ class HybridSearch(SearchSettings):
         most_linear = sorted(result.most_linear)
         if not self.confirm_items:
             return most_linear
-        trajectory = [sorted(r["linear"]) for r in ws.state.data["rounds"] if r["passed"]]
+        trajectory = [sorted(r.linear) for r in ws.state.record.rounds if r.passed]
         confirm = ws.state.scores_on("confirm", ws.items.confirm_count)
-        confirmed = ws.state.memoised(confirm["scores"], self.scorer(ws, ws.items.confirm))
+        confirmed = ws.state.memoised(confirm.scores, self.scorer(ws, ws.items.confirm))
         teacher_confirm = confirmed(())
-        confirm["threshold"] = ws.rule.threshold(teacher_confirm)
+        confirm.threshold = ws.rule.threshold(teacher_confirm)
         most_linear = []
         for linear in reversed(trajectory):  # most linear first; stop at the first that passes
             if ws.rule.passes(confirmed(linear), teacher_confirm):
                 most_linear = linear
                 break
-        confirm["most_linear"] = most_linear
-        ws.state.data["timing"]["confirm"] = sum(v["seconds"] for v in confirm["scores"].values())
+        confirm.most_linear = most_linear
+        ws.state.record.timing.confirm = sum(v.seconds for v in confirm.scores.values())
         ws.state.save()
         return most_linear
 
@@ -219,8 +225,8 @@ class HybridSearch(SearchSettings):
             ws.student.set_softmax_layers(softmax)
             ws.student.save_pretrained(target)
             ws.tokenizer.save_pretrained(target)
-        exported = {name: {"path": str(ws.out / name), "linear": linear} for name, linear in hybrids.items()}
-        ws.state.data["exported"] = exported
+        exported = {name: Exported(str(ws.out / name), linear) for name, linear in hybrids.items()}
+        ws.state.record.exported = Exports(**exported)
         ws.state.save()
         return hybrids
 
@@ -233,23 +239,23 @@ class HybridSearch(SearchSettings):
         dof: dict[int, float],
     ) -> None:
         """Stage 5: the teacher, the hybrids and each ordering's first ``k`` layers on the held-out items."""
-        data = ws.state.data
-        greedy_sequence = [r["chosen"] for r in data["rounds"] if r["passed"]]
+        record = ws.state.record
+        greedy_sequence = [r.chosen for r in record.rounds if r.passed]
         orders = all_orders(greedy_sequence, dof, loss, ws.candidates, self.seed)
-        data["orders"] = {name: orders[name] for name in self.orderings}
+        record.orders = {name: orders[name] for name in self.orderings}
         counts = self.counts or default_counts(len(greedy_sequence), len(ws.candidates))
-        data["counts"] = counts
-        heldout = ws.state.memoised(data["heldout"], self.scorer(ws, ws.items.heldout))
+        record.counts = list(counts)
+        heldout = ws.state.memoised(record.heldout, self.scorer(ws, ws.items.heldout))
         teacher_heldout = heldout(())
         for linear in [*hybrids.values(), sorted(result.most_linear)]:  # also the search's own most-linear hybrid
             heldout(linear)
-        curves: dict[str, dict[str, float]] = {}
+        curves: dict[str, dict[int, float]] = {}
         for name in self.orderings:
             order = orders[name]
-            curves[name] = {str(k): heldout(order[:k]) for k in counts if k <= len(order)}
-        data["curves"] = curves
-        data["heldout_threshold"] = ws.rule.threshold(teacher_heldout)
-        data["teacher_heldout"] = teacher_heldout
+            curves[name] = {k: heldout(order[:k]) for k in counts if k <= len(order)}
+        record.curves = curves
+        record.heldout_threshold = ws.rule.threshold(teacher_heldout)
+        record.teacher_heldout = teacher_heldout
 
     def verify_batches(self, ws: Workspace) -> tuple[list[dict], int]:
         """The verification items, batched, and their number: ``verify_items`` test items, or that many
@@ -269,31 +275,29 @@ class HybridSearch(SearchSettings):
         batches, count = self.verify_batches(ws)
         verify = ws.state.scores_on("verify", count)
         # no prefix cache: it would hold (L + 1) hidden states of every item, and exports mostly start at layer 0
-        verified = ws.state.memoised(verify["scores"], self.scorer(ws, batches, prefix_cache=False))
-        verify["threshold"] = ws.rule.threshold(verified(()))
+        verified = ws.state.memoised(verify.scores, self.scorer(ws, batches, prefix_cache=False))
+        verify.threshold = ws.rule.threshold(verified(()))
         for linear in hybrids.values():
             verified(linear)
-        ws.state.data["timing"]["verify"] = sum(v["seconds"] for v in verify["scores"].values())
+        ws.state.record.timing.verify = sum(v.seconds for v in verify.scores.values())
         ws.state.save()
 
     def finish(self, ws: Workspace) -> None:
         """Record the model size, versions and command; write the report (``report_dir``, else ``out``)."""
-        data = ws.state.data
-        data["num_layers"] = ws.num_layers
-        data["versions"] = library_versions()
-        data["device"] = device_label(self.torch_device)
-        data["dtype"] = str(ws.student.dtype).removeprefix("torch.")
+        record = ws.state.record
+        record.num_layers = ws.num_layers
+        record.versions = library_versions()
+        record.device = device_label(self.torch_device)
+        record.dtype = str(ws.student.dtype).removeprefix("torch.")
+        record.command = self.command or record.command
         ws.state.save()
-        if self.command:
-            data["command"] = self.command
-        ws.state.save()
-        report.write(data, Path(self.report_dir) if self.report_dir else ws.out, data.get("command"))
+        report.write(record, Path(self.report_dir) if self.report_dir else ws.out)
 
-    def run(self) -> dict:
+    def run(self) -> SearchRecord:
         """Every stage in order (see the module's docstring).
 
         Returns:
-            the contents of ``search.json``.
+            the record, as written to ``search.json``.
         """
         stages = Progress("hybrid", 6 + bool(self.verify_items), "stage")  # stderr: stage k/n, elapsed, ETA
         stages.begin("bank, items and teacher")
@@ -313,4 +317,4 @@ class HybridSearch(SearchSettings):
         stages.begin("report")
         self.finish(ws)
         stages.end("search.json and the report written")
-        return ws.state.data
+        return ws.state.record

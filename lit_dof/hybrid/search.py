@@ -13,7 +13,7 @@ that passed. Rounds are reported to a callback as they finish and can be replaye
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 Scorer = Callable[[frozenset], float]
@@ -111,19 +111,6 @@ class SearchResult:
     most_linear_score: float | None = None
     evaluations: int = 0
 
-    def to_json(self) -> dict:
-        """The result as JSON: layer sets as sorted lists, rounds as dicts."""
-        return {
-            "teacher_score": self.teacher_score,
-            "threshold": self.threshold,
-            "rounds": [asdict(r) for r in self.rounds],
-            "best": sorted(self.best),
-            "best_score": self.best_score,
-            "most_linear": sorted(self.most_linear),
-            "most_linear_score": self.most_linear_score,
-            "evaluations": self.evaluations,
-        }
-
 
 def greedy_replacement(
     layers: Iterable[int],
@@ -133,7 +120,7 @@ def greedy_replacement(
     shortlist: Callable[[frozenset, list[int]], list[int]] | None = None,
     max_linear: int | None = None,
     teacher_score: float | None = None,
-    resume: Sequence[dict] = (),
+    resume: Sequence[Round] = (),
     on_round: Callable[[Round], None] | None = None,
 ) -> SearchResult:
     """Distill-then-Replace's greedy search (arXiv 2601.11667, §3.2).
@@ -146,8 +133,8 @@ def greedy_replacement(
             top-k by local distillation loss or by DoF); ``None``: every remaining layer.
         max_linear: stop after this many swaps.
         teacher_score: the teacher's score if already known (saves one evaluation).
-        resume: rounds saved by an earlier run (``Round`` as dicts, in order): their choices are replayed
-            without scoring, and the search continues after them.
+        resume: rounds saved by an earlier run, in order: their choices are replayed without scoring, and the
+            search continues after them.
         on_round: called with each finished round (persist it to resume later).
 
     Returns:
@@ -187,8 +174,7 @@ def greedy_replacement(
             result.best, result.best_score = current, round_.score  # ties go to the more linear hybrid
         found_hybrid = True
 
-    for saved in resume:
-        round_ = Round(**saved)
+    for round_ in resume:
         if round_.passed and round_.chosen not in remaining:
             raise ValueError(f"resumed round {round_.index} chose layer {round_.chosen}, not a remaining candidate")
         record(round_)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from lit_dof.devices import resolve_device, resolve_model_dtype
 from lit_dof.hybrid.orderings import ORDERINGS
+from lit_dof.hybrid.record import RecordedSettings
 from lit_dof.hybrid.scoring import METRICS
 from lit_dof.precision import DtypeName
 
@@ -110,25 +111,24 @@ class SearchSettings:
         return self.metric in ("perplexity", "recall")
 
     @property
-    def settings(self) -> dict:
-        """What the numbers in ``search.json`` depend on; a resumed run must have the same. ``dtype`` is there
-        only when not ``auto``, so records written before the option resume."""
-        return {
-            "bank": str(self.bank),
-            "task": None if self.perplexity else self.task,
-            "metric": self.metric,
-            "corpus": str(self.corpus) if self.perplexity else None,
-            "search_items": self.search_items,
-            "heldout_items": self.heldout_items,
-            "tolerance": self.tolerance,
-            "relative": self.relative,
-            "shortlist": self.shortlist,
-            "shortlist_k": self.shortlist_k,
-            "max_linear": self.max_linear,
-            "prefix_cache": self.prefix_cache,
-            "seed": self.seed,
-            **({"dtype": self.dtype} if self.dtype != "auto" else {}),
-        }
+    def settings(self) -> RecordedSettings:
+        """What the numbers in ``search.json`` depend on; a resumed run must have the same."""
+        return RecordedSettings(
+            bank=str(self.bank),
+            task=None if self.perplexity else self.task,
+            metric=self.metric,
+            corpus=str(self.corpus) if self.perplexity else None,
+            search_items=self.search_items,
+            heldout_items=self.heldout_items,
+            tolerance=self.tolerance,
+            relative=self.relative,
+            shortlist=self.shortlist,
+            shortlist_k=self.shortlist_k,
+            max_linear=self.max_linear,
+            prefix_cache=self.prefix_cache,
+            seed=self.seed,
+            dtype=None if self.dtype == "auto" else self.dtype,
+        )
 
     def task_data_dir(self) -> str:
         """``data_dir``, else ``$LIT_DOF_DATA``.

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
+from lit_dof.dof.report import DoFReport
 from lit_dof.hybrid.bank import bank_recipe, check_bank, layer_dof
 
 
@@ -23,13 +22,18 @@ def test_bank_recipe_reads_the_fit_config_next_to_the_bank(tmp_path):
     assert bank_recipe(student) == "softmax loss, 800 steps, end-to-end tail 30% of the steps"
 
 
+def _dof_report(layer_dof: list[float]) -> DoFReport:
+    heads = [[n] for n in layer_dof]
+    return DoFReport("m", "llama", 4, "kv_head", 1.0, "absolute", None, 8, 32, heads, layer_dof, [True, True], {})
+
+
 def test_layer_dof_prefers_dof_json_next_to_the_bank_else_one_up_else_feature_dims(tmp_path):
     student = tmp_path / "version_0" / "student"
     student.mkdir(parents=True)
     assert layer_dof(student, [4, 8]) == ({0: 4.0, 1: 8.0}, "feature dims (no dof.json)")
-    (tmp_path / "version_0" / "dof.json").write_text(json.dumps({"layer_dof": [2.5, 7]}))
+    _dof_report([2.5, 7]).save(tmp_path / "version_0" / "dof.json")  # as the fit writes it
     assert layer_dof(student, [4, 8]) == ({0: 2.5, 1: 7.0}, "dof.json")
-    (student / "dof.json").write_text(json.dumps({"layer_dof": [1, 3]}))
+    _dof_report([1, 3]).save(student / "dof.json")
     assert layer_dof(student, [4, 8]) == ({0: 1.0, 1: 3.0}, "dof.json")
 
 

@@ -11,6 +11,7 @@ import torch
 from lit_dof.attention import LearnedPRF
 from lit_dof.hybrid.items import task_items
 from lit_dof.hybrid.orderings import default_counts
+from lit_dof.hybrid.record import SearchRecord
 from lit_dof.hybrid.state import hybrid_key
 from lit_dof.students import linearize, load_student
 from tests.conftest import REPO, TINYSTORIES
@@ -59,7 +60,7 @@ def test_search_exports_reports_and_resumes(bank, tmp_path, capsys):
         assert sorted(map(int, r["scores"])) == sorted(remaining[:2])
     # confirmation: the most linear hybrid passes at once (tolerance 1.0), after the teacher
     assert data["confirm"]["items"] == 8 and list(data["confirm"]["scores"]) == ["teacher", hybrid_key(range(L))]
-    assert data["confirm"]["most_linear"] == list(range(L))
+    assert data["confirm"]["most_linear"] == list(range(L)) and data["teacher"] == str(TINYSTORIES)
     assert "Confirmation on 8 validation items" in (out / "hybrid.md").read_text()
     # exports carry their hybrid configuration
     for name in ("best", "most_linear"):
@@ -115,20 +116,21 @@ def test_search_on_perplexity_exports_the_teacher_when_no_swap_passes(bank, tmp_
         return HybridSearch(*args, **kwargs).run()
 
     # untrained twins raise the perplexity of every single-layer swap: with a zero tolerance none passes
-    data = search(str(bank), metric="perplexity", corpus=str(WIKIPEDIA), block=32, search_items=3, heldout_items=2,
-                  tolerance=0.0, shortlist=None, out=str(tmp_path / "s"), orderings=["dof", "uniform"],
-                  confirm_items=2, verify_items=2)  # fmt: skip  # packed args
-    assert list(data["confirm"]["scores"]) == ["teacher"] and data["confirm"]["most_linear"] == []  # nothing to confirm
-    assert len(data["rounds"]) == 1 and not data["rounds"][0]["passed"]
-    assert min(data["rounds"][0]["scores"].values()) > data["teacher_search_score"]
-    assert data["search"]["most_linear"] == data["search"]["best"] == []
+    record = search(str(bank), metric="perplexity", corpus=str(WIKIPEDIA), block=32, search_items=3, heldout_items=2,
+                    tolerance=0.0, shortlist=None, out=str(tmp_path / "s"), orderings=["dof", "uniform"],
+                    confirm_items=2, verify_items=2)  # fmt: skip  # packed args
+    assert record == SearchRecord.load(tmp_path / "s" / "search.json")
+    assert list(record.confirm.scores) == ["teacher"] and record.confirm.most_linear == []  # nothing to confirm
+    assert len(record.rounds) == 1 and not record.rounds[0].passed
+    assert min(record.rounds[0].scores.values()) > record.teacher_search_score
+    assert record.search.most_linear == record.search.best == []
     assert not any(load_student(tmp_path / "s" / "most_linear").linear_layers)
-    assert set(data["curves"]) == {"dof", "uniform"} and data["counts"] == [1, 2]  # 2 layers
+    assert set(record.curves) == {"dof", "uniform"} and record.counts == [1, 2]  # 2 layers
     # perplexity: lower is better, so the threshold lies above the teacher
-    assert data["heldout_threshold"] == data["teacher_heldout"]
+    assert record.heldout_threshold == record.teacher_heldout
     # verification: two further blocks, after the search, held-out and confirmation blocks
-    assert data["verify"]["items"] == 2 and list(data["verify"]["scores"]) == ["teacher"]
-    assert data["verify"]["threshold"] == data["verify"]["scores"]["teacher"]["score"] > 1
+    assert record.verify.items == 2 and list(record.verify.scores) == ["teacher"]
+    assert record.verify.threshold == record.verify.scores["teacher"].score > 1
     with pytest.raises(ValueError, match="shortlist"):
         search(str(bank), data_dir=str(DATA), shortlist="random", out=str(tmp_path / "t"))
     with pytest.raises(FileNotFoundError, match="hybrid/twins.yaml"):
@@ -155,8 +157,8 @@ def test_search_runs_in_the_dtype_asked_for_and_records_device_and_dtype(bank, t
         device="cpu",
         dtype="bfloat16",
     )
-    data = search(settings)
-    assert data["device"] == "cpu" and data["dtype"] == "bfloat16" and data["settings"]["dtype"] == "bfloat16"
+    record = search(settings)
+    assert record.device == "cpu" and record.dtype == "bfloat16" and record.settings.dtype == "bfloat16"
     exported = load_student(tmp_path / "s" / "most_linear")
     assert exported.dtype == torch.bfloat16  # exported in the dtype it was searched in, feature maps in float32
     assert all(p.dtype == torch.float32 for m in exported.linear_modules().values() for p in m.parameters())

@@ -79,7 +79,7 @@ def test_recall_metric_is_the_answers_exact_match_cached_or_not(bank):  # noqa: 
 def test_a_search_on_recall_runs_and_verifies(bank, tmp_path):  # noqa: F811
     from lit_dof.hybrid.run import HybridSearch
 
-    data = HybridSearch(
+    record = HybridSearch(
         str(bank),
         metric="recall",
         corpus=str(WIKIPEDIA),
@@ -92,6 +92,6 @@ def test_a_search_on_recall_runs_and_verifies(bank, tmp_path):  # noqa: F811
         orderings=["uniform"],
         verify_items=2,
     ).run()
-    assert data["settings"]["metric"] == "recall" and data["settings"]["task"] is None
-    assert "recall items" in data["items"] and 0 <= data["teacher_search_score"] <= 1
-    assert data["verify"]["items"] == 2 and 0 <= data["verify"]["scores"]["teacher"]["score"] <= 1
+    assert record.settings.metric == "recall" and record.settings.task is None
+    assert "recall items" in record.items and 0 <= record.teacher_search_score <= 1
+    assert record.verify.items == 2 and 0 <= record.verify.scores["teacher"].score <= 1

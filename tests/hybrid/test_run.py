@@ -23,9 +23,9 @@ def test_settings_are_validated_at_once_and_recorded_by_metric():
         HybridSearch(orderings=["greedy", "best"])
     assert HybridSearch().orderings == list(ORDERINGS) and HybridSearch().orderings is not HybridSearch().orderings
     accuracy = HybridSearch(corpus="wiki.txt").settings
-    assert accuracy["task"] == "arc_easy" and accuracy["corpus"] is None
+    assert accuracy.task == "arc_easy" and accuracy.corpus is None
     ppl = HybridSearch(metric="perplexity", corpus="wiki.txt").settings
-    assert ppl["task"] is None and ppl["corpus"] == "wiki.txt"
+    assert ppl.task is None and ppl.corpus == "wiki.txt"
 
 
 def test_device_and_dtype_are_validated_at_once_and_dtype_recorded_unless_auto():
@@ -35,8 +35,8 @@ def test_device_and_dtype_are_validated_at_once_and_dtype_recorded_unless_auto()
         HybridSearch(device="gpu")
     with pytest.raises(DeviceError, match="dtype 'half'"):
         HybridSearch(dtype="half")
-    assert "dtype" not in HybridSearch().settings  # records written before the option resume
-    assert HybridSearch(dtype="bfloat16", device="cpu").settings["dtype"] == "bfloat16"
+    assert HybridSearch().settings.dtype is None  # as in records written before the option: they resume
+    assert HybridSearch(dtype="bfloat16", device="cpu").settings.dtype == "bfloat16"
 
 
 def test_the_command_options_are_the_settings_fields():

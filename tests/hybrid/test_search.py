@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -79,7 +80,7 @@ def test_lower_is_better_relative_tolerance_shortlist_and_max_linear():
 
 def test_resume_replays_saved_rounds_without_scoring():
     saved = []
-    full = greedy_replacement(COST, additive, Tolerance(0.03), on_round=lambda r: saved.append(r.__dict__.copy()))
+    full = greedy_replacement(COST, additive, Tolerance(0.03), on_round=saved.append)
     calls = []
 
     def scorer(linear):
@@ -90,10 +91,10 @@ def test_resume_replays_saved_rounds_without_scoring():
     assert resumed.most_linear == full.most_linear and resumed.best == full.best
     assert len(calls) == 3 + 2 and all({1, 3} <= c for c in calls)  # only rounds 3 and 4 were scored
     with pytest.raises(ValueError, match="not a remaining candidate"):
-        greedy_replacement(COST, scorer, Tolerance(0.03), resume=[{**saved[0], "chosen": 7}], teacher_score=1.0)
+        greedy_replacement(COST, scorer, Tolerance(0.03), resume=[replace(saved[0], chosen=7)], teacher_score=1.0)
     with pytest.raises(ValueError, match="tolerance"):
         Tolerance(-0.1)
-    assert Round(**saved[0]).chosen == 1
+    assert isinstance(saved[0], Round) and saved[0].chosen == 1
 
 
 def test_a_metric_s_direction_is_applied_by_its_tolerance():
