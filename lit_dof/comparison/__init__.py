@@ -45,10 +45,11 @@ Modules, one idea each:
   :mod:`~lit_dof.comparison.finetune_stage` — the per-task fine-tuning protocol;
 * :mod:`~lit_dof.comparison.control_cells` — a student's controls as cells;
 * :mod:`~lit_dof.comparison.runner` — one subprocess run in a folder, logged, its exit code checked;
-* :mod:`~lit_dof.comparison.artefacts` — reading a cell's files (``metrics.jsonl``, ``config.yaml``, JSON records);
+* :mod:`~lit_dof.comparison.cell_records` — a cell's stage records as types (``fit.json``, ``ppl.json``, evaluations,
+  ``control.json``, ``fit_attempts.json``); :mod:`~lit_dof.comparison.artefacts` — reading a cell's files;
 * :mod:`~lit_dof.comparison.collect` — the report's cells, carried over from an earlier report where gone;
 * :mod:`~lit_dof.comparison.summary` — means, paired differences, spread over seeds;
-* :mod:`~lit_dof.comparison.lookup` — a report cell's key, label, reference and validation curves;
+* :mod:`~lit_dof.comparison.records` — ``Report`` and ``Cell``: the report as types, read from every format written;
 * :mod:`~lit_dof.comparison.render` — the markdown report; :mod:`~lit_dof.comparison.plots` — its figure;
   :mod:`~lit_dof.comparison.beyond_window` — its retrieval section and the students against their controls over seeds;
 * :mod:`~lit_dof.comparison.report` — ``write_report``; :mod:`~lit_dof.comparison.cli` — ``lit-dof compare``.

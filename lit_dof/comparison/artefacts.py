@@ -6,10 +6,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from lit_dof.comparison.cell_records import (
+    ATTEMPTS_FILE,
+    FIT_FILE,
+    EvalRecord,
+    FitAttempt,
+    FitSummary,
+    LongContexts,
+    PerplexityRecord,
+    Provenance,
+    RetrievalSummary,
+    TaskScore,
+    load_attempts,
+)
 from lit_dof.comparison.rows import PRIMARY_METRIC
+from lit_dof.dof.report import DoFReport
 from lit_dof.io import portable
+from lit_dof.pipeline.fit_config import FitConfig
+from lit_dof.records import load_record
+from lit_dof.students.config import LitDofConfig
 from lit_dof.students.surgery import layer_mean_dims
 
 
@@ -57,14 +75,14 @@ def fit_state(cell: Path) -> str:
     Returns:
         The reason, as the report's "not measured yet" line shows it.
     """
-    attempts = json.loads((cell / "fit_attempts.json").read_text()) if (cell / "fit_attempts.json").is_file() else []
-    code = attempts[-1]["returncode"] if attempts else None
+    attempts = load_attempts(cell / ATTEMPTS_FILE)
+    code = attempts[-1].returncode if attempts else None
     if isinstance(code, int) and code != 0:
         return f"fit failed with code {code}: see {cell.name}/fit.log"
     return "fit unfinished: it resumes from its last checkpoint"
 
 
-def checkpoint_dof_report(cell: Path, attempts: Sequence[dict]) -> Path | None:
+def checkpoint_dof_report(cell: Path, attempts: Sequence[FitAttempt]) -> Path | None:
     """The ``dof.json`` of the fresh start whose checkpoint a resumed cell continues: recorded by the last fresh
     attempt (``fit_attempts.json``), else — an attempt killed before it could record — the oldest one on disk.
 
@@ -75,7 +93,7 @@ def checkpoint_dof_report(cell: Path, attempts: Sequence[dict]) -> Path | None:
     Returns:
         The absolute path of that ``dof.json``, or ``None`` when there is none.
     """
-    recorded = [a["dof_report"] for a in attempts if not a.get("resumed") and a.get("dof_report")]
+    recorded = [a.dof_report for a in attempts if not a.resumed and a.dof_report]
     if recorded and Path(recorded[-1]).is_file():
         return Path(recorded[-1])
     reports = sorted(cell.glob("**/dof.json"), key=lambda p: p.stat().st_mtime)
@@ -125,113 +143,121 @@ def run_metric(run: Path, metric: str) -> dict[int, float]:
     return {e.step: e.value for e in events.Scalars(metric)}
 
 
-def summarise_fit(cell: Path, attempts: list[dict], command: list[str]) -> dict:
+def summarise_fit(cell: Path, attempts: list[FitAttempt], command: list[str], device: str | None = None) -> FitSummary:
     """``fit.json``: student path (relative to the cell), dims, budget, λ, J, steps, tokens seen, wall time,
-    validation curve.
+    validation curve, device.
 
     Args:
         cell: the cell directory of a finished fit.
         attempts: its ``fit_attempts.json`` (wall time summed over them).
         command: the fit's command (recorded with :func:`~lit_dof.io.portable`).
+        device: where it ran (a label, :func:`~lit_dof.devices.device_label`).
 
     Returns:
         The record.
     """
-    import yaml
-
     run = latest_run(cell)
-    config = yaml.safe_load((run / "config.yaml").read_text())
-    student_config = json.loads((run / "student" / "config.json").read_text())
-    dims = student_config.get("feature_dims")
-    steps = int(config["trainer"]["max_steps"])
-    data = config["data"]["init_args"]
-    total = sum(layer_mean_dims(dims)) if dims else None  # per-head dims count as their mean per layer
-    record = {
-        "student": str((run / "student").relative_to(cell)),
-        "feature_dims": dims,
-        "total_features": total,
-        "steps": steps,
-        "tokens": steps * int(data["batch_size"]) * int(data["seq_len"]),
-        "wall_seconds": sum(a["seconds"] for a in attempts),
-        "attempts": len(attempts),
-        "command": portable(command),
-        "val_curve": validation_curve(cell),
-    }
-    record["strategy"] = allocation_strategy(config)
-    dof_path = run / "dof.json"
-    if dof_path.is_file():
-        dof = json.loads(dof_path.read_text())
-        record.update(
-            lam=dof.get("lam"),
-            lam_rule=dof.get("lam_rule"),
-            relative_to=dof.get("relative_to"),
-            num_samples=dof.get("num_samples"),
-        )
-    return record
+    config = FitConfig.load(run / "config.yaml")
+    dims = LitDofConfig.from_pretrained(run / "student").feature_dims or None
+    steps, dof = config.trainer.max_steps, run / "dof.json"
+    report = DoFReport.load(dof) if dof.is_file() else None
+    return FitSummary(
+        student=str((run / "student").relative_to(cell)),
+        feature_dims=dims,
+        total_features=sum(layer_mean_dims(dims)) if dims else None,  # per-head dims count as their mean per layer
+        steps=steps,
+        tokens=steps * config.tokens_per_step if steps and config.tokens_per_step else None,
+        wall_seconds=sum(a.seconds for a in attempts),
+        attempts=len(attempts),
+        command=portable(command),
+        val_curve=validation_curve(cell),
+        strategy=config.strategy,
+        lam=report and report.lam,
+        lam_rule=report and report.lam_rule,
+        relative_to=report and report.relative_to,
+        num_samples=report and report.num_samples,
+        device=device,
+    )
 
 
-def allocation_strategy(config: dict) -> str | None:
-    """The allocation strategy of a fit's saved ``config.yaml``: its planner's (``fix`` for a ``FixedPlanner``), or
-    its ``allocator:`` group's (configs from before the planners).
+@dataclass
+class CellFiles:
+    """A cell directory's finished records, each ``None`` (or empty) until its stage has run.
 
-    Args:
-        config: the parsed ``config.yaml``.
-
-    Returns:
-        ``"dof"``, ``"dof_clip"``, ``"dof_head"``, ``"fix"``, or ``None`` when it names none.
+    Attributes:
+        fit: ``fit.json``. ppl: ``ppl.json``. long: ``long.json``'s perplexity by position per context.
+        long_documents: ``long_documents.json``. scores: per task, the primary metric. items: per task, the
+        per-example scores of the primary metric. retrieval: per task. devices: the devices the records name.
     """
-    planner = ((config.get("model") or {}).get("init_args") or {}).get("planner")
-    if not isinstance(planner, dict):
-        return (config.get("allocator") or {}).get("strategy")
-    if str(planner.get("class_path", "")).endswith("FixedPlanner"):
-        return "fix"
-    return (planner.get("init_args") or {}).get("strategy")
+
+    fit: FitSummary | None
+    ppl: PerplexityRecord | None
+    long: dict | None
+    long_documents: dict | None
+    scores: dict[str, TaskScore]
+    items: dict[str, list[float]]
+    retrieval: dict[str, RetrievalSummary]
+    devices: set[str]
+
+    @property
+    def measured(self) -> bool:
+        """Whether any stage has a record (else the cell has nothing to show)."""
+        return any((self.fit, self.ppl, self.long, self.long_documents, self.scores, self.retrieval))
 
 
-def read_cell(cell: Path, tasks: Sequence[str]) -> dict:
-    """A cell directory's finished records: ``fit``, ``ppl``, ``long``, ``long_documents`` (``None`` when missing),
-    ``scores`` (task → primary metric, its SE, n), ``items`` (task → per-example scores), ``retrieval`` (task →
-    :func:`retrieval_summary`) and the ``devices`` they name.
+def read_cell(cell: Path, tasks: Sequence[str]) -> CellFiles:
+    """A cell directory's finished records (:class:`CellFiles`): its stages' JSON files, the primary metric of each
+    task's ``eval/<task>.json`` (its SE, n, the share of examples beyond the model's exact positions and the
+    per-example scores), each ``retrieval/<task>.json`` (:func:`retrieval_summary`) and the devices they name.
 
     Args:
         cell: a cell directory.
         tasks: the tasks to read.
 
     Returns:
-        ``{"fit", "ppl", "long", "long_documents", "scores", "items", "retrieval", "devices"}``.
+        The records.
+
+    Raises:
+        ValueError: a record that is not JSON or not of its kind (pydantic names the field).
     """
-    names = ("fit.json", "ppl.json", "long.json", "long_documents.json")
-    fit, ppl, long, documents = (_record(cell / name) for name in names)
-    retrieval = {p.stem: retrieval_summary(json.loads(p.read_text())) for p in sorted(cell.glob("retrieval/*.json"))}
+    fit, ppl = load_record(FitSummary, cell / FIT_FILE), load_record(PerplexityRecord, cell / "ppl.json")
+    long, documents = load_record(LongContexts, cell / "long.json"), _record(cell / "long_documents.json")
+    retrieval = {p.stem: retrieval_summary(EvalRecord.load(p)) for p in sorted(cell.glob("retrieval/*.json"))}
+    devices = {fit and fit.device, ppl and ppl.device, long and long.device, documents and documents.get("device")}
+    devices |= {r.device for r in retrieval.values()}
     scores, items = {}, {}
-    devices = {record.get("device") for record in (fit, ppl, long, documents) if record}
-    devices |= {(r["provenance"] or {}).get("device") for r in retrieval.values()}
     for task in tasks:
         path = cell / "eval" / f"{task}.json"
-        if not path.is_file():
-            continue
-        entry = json.loads(path.read_text())
-        devices.add(_eval_device(entry.get("provenance") or {}))
-        metric = PRIMARY_METRIC[task]
-        scores[task] = {
-            "value": entry.get(metric),
-            "stderr": entry.get(f"{metric}_stderr"),
-            "metric": metric,
-            "n": entry.get("n"),
-        }
-        if entry.get("beyond_exact") is not None:  # the share of examples past a student's exact positions
-            scores[task]["beyond_exact"] = entry["beyond_exact"]
-        if (entry.get("items") or {}).get(metric):
-            items[task] = entry["items"][metric]
-    found = {"fit": fit, "ppl": ppl, "long": long, "long_documents": documents, "scores": scores, "items": items}
-    return {**found, "retrieval": retrieval, "devices": devices}
+        if path.is_file():
+            record, metric = EvalRecord.load(path), PRIMARY_METRIC[task]
+            scores[task] = task_score(record, metric)
+            devices.add(record.provenance.where)
+            if record.items.get(metric):
+                items[task] = record.items[metric]
+    contexts = long and long.contexts
+    return CellFiles(fit, ppl, contexts, documents, scores, items, retrieval, {d for d in devices if d})
 
 
 def _record(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def retrieval_summary(record: dict) -> dict:
+def task_score(record: EvalRecord, metric: str) -> TaskScore:
+    """What the report keeps of an evaluation record: the task's primary ``metric`` (``acc``, ``acc_norm``, …) with
+    its SE and n, and the share of examples beyond the model's exact positions.
+
+    Args:
+        record: ``eval/<task>.json``.
+        metric: the task's primary metric.
+
+    Returns:
+        The score.
+    """
+    metrics = record.metrics
+    return TaskScore(metrics.get(metric), metrics.get(f"{metric}_stderr"), metric, record.n, record.beyond_exact)
+
+
+def retrieval_summary(record: EvalRecord) -> RetrievalSummary:
     """What the report keeps of a ``retrieval/<task>.json``: the score (exact match) and its SE, n, the context ×
     depth ``cells``, the per-example scores in order (``items``, for pairing two models on the same examples), the
     share of needles beyond the model's window (``None`` for full attention) and the provenance.
@@ -240,23 +266,17 @@ def retrieval_summary(record: dict) -> dict:
         record: a retrieval stage record (:meth:`~lit_dof.comparison.stages.EvaluationStages.retrieval_stage`).
 
     Returns:
-        ``{"exact_match", "exact_match_stderr", "n", "cells", "items", "beyond_window", "provenance"}``.
+        The summary (records from before exact match was the metric name it ``acc``).
     """
-    examples = record.get("examples") or []
-    beyond = [e["beyond_window"] for e in examples if "beyond_window" in e]
-    items = record.get("items") or {}
-    return {
-        "exact_match": record.get("exact_match", record.get("acc")),
-        "exact_match_stderr": record.get("exact_match_stderr", record.get("acc_stderr")),
-        "n": record.get("n"),
-        "cells": record.get("cells"),
-        "items": items.get("exact_match") or items.get("acc"),
-        "beyond_window": sum(beyond) / len(beyond) if beyond else None,
-        "provenance": {k: (record.get("provenance") or {}).get(k) for k in ("device", "retrieval", "seconds")},
-    }
-
-
-def _eval_device(provenance: dict) -> str | None:
-    """An evaluation's device; records from before ``device`` was kept say only whether CUDA was available,
-    and the comparison then ran on the CPU."""
-    return provenance.get("device") or ("cpu" if provenance.get("cuda") is False else None)
+    metric = "exact_match" if "exact_match" in record.metrics else "acc"
+    beyond = [e.beyond_window for e in record.examples if e.beyond_window is not None]
+    where = record.provenance
+    return RetrievalSummary(
+        exact_match=record.metrics.get(metric),
+        exact_match_stderr=record.metrics.get(f"{metric}_stderr"),
+        n=record.n,
+        cells=record.cells,
+        items=record.items.get(metric),
+        beyond_window=sum(beyond) / len(beyond) if beyond else None,
+        provenance=Provenance(device=where.device, retrieval=where.retrieval, seconds=where.seconds),
+    )

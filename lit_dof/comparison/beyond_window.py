@@ -10,8 +10,10 @@ that every ratio reads "student / other" and every difference "student − other
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from lit_dof.comparison.lookup import cell_key, cell_label
+from lit_dof.comparison.cell_records import RetrievalSummary
+from lit_dof.comparison.records import Cell, Report
 from lit_dof.evaluation.stats import paired_difference, paired_seed_difference
 
 
@@ -19,7 +21,7 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.0f}%"
 
 
-def beyond_exact_lines(report: dict) -> list[str]:
+def beyond_exact_lines(report: Report) -> list[str]:
     """The share of each task's examples longer than a cell's exact positions (window + sinks): the only examples
     on which a window + sinks student, or a control behind a window, can score differently from its teacher; empty
     when no cell records it.
@@ -30,22 +32,26 @@ def beyond_exact_lines(report: dict) -> list[str]:
     Returns:
         The lines.
     """
-    cells = [c for c in report["cells"] if any("beyond_exact" in s for s in c["scores"].values())]
+    cells = [c for c in report.cells if any(s.beyond_exact is not None for s in c.scores.values())]
     if not cells:
         return []
-    tasks = [t for t in report["tasks"] if any("beyond_exact" in c["scores"].get(t, {}) for c in cells)]
+    tasks = [t for t in report.tasks if any(_beyond_exact(c, t) is not None for c in cells)]
     title = (
         "Examples beyond the exact window (the share of each task's examples longer than the model's window + sinks: "
         "the only ones on which it can score differently from its teacher):"
     )
     lines = ["", title, "", "| model | " + " | ".join(tasks) + " |", "|" + "---|" * (len(tasks) + 1)]
     for c in cells:
-        shares = [_pct(c["scores"].get(t, {}).get("beyond_exact")) for t in tasks]
-        lines.append(f"| {cell_label(c)} | " + " | ".join(shares) + " |")
+        lines.append(f"| {c.name} | " + " | ".join(_pct(_beyond_exact(c, t)) for t in tasks) + " |")
     return lines
 
 
-def retrieval_lines(report: dict) -> list[str]:
+def _beyond_exact(c: Cell, task: str) -> float | None:
+    score = c.scores.get(task)
+    return score.beyond_exact if score else None
+
+
+def retrieval_lines(report: Report) -> list[str]:
     """The "Retrieval" section: per task, each cell's exact match overall (± SE over examples) and by context
     (mean over needle depths), the share of needles beyond its window, and its paired difference from its reference
     on the same examples; empty when no cell has a retrieval record.
@@ -56,81 +62,96 @@ def retrieval_lines(report: dict) -> list[str]:
     Returns:
         The lines.
     """
-    cells = [c for c in report["cells"] if c.get("retrieval")]
+    cells = [c for c in report.cells if c.retrieval]
     if not cells:
         return []
-    by_key = {cell_key(c["row"], c): c for c in cells}
+    by_key = {c.key(): c for c in cells}
     title = (
         "Retrieval (greedy generation, exact match; by context: mean over needle depths; beyond: needles outside the "
         "model's exact window; − reference: paired over the same examples, ± SE):"
     )
     lines = ["", title]
-    for task in sorted({t for c in cells for t in c["retrieval"]}):
-        shown = [c for c in cells if task in c["retrieval"]]
-        contexts = sorted({int(k) for c in shown for k in c["retrieval"][task]["cells"] or {}})
+    for task in sorted({t for c in cells for t in c.retrieval}):
+        shown = [c for c in cells if task in c.retrieval]
+        contexts = sorted({k for c in shown for k in c.retrieval[task].cells or {}})
         columns = ["model", "all", *(f"{k} tokens" for k in contexts), "beyond", "− reference"]
         lines += ["", f"`{task}`:", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         for c in shown:
-            entry = c["retrieval"][task]
-            by_context = [entry["cells"].get(str(k)) if entry["cells"] else None for k in contexts]
-            means = [_pct(_mean([d["mean"] for d in row.values()])) if row else "–" for row in by_context]
-            reference = by_key.get(cell_key(c.get("reference"), c))
-            overall = f"{_pct(entry['exact_match'])} ± {_pct(entry['exact_match_stderr'])} (n={entry['n']})"
-            paired = _paired_text(entry, (reference or {}).get("retrieval", {}).get(task))
-            cells_text = [cell_label(c), overall, *means, _pct(entry.get("beyond_window")), paired]
+            entry = c.retrieval[task]
+            means = [_pct(entry.by_context(k)) for k in contexts]
+            reference = by_key.get(c.reference_key)
+            overall = f"{_pct(entry.exact_match)} ± {_pct(entry.exact_match_stderr)} (n={entry.n})"
+            paired = _paired_text(entry, reference.retrieval.get(task) if reference else None)
+            cells_text = [c.name, overall, *means, _pct(entry.beyond_window), paired]
             lines.append("| " + " | ".join(cells_text) + " |")
     return lines
 
 
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def _paired_text(entry: dict, reference: dict | None) -> str:
+def _paired_text(entry: RetrievalSummary, reference: RetrievalSummary | None) -> str:
     """``difference ± SE`` in points over the same examples, or ``–``."""
-    if not reference or not entry.get("items") or len(entry["items"]) != len(reference.get("items") or []):
+    if not reference or not entry.items or len(entry.items) != len(reference.items or []):
         return "–"
-    difference, stderr, _ = paired_difference(entry["items"], reference["items"])
+    difference, stderr, _ = paired_difference(entry.items, reference.items)
     return f"{100 * difference:+.0f} ± {100 * stderr:.0f}"
 
 
-def seed_pairs(report: dict) -> list[dict]:
+@dataclass
+class SeedPair:
+    """A student against another model (its reference, or one of its controls: ``controlled``) at budget C, over the
+    ``seeds`` both were measured with: per measure, :func:`~lit_dof.evaluation.stats.paired_seed_difference`'s
+    result (``None``: fewer than two seeds measured on both sides) — the sliding-window ``ppl`` ratio, the ratio in
+    each long-document bucket, the exact-match difference of each retrieval task."""
+
+    student: str
+    other: str
+    budget: int
+    seeds: list[int]
+    controlled: bool
+    ppl: dict | None
+    long_documents: dict[str, dict | None]
+    retrieval: dict[str, dict | None]
+
+
+def seed_pairs(report: Report) -> list[SeedPair]:
     """Each student against its reference and each of its controls, over the seeds both were measured with.
 
     Args:
         report: a report.
 
     Returns:
-        One entry per (student, other, budget) with two or more seeds in common: ``{"student", "other", "budget",
-        "seeds", "controlled" (other is a control of the student), "ppl", "long_documents": {bucket: ...},
-        "retrieval": {task: ...}}``; perplexities compared as ratios
-        (:func:`~lit_dof.evaluation.stats.paired_seed_difference` with ``log``), exact match as differences; a
-        comparison without two seeds on both sides is ``None``.
+        One :class:`SeedPair` per (student, other, budget) with two or more seeds in common; perplexities compared
+        as ratios (:func:`~lit_dof.evaluation.stats.paired_seed_difference` with ``log``), exact match as
+        differences.
     """
-    cells = {cell_key(c["row"], c): c for c in report["cells"]}
-    pairs: dict[tuple, list[tuple[int, dict, dict]]] = {}
-    for c in report["cells"]:
-        other = cells.get(cell_key(c.get("reference"), c))
-        if other is None or c["kind"] == "teacher":
+    cells = report.by_key()
+    pairs: dict[tuple, list[tuple[int, Cell, Cell]]] = {}
+    for c in report.cells:
+        other = cells.get(c.reference_key)
+        if other is None or c.kind == "teacher":
             continue
-        student, against = (other, c) if c["kind"] == "control" else (c, other)
-        pairs.setdefault((student["row"], against["row"], c["budget"]), []).append(
-            (c.get("seed") or 0, student, against)
-        )
+        student, against = (other, c) if c.kind == "control" else (c, other)
+        pairs.setdefault((student.row, against.row, c.budget), []).append((c.seed or 0, student, against))
     out = []
     for (student, other, budget), runs in pairs.items():
         if len({seed for seed, _, _ in runs}) < 2:
             continue
-        entry = {"student": student, "other": other, "budget": budget, "seeds": sorted(seed for seed, _, _ in runs)}
-        entry["controlled"] = runs[0][2]["kind"] == "control"
-        entry["ppl"] = _compare(runs, lambda c: c.get("ppl"), log=True)
-        buckets = {b for _, s, _ in runs for b in ((s.get("long_documents") or {}).get("buckets") or {})}
-        entry["long_documents"] = {
-            b: _compare(runs, lambda c, b=b: _bucket_ppl(c, b), log=True) for b in sorted(buckets, key=_bucket_start)
-        }
-        tasks = {t for _, s, _ in runs for t in s.get("retrieval") or {}}
-        entry["retrieval"] = {t: _compare(runs, lambda c, t=t: _exact_match(c, t)) for t in sorted(tasks)}
-        out.append(entry)
+        buckets = {b for _, s, _ in runs for b in s.document_buckets}
+        tasks = {t for _, s, _ in runs for t in s.retrieval}
+        out.append(
+            SeedPair(
+                student,
+                other,
+                budget,
+                sorted(seed for seed, _, _ in runs),
+                controlled=runs[0][2].kind == "control",
+                ppl=_compare(runs, lambda c: c.ppl, log=True),
+                long_documents={
+                    b: _compare(runs, lambda c, b=b: c.bucket_ppl(b), log=True)
+                    for b in sorted(buckets, key=_bucket_start)
+                },
+                retrieval={t: _compare(runs, lambda c, t=t: _exact_match(c, t)) for t in sorted(tasks)},
+            )
+        )
     return out
 
 
@@ -138,15 +159,12 @@ def _bucket_start(bucket: str) -> int:
     return int(bucket.split("-")[0])
 
 
-def _bucket_ppl(c: dict, bucket: str) -> float | None:
-    return (((c.get("long_documents") or {}).get("buckets") or {}).get(bucket) or {}).get("ppl")
+def _exact_match(c: Cell, task: str) -> float | None:
+    entry = c.retrieval.get(task)
+    return entry.exact_match if entry else None
 
 
-def _exact_match(c: dict, task: str) -> float | None:
-    return ((c.get("retrieval") or {}).get(task) or {}).get("exact_match")
-
-
-def _compare(runs: list[tuple[int, dict, dict]], measure, log: bool = False) -> dict | None:
+def _compare(runs: list[tuple[int, Cell, Cell]], measure, log: bool = False) -> dict | None:
     """:func:`paired_seed_difference` of ``measure`` over the runs where both sides have it (``None`` under 2)."""
     both = {seed: (measure(s), measure(o)) for seed, s, o in runs}
     both = {seed: values for seed, values in both.items() if None not in values}
@@ -155,7 +173,7 @@ def _compare(runs: list[tuple[int, dict, dict]], measure, log: bool = False) -> 
     return paired_seed_difference({k: v[0] for k, v in both.items()}, {k: v[1] for k, v in both.items()}, log=log)
 
 
-def seed_pair_lines(report: dict) -> list[str]:
+def seed_pair_lines(report: Report) -> list[str]:
     """The "Over seeds" section of :func:`seed_pairs`: student / other perplexity ratios (sliding window and each
     long-document bucket) and student − other retrieval exact match, each the mean over seeds ± SE [95% interval];
     only pairs with a control or with long-document or retrieval records (the seed table has the others), and
@@ -170,8 +188,8 @@ def seed_pair_lines(report: dict) -> list[str]:
     pairs = [p for p in seed_pairs(report) if _beyond_the_seed_table(p)]
     if not pairs:
         return []
-    buckets = sorted({b for p in pairs for b in p["long_documents"]}, key=_bucket_start)
-    tasks = sorted({t for p in pairs for t in p["retrieval"]})
+    buckets = sorted({b for p in pairs for b in p.long_documents}, key=_bucket_start)
+    tasks = sorted({t for p in pairs for t in p.retrieval})
     columns = ["student", "other", "C", "seeds", "ppl ratio", *(f"long docs {b}" for b in buckets)]
     columns += [f"{t} − other" for t in tasks]
     title = (
@@ -181,16 +199,16 @@ def seed_pair_lines(report: dict) -> list[str]:
     )
     lines = ["", title, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for p in pairs:
-        cells = [p["student"], p["other"], str(p["budget"]), ", ".join(map(str, p["seeds"])), _ratio(p["ppl"])]
-        cells += [_ratio(p["long_documents"].get(b)) for b in buckets]
-        cells += [_points(p["retrieval"].get(t)) for t in tasks]
+        cells = [p.student, p.other, str(p.budget), ", ".join(map(str, p.seeds)), _ratio(p.ppl)]
+        cells += [_ratio(p.long_documents.get(b)) for b in buckets]
+        cells += [_points(p.retrieval.get(t)) for t in tasks]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
-def _beyond_the_seed_table(pair: dict) -> bool:
+def _beyond_the_seed_table(pair: SeedPair) -> bool:
     """Whether a pair says more than the seed table's perplexity ratio: a control, long documents or retrieval."""
-    return pair["controlled"] or any(pair["long_documents"].values()) or any(pair["retrieval"].values())
+    return pair.controlled or any(pair.long_documents.values()) or any(pair.retrieval.values())
 
 
 def _ratio(result: dict | None) -> str:

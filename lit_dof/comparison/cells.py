@@ -6,7 +6,6 @@ skips what is finished."""
 from __future__ import annotations
 
 import glob
-import json
 import os
 import sys
 import time
@@ -15,14 +14,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lit_dof.comparison.artefacts import checkpoint_dof_report, exported_since, summarise_fit
+from lit_dof.comparison.cell_records import (
+    ATTEMPTS_FILE,
+    FIT_FILE,
+    FitAttempt,
+    FitSummary,
+    load_attempts,
+    save_attempts,
+)
 from lit_dof.comparison.control_cells import records_folder
 from lit_dof.comparison.finetune_stage import FinetuneProtocol
 from lit_dof.comparison.rows import PLANNER_ARGS, REPO_CONFIGS, Row, planner_class
 from lit_dof.comparison.runner import CommandFailed, run_logged
 from lit_dof.comparison.stages import EvaluationStages
 from lit_dof.evaluation.retrieval_data import RETRIEVAL_TASKS, RetrievalGrid
-from lit_dof.io import atomic_write_json
+from lit_dof.pipeline.fit_config import FitConfig
 from lit_dof.pipeline.planner import FixedPlanner
+from lit_dof.records import load_record, save_record
 
 
 @dataclass
@@ -176,7 +184,7 @@ class Comparison(EvaluationStages, FinetuneProtocol):
             command.append(f"{PLANNER_ARGS}.report_path={dof_report}")
         return command + (["--ckpt_path=last"] if resume else [])
 
-    def fit(self, row: Row, budget: int) -> dict:
+    def fit(self, row: Row, budget: int) -> FitSummary:
         """Train the cell's student (or resume it); returns ``fit.json``'s content.
 
         Args:
@@ -184,19 +192,19 @@ class Comparison(EvaluationStages, FinetuneProtocol):
             budget: its feature budget C.
 
         Returns:
-            ``fit.json``'s content (read back when the cell is finished).
+            ``fit.json`` (read back when the cell is finished).
 
         Raises:
             CommandFailed: the fit exited with a non-zero code (the attempt is recorded in ``fit_attempts.json``).
             RuntimeError: the fit stopped before exporting its student (e.g. SIGTERM); re-running resumes it.
         """
         cell = self.cell_dir(row, budget)
-        record_path = cell / "fit.json"
+        record_path = cell / FIT_FILE
         if record_path.is_file():
-            return json.loads(record_path.read_text())
+            return load_record(FitSummary, record_path)
         cell.mkdir(parents=True, exist_ok=True)
-        timing_path = cell / "fit_attempts.json"
-        attempts = json.loads(timing_path.read_text()) if timing_path.is_file() else []
+        timing_path = cell / ATTEMPTS_FILE
+        attempts = load_attempts(timing_path)
         resume = bool(glob.glob(str(cell / "**" / "last.ckpt"), recursive=True))
         command = self.fit_command(row, budget, resume, checkpoint_dof_report(cell, attempts) if resume else None)
         start, returncode = time.time(), None
@@ -207,20 +215,20 @@ class Comparison(EvaluationStages, FinetuneProtocol):
             returncode = failure.returncode
             raise
         finally:  # an interrupted attempt (Ctrl-C) still counts towards the cell's wall time; it resumes from last.ckpt
-            attempts.append({"seconds": time.time() - start, "returncode": returncode, "resumed": resume})
             written = [p for p in cell.glob("**/dof.json") if p.stat().st_mtime >= start]
-            if not resume and written:  # a fresh start: the DoF report its checkpoints' feature dims come from
-                attempts[-1]["dof_report"] = str(written[0].resolve())
-            atomic_write_json(timing_path, attempts)
+            # a fresh start's DoF report: the one its checkpoints' feature dims come from
+            dof_report = str(written[0].resolve()) if not resume and written else None
+            attempts.append(FitAttempt(time.time() - start, returncode, resume, dof_report))
+            save_attempts(timing_path, attempts)
         if not exported_since(cell, start):  # Lightning stops on SIGTERM with code 0, before the export
-            attempts[-1]["exported"] = False
-            atomic_write_json(timing_path, attempts)
+            attempts[-1].exported = False
+            save_attempts(timing_path, attempts)
             raise RuntimeError(
                 f"fit of {row.name} (C={budget}) stopped before its last step (no student exported; "
                 f"was it sent SIGTERM?): re-run the command to resume it from its last checkpoint"
             )
-        record = {**summarise_fit(cell, attempts, command), "device": self.device_label()}
-        atomic_write_json(record_path, record)
+        record = summarise_fit(cell, attempts, command, self.device_label())
+        save_record(record_path, record)
         return record
 
     def accelerator_args(self) -> list[str]:
@@ -244,9 +252,10 @@ class Comparison(EvaluationStages, FinetuneProtocol):
         """The teacher: :attr:`teacher` when set, else ``model.init_args.teacher`` of the base config."""
         if self.teacher:
             return self.teacher
-        import yaml
-
-        return yaml.safe_load(Path(self.base_config).read_text())["model"]["init_args"]["teacher"]
+        teacher = FitConfig.load(self.base_config).teacher
+        if not teacher:
+            raise ValueError(f"{self.base_config} names no model.init_args.teacher: pass --teacher")
+        return teacher
 
     def model_source(self, row: Row, budget: int) -> str:
         """What a cell evaluates: the teacher for the teacher row, else the student its fit exported.
@@ -258,7 +267,7 @@ class Comparison(EvaluationStages, FinetuneProtocol):
         if row.kind == "teacher":
             return self.teacher_source()
         cell = self.cell_dir(row, budget)
-        return str(cell / json.loads((cell / "fit.json").read_text())["student"])
+        return str(cell / load_record(FitSummary, cell / FIT_FILE).student)
 
 
 def _absolute(path: str | None) -> str | None:

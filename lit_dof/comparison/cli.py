@@ -17,6 +17,7 @@ from pathlib import Path
 
 from lit_dof.comparison.cells import Comparison
 from lit_dof.comparison.control_cells import describe_controls
+from lit_dof.comparison.records import Report
 from lit_dof.comparison.report import write_report
 from lit_dof.comparison.rows import ROWS, control_rows, grid
 from lit_dof.evaluation.task_data import EXTRA_TASKS, TASKS, TRAIN_SPLITS
@@ -35,7 +36,7 @@ def compare(
     finetune_tasks: list[str] = list(TRAIN_SPLITS),  # noqa: B006
     seeds: list[int] = [0],  # noqa: B006
     carry: bool = True,
-) -> dict:
+) -> Report:
     """Run (or resume) the comparison and write its report. Progress goes to stderr: the cell under way (k of n),
     the time elapsed and an estimate of the time left.
 
@@ -67,7 +68,7 @@ def compare(
             ``out`` (a lost or cleaned scratch folder; each is marked in the table); ``false``: only ``out``.
 
     Returns:
-        the report (``comparison.json``'s content).
+        the report, as written to ``comparison.json``.
 
     Raises:
         ValueError: an unknown row, stage or task; seeds that are repeated or negative; a ``controls`` row that is
@@ -136,7 +137,7 @@ def _ready(comparison: Comparison, row, budget: int) -> bool:
     student = ROWS[row.of] if row.kind == "control" else row
     if not (comparison.cell_dir(student, budget) / "fit.json").is_file():
         return False
-    return row.kind != "control" or describe_controls(comparison, student, budget)[row.control]["control"] is not None
+    return row.kind != "control" or describe_controls(comparison, student, budget)[row.control].control is not None
 
 
 def main(args: list[str] | None = None) -> None:

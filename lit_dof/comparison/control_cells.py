@@ -11,11 +11,11 @@ own LoRA-merged weights with full attention, keeps its records in its own folder
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lit_dof.comparison.cell_records import ControlRecord
 from lit_dof.comparison.rows import CONTROLS, ROWS, Row
 from lit_dof.io import atomic_write_json
 
@@ -42,17 +42,17 @@ def control_folder(comparison: Comparison, row: Row, budget: int, seed: int | No
     return comparison.cell_dir(ROWS[row.of], budget, seed) / "controls" / row.control
 
 
-def read_control(folder: Path) -> dict | None:
+def read_control(folder: Path) -> ControlRecord | None:
     """A control folder's ``control.json`` (``None`` before :func:`describe_controls` wrote it).
 
     Args:
         folder: :func:`control_folder`.
 
     Returns:
-        ``{"control": record or None, "why": str | None, "records": folder relative to ``folder``}`` or ``None``.
+        The record, or ``None``.
     """
     path = folder / CONTROL_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    return ControlRecord.load(path) if path.is_file() else None
 
 
 def records_folder(comparison: Comparison, row: Row, budget: int, seed: int | None = None) -> Path:
@@ -70,7 +70,7 @@ def records_folder(comparison: Comparison, row: Row, budget: int, seed: int | No
     """
     own = control_folder(comparison, row, budget, seed)
     info = read_control(own)
-    return Path(os.path.normpath(own / info["records"])) if info and info.get("records") else own
+    return Path(os.path.normpath(own / info.records)) if info and info.records else own
 
 
 def shared_folder(comparison: Comparison, window: int, sinks: int) -> Path:
@@ -87,7 +87,7 @@ def shared_folder(comparison: Comparison, window: int, sinks: int) -> Path:
     return Path(comparison.out) / "controls" / f"teacher_window{window}_sinks{sinks}"
 
 
-def describe_controls(comparison: Comparison, student_row: Row, budget: int) -> dict[str, dict]:
+def describe_controls(comparison: Comparison, student_row: Row, budget: int) -> dict[str, ControlRecord]:
     """Write the ``control.json`` of each control of a fitted student cell (loading the student and its teacher
     once), unless all are written; returns them.
 
@@ -97,7 +97,7 @@ def describe_controls(comparison: Comparison, student_row: Row, budget: int) -> 
         budget: its feature budget C.
 
     Returns:
-        ``{control name: control.json's content}`` for every name of :data:`~lit_dof.comparison.rows.CONTROLS`.
+        ``{control name: its control.json}`` for every name of :data:`~lit_dof.comparison.rows.CONTROLS`.
     """
     folders = {name: comparison.cell_dir(student_row, budget) / "controls" / name for name in CONTROLS}
     found = {name: read_control(folder) for name, folder in folders.items()}
@@ -110,13 +110,13 @@ def describe_controls(comparison: Comparison, student_row: Row, budget: int) -> 
     models = control_models(student)
     for name, folder in folders.items():
         model = models.get(name)
-        record = control_info(model).to_dict() if model is not None else None
+        control = control_info(model) if model is not None else None
         records = None
-        if record is not None and record["weights"] == "teacher":
-            records = os.path.relpath(shared_folder(comparison, record["window"], record["sink_tokens"]), folder)
+        if control is not None and control.weights == "teacher":
+            records = os.path.relpath(shared_folder(comparison, control.window, control.sink_tokens), folder)
         why = None if model is not None else _absent_reason(name)
-        found[name] = {"control": record, "why": why, "records": records}
-        atomic_write_json(folder / CONTROL_FILE, found[name])
+        found[name] = ControlRecord(control, why, records)
+        atomic_write_json(folder / CONTROL_FILE, found[name].to_json())
     return found
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lit_dof.comparison.lookup import cell_label, has_scores, reference_curve, validation_curves, with_references
+from lit_dof.comparison.records import Report
 from lit_dof.comparison.summary import mean_of, spread_of
 from lit_dof.io import atomic_file
 
@@ -14,19 +14,19 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def plot(report: dict, path: Path) -> None:
+def plot(report: Report, path: Path) -> None:
     """Write the report's figure (:func:`figure`) as a PNG, atomically.
 
     Args:
         report: :func:`~lit_dof.comparison.collect.collect`'s report.
         path: the PNG file (its folder is created).
     """
-    fig = figure(with_references(report))
+    fig = figure(report)
     with atomic_file(path) as handle:
         fig.savefig(handle, format="png", dpi=120)
 
 
-def figure(report: dict) -> Figure:
+def figure(report: Report) -> Figure:
     """Average accuracy vs total feature budget (one line per method; held-out perplexity instead in a
     perplexity-only study such as the λ study), validation curves and, where the reference row (Fix with the
     same loss) has one, each curve divided by the reference's at the same step (the λ study's "has the
@@ -42,37 +42,38 @@ def figure(report: dict) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    curves = validation_curves(report)
-    relative = [
-        c
-        for c in report["cells"]
-        if c.get("reference") and c["fit"] and c["fit"].get("val_curve") and reference_curve(c, curves)
-    ]
+    relative = [c for c in report.cells if c.reference and c.fit and c.fit.val_curve and report.reference_curve(c)]
     fig = Figure(figsize=(16 if relative else 11, 4))
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 3 if relative else 2)
     ax, bx = axes[:2]
     # Same row, same colour.
-    colors = {row: f"C{i % 10}" for i, row in enumerate(dict.fromkeys(c["row"] for c in report["cells"]))}
-    scored = has_scores(report)  # else perplexity-only: the budget panel plots perplexity
-    metric = "average" if scored else "ppl"
+    colors = {row: f"C{i % 10}" for i, row in enumerate(dict.fromkeys(c.row for c in report.cells))}
+    scored = report.has_scores  # else perplexity-only: the budget panel plots perplexity
+
+    def value(c):
+        return c.average if scored else c.ppl
+
     by_row: dict[str, dict[int, list]] = {}  # row -> budget -> (Σ M, value) of each seed
-    for c in report["cells"]:
-        if c[metric] is not None and c["kind"] != "teacher":
-            point = ((c["fit"] or {}).get("total_features") or 0, c[metric])
-            by_row.setdefault(c["row"], {}).setdefault(c["budget"], []).append(point)
-        if c["fit"] and c["fit"].get("val_curve"):
-            steps, values = zip(*c["fit"]["val_curve"])
-            bx.plot(steps, values, marker="o", color=colors[c["row"]], label=f"{cell_label(c)} (C={c['budget']})")
+    for c in report.cells:
+        if value(c) is not None and c.kind != "teacher":
+            point = ((c.fit.total_features if c.fit else None) or 0, value(c))
+            by_row.setdefault(c.row, {}).setdefault(c.budget, []).append(point)
+        if c.fit and c.fit.val_curve:
+            steps, values = zip(*c.fit.val_curve)
+            bx.plot(steps, values, marker="o", color=colors[c.row], label=f"{c.name} (C={c.budget})")
     for name, budgets in sorted(by_row.items()):  # one point per budget: the mean over seeds, bars ± 1 sd
-        points = sorted((mean_of(x for x, _ in seeds), spread_of([y for _, y in seeds])) for seeds in budgets.values())
-        xs, ys = [x for x, _ in points], [p["mean"] for _, p in points]
+        points = sorted(
+            ((mean_of(x for x, _ in seeds), spread_of([y for _, y in seeds])) for seeds in budgets.values()),
+            key=lambda point: (point[0], point[1].mean),
+        )
+        xs, ys = [x for x, _ in points], [p.mean for _, p in points]
         ax.plot(xs, ys, marker="o", color=colors[name], label=name)
-        if any(p["sd"] is not None for _, p in points):
-            ax.errorbar(xs, ys, yerr=[p["sd"] or 0.0 for _, p in points], fmt="none", color=colors[name], capsize=3)
-    teacher = next((c for c in report["cells"] if c["kind"] == "teacher" and c[metric] is not None), None)
-    if teacher:
-        ax.axhline(teacher[metric], color="k", linestyle="--", label="teacher")
+        if any(p.sd is not None for _, p in points):
+            ax.errorbar(xs, ys, yerr=[p.sd or 0.0 for _, p in points], fmt="none", color=colors[name], capsize=3)
+    teacher = report.teacher
+    if teacher and value(teacher) is not None:
+        ax.axhline(value(teacher), color="k", linestyle="--", label="teacher")
     ax.set_xlabel("total feature budget Σ M (features)")
     ax.set_ylabel("average zero-shot accuracy" if scored else "held-out perplexity (sliding window)")
     if ax.get_legend_handles_labels()[0]:
@@ -94,14 +95,11 @@ def figure(report: dict) -> Figure:
     if relative:  # the λ study's question, directly: is each method ahead of Fix, and has that stopped changing?
         cx = axes[2]
         for c in relative:
-            reference = reference_curve(c, curves)
-            shared = [(step, value / reference[step]) for step, value in c["fit"]["val_curve"] if step in reference]
+            reference = report.reference_curve(c)
+            shared = [(step, v / reference[step]) for step, v in c.fit.val_curve if step in reference]
             if shared:
                 cx.plot(
-                    *zip(*shared),
-                    marker="o",
-                    color=colors[c["row"]],
-                    label=f"{cell_label(c)} / {c['reference']} (C={c['budget']})",
+                    *zip(*shared), marker="o", color=colors[c.row], label=f"{c.name} / {c.reference} (C={c.budget})"
                 )
         cx.axhline(1.0, color="k", linestyle="--", label="reference (Fix, same loss)")
         cx.set_xlabel("optimizer step")

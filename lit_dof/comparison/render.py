@@ -6,14 +6,8 @@ from __future__ import annotations
 import math
 
 from lit_dof.comparison.beyond_window import beyond_exact_lines, retrieval_lines, seed_pair_lines
-from lit_dof.comparison.lookup import (
-    cell_key,
-    cell_label,
-    has_scores,
-    reference_curve,
-    validation_curves,
-    with_references,
-)
+from lit_dof.comparison.cell_records import FitSummary, StateBytes
+from lit_dof.comparison.records import Cell, Report, Spread
 from lit_dof.comparison.summary import mean_of
 from lit_dof.evaluation.task_data import TASKS
 
@@ -38,12 +32,22 @@ def _fmt_total(total: float | None) -> str:
     return str(int(total)) if float(total).is_integer() else f"{total:.1f}"
 
 
-def _fmt_bytes(state: dict | None) -> str:
-    """A cell's decoding state (``{"context", "bytes"}``) in MiB at its context; "–" when not measured."""
-    return "–" if not state else f"{state['bytes'] / 2**20:.2f} MiB @ {state['context']}"
+def _fmt_bytes(state: StateBytes | None) -> str:
+    """A cell's decoding state in MiB at its context; "–" when not measured."""
+    return "–" if not state else f"{state.bytes / 2**20:.2f} MiB @ {state.context}"
 
 
-def markdown(report: dict, header: str = "") -> str:
+def _fmt_lambda(fit: FitSummary) -> str:
+    """The DoF estimate's λ as a power of two, with its rule and what it is relative to; "–" without one."""
+    if not fit.uses_dof or fit.lam is None:
+        return "–"
+    text = f"2^{math.log2(fit.lam):.1f}" + (" (auto)" if fit.lam_rule == "auto" else "")
+    if fit.relative_to:
+        text += " · tr(G)/J" if fit.relative_to == "trace" else f" · {fit.relative_to}(G)"
+    return text
+
+
+def markdown(report: Report, header: str = "") -> str:
     """The Table-3-shaped markdown of :func:`collect`'s report.
 
     Args:
@@ -53,9 +57,8 @@ def markdown(report: dict, header: str = "") -> str:
     Returns:
         The markdown text.
     """
-    report = with_references(report)
-    tasks = report["tasks"]
-    scored = has_scores(report)  # a perplexity-only study (the λ study) drops the task columns
+    tasks = report.tasks
+    scored = report.has_scores  # a perplexity-only study (the λ study) drops the task columns
     lines = [header] if header else []
     columns = [
         "method",
@@ -71,50 +74,35 @@ def markdown(report: dict, header: str = "") -> str:
         "note",
     ]
     lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for c in report["cells"]:
-        fit = c["fit"] or {}
-        uses_dof = fit.get("strategy") in ("dof", "dof_clip")
-        lam = fit.get("lam") if uses_dof else None
-        lam_text = (
-            "–" if lam is None else f"2^{math.log2(lam):.1f}" + (" (auto)" if fit.get("lam_rule") == "auto" else "")
-        )
-        if lam is not None and fit.get("relative_to"):
-            lam_text += " · tr(G)/J" if fit["relative_to"] == "trace" else f" · {fit['relative_to']}(G)"
-        wall = fit.get("wall_seconds")
-        scores = (
-            [
-                *[_fmt(c["scores"].get(t, {}).get("value")) for t in tasks],
-                _fmt(c["average"]),
-                _fmt(c.get("gap_closed"), 2),
-            ]
-            if scored
-            else []
-        )
+    for c in report.cells:
+        fit = c.fit or FitSummary()
+        wall = fit.wall_seconds
+        scores = [*[_fmt(_score(c, t)) for t in tasks], _fmt(c.average), _fmt(c.gap_closed, 2)] if scored else []
         row = [
-            cell_label(c),
+            c.name,
             *scores,
-            _fmt(c["ppl"], 1),
-            str(c["budget"]) if c["kind"] != "teacher" else "–",
-            _fmt_total(fit.get("total_features")),
-            _fmt_bytes(c.get("state")),
-            lam_text,
-            str(fit.get("num_samples") or "–") if uses_dof else "–",
-            _fmt_tokens(fit.get("tokens")),
+            _fmt(c.ppl, 1),
+            str(c.budget) if c.kind != "teacher" else "–",
+            _fmt_total(fit.total_features),
+            _fmt_bytes(c.state),
+            _fmt_lambda(fit),
+            str(fit.num_samples or "–") if fit.uses_dof else "–",
+            _fmt_tokens(fit.tokens),
             f"{wall / 60:.0f} min" if wall else "–",
-            c["note"],
+            c.note,
         ]
         lines.append("| " + " | ".join(row) + " |")
-    if report.get("pending"):
-        lines += ["", "Not measured yet (re-running the command resumes here): " + ", ".join(report["pending"]) + "."]
-    if report.get("not_applicable"):
-        lines += ["", "Controls the students do not have: " + ", ".join(report["not_applicable"]) + "."]
-    if report.get("carried"):
+    if report.pending:
+        lines += ["", "Not measured yet (re-running the command resumes here): " + ", ".join(report.pending) + "."]
+    if report.not_applicable:
+        lines += ["", "Controls the students do not have: " + ", ".join(report.not_applicable) + "."]
+    if report.carried:
         lines += [
             "",
             "Carried from this folder's earlier comparison.json (no run directory of theirs under the "
-            "output folder now; their records are unchanged): " + ", ".join(report["carried"]) + ".",
+            "output folder now; their records are unchanged): " + ", ".join(report.carried) + ".",
         ]
-    finetuned_tasks = sorted({t for c in report["cells"] for t in c.get("finetuned", {})})
+    finetuned_tasks = sorted({t for c in report.cells for t in c.finetuned})
     if finetuned_tasks:
         lines += [
             "",
@@ -126,10 +114,10 @@ def markdown(report: dict, header: str = "") -> str:
             "| method | " + " | ".join(finetuned_tasks) + " |",
             "|" + "---|" * (len(finetuned_tasks) + 1),
         ]
-        for c in report["cells"]:
-            if c.get("finetuned"):
-                scores = [_fmt(c["finetuned"].get(t)) for t in finetuned_tasks]
-                lines.append(f"| {cell_label(c)} | " + " | ".join(scores) + " |")
+        for c in report.cells:
+            if c.finetuned:
+                scores = [_fmt(c.finetuned.get(t)) for t in finetuned_tasks]
+                lines.append(f"| {c.name} | " + " | ".join(scores) + " |")
     lines += beyond_exact_lines(report)
     lines += paired_table(report)
     lines += seed_table(report)
@@ -141,7 +129,7 @@ def markdown(report: dict, header: str = "") -> str:
     extra = [t for t in tasks if t not in TASKS]  # shown, not averaged
     lines.append(
         "Metrics: "
-        + ", ".join(f"{t} {m}" for t, m in report["primary_metric"].items() if t in tasks)
+        + ", ".join(f"{t} {m}" for t, m in report.primary_metric.items() if t in tasks)
         + (". avg: the seven zero-shot tasks (not " + ", ".join(extra) + ")" if extra else "")
         + ". gap closed = (avg − Performer avg) / (teacher avg − Performer avg). ppl: sliding-window "
         "perplexity on held-out Wikipedia documents" + _ppl_note(report) + "."
@@ -149,45 +137,48 @@ def markdown(report: dict, header: str = "") -> str:
     return "\n".join(lines)
 
 
-def _position_sections(report: dict) -> list[str]:
+def _score(c: Cell, task: str) -> float | None:
+    """``c``'s primary metric on ``task`` (``None``: not scored)."""
+    score = c.scores.get(task)
+    return score.value if score else None
+
+
+def _position_sections(report: Report) -> list[str]:
     """Perplexity by position and at long contexts (:mod:`~lit_dof.evaluation.position_report`), each cell paired
     with the teacher and with its reference row of the same budget and seed."""
     from lit_dof.evaluation.position_report import long_context_lines, long_document_lines, position_lines
 
-    labels = {(c["row"], c["budget"], c.get("seed")): cell_label(c) for c in report["cells"]}  # hand-made: no seed
-    teacher = next((cell_label(c) for c in report["cells"] if c["kind"] == "teacher"), None)
+    cells = report.by_key()
+    teacher = report.teacher.name if report.teacher else None
     models = [
         {
-            "label": cell_label(c),
-            "by_position": c.get("by_position"),
-            "long": c.get("long"),
-            "long_documents": c.get("long_documents"),
-            "reference": labels.get((c["reference"], c["budget"], c.get("seed"))) if c.get("reference") else None,
+            "label": c.name,
+            "by_position": c.by_position,
+            "long": c.long,
+            "long_documents": c.long_documents,
+            "reference": cells[c.reference_key].name if c.reference_key in cells else None,
         }
-        for c in report["cells"]
+        for c in report.cells
     ]
     lines = position_lines(models, teacher) + long_context_lines(models, teacher)
     return lines + long_document_lines(models, teacher)
 
 
-def _device_note(report: dict) -> str:
+def _device_note(report: Report) -> str:
     """Where the cells were measured (fits, perplexity, evaluations): one device for all, or per cell."""
-    several = len({c["budget"] for c in report["cells"]}) > 1
-    per_cell = {
-        cell_label(c) + (f" (C={c['budget']})" if several else ""): c.get("devices") or ["not recorded"]
-        for c in report["cells"]
-    }
+    several = len({c.budget for c in report.cells}) > 1
+    per_cell = {c.name + (f" (C={c.budget})" if several else ""): c.devices or ["not recorded"] for c in report.cells}
     if len({tuple(d) for d in per_cell.values()}) == 1:
         return "Device: " + " and ".join(next(iter(per_cell.values()))) + " (every cell)."
     return "Devices: " + "; ".join(f"{row}: {' and '.join(d)}" for row, d in per_cell.items()) + "."
 
 
-def _ppl_note(report: dict) -> str:
+def _ppl_note(report: Report) -> str:
     """The perplexity setting of the report's cells; names the cells when they differ (not comparable)."""
     settings: dict[str, list[str]] = {}
-    for c in report["cells"]:
-        if c.get("ppl_setting"):
-            settings.setdefault(c["ppl_setting"], []).append(cell_label(c))
+    for c in report.cells:
+        if c.ppl_setting:
+            settings.setdefault(c.ppl_setting, []).append(c.name)
     if not settings:
         return ""
     if len(settings) == 1:
@@ -196,7 +187,7 @@ def _ppl_note(report: dict) -> str:
     return each + " — **settings differ, so these perplexities are not comparable**"
 
 
-def seed_table(report: dict) -> list[str]:
+def seed_table(report: Report) -> list[str]:
     """Markdown lines of :func:`seed_summary` (empty when no row has two seeds); a perplexity-only study
     (:func:`has_scores` false) drops the accuracy columns.
 
@@ -206,22 +197,21 @@ def seed_table(report: dict) -> list[str]:
     Returns:
         The lines.
     """
-    summary = report.get("seed_summary") or []
+    summary = report.seed_summary
     if not summary:
         return []
-    scored = has_scores(report)
+    scored = report.has_scores
 
-    def spread(s: dict | None, digits: int) -> str:
+    def spread(s: Spread | None, digits: int) -> str:
         if s is None:
             return "–"
-        return f"{s['mean']:.{digits}f}" + ("" if s["sd"] is None else f" ± {s['sd']:.{digits}f}")
+        return f"{s.mean:.{digits}f}" + ("" if s.sd is None else f" ± {s.sd:.{digits}f}")
 
-    def over(s: dict | None, fmt: str) -> str:
+    def over(s: Spread | None, fmt: str, scale: float = 1.0) -> str:
         if s is None:
             return "–"
-        return fmt.format(s["mean"]) + (
-            f" ± {fmt.format(s['stderr']).lstrip('+')} (n={s['n']})" if s.get("stderr") is not None else " (n=1)"
-        )
+        stderr = f" ± {fmt.format(scale * s.stderr).lstrip('+')} (n={s.n})" if s.stderr is not None else " (n=1)"
+        return fmt.format(scale * s.mean) + stderr
 
     columns = [
         "method",
@@ -242,30 +232,27 @@ def seed_table(report: dict) -> list[str]:
     )
     lines = ["", f"Over seeds ({legend}):", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for s in summary:
-        ratios = ", ".join(f"{r:.3f} (s{seed})" for seed, r in s["ppl_ratio_per_seed"].items()) or "–"
+        ratios = ", ".join(f"{r:.3f} (s{seed})" for seed, r in s.ppl_ratio_per_seed.items()) or "–"
         cells = [
-            s["row"],
-            s["reference"] or "–",
-            str(s["budget"]),
-            ", ".join(map(str, s["seeds"])),
-            *([spread(s["average"], 3)] if scored else []),
-            spread(s["ppl"], 1),
+            s.row,
+            s.reference or "–",
+            str(s.budget),
+            ", ".join(map(str, s.seeds)),
+            *([spread(s.average, 3)] if scored else []),
+            spread(s.ppl, 1),
             ratios,
-            over(s["ppl_ratio"], "{:.3f}"),
+            over(s.ppl_ratio, "{:.3f}"),
         ]
         if scored:  # in points
-            points = s["vs_reference"] and {
-                k: v if k == "n" or v is None else 100 * v for k, v in s["vs_reference"].items()
-            }
             cells += [
-                ", ".join(f"{100 * d:+.1f} (s{seed})" for seed, d in s["vs_reference_per_seed"].items()) or "–",
-                over(points, "{:+.1f}"),
+                ", ".join(f"{100 * d:+.1f} (s{seed})" for seed, d in s.vs_reference_per_seed.items()) or "–",
+                over(s.vs_reference, "{:+.1f}", scale=100),
             ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
-def paired_table(report: dict) -> list[str]:
+def paired_table(report: Report) -> list[str]:
     """Markdown lines: each method minus its reference row (:class:`Row`'s ``reference``) at the same
     budget on the same examples (± paired standard error, :func:`paired_difference`), per task, and a line naming
     the evaluated cells whose reference is evaluated too but could not be paired (a side without per-example
@@ -277,28 +264,24 @@ def paired_table(report: dict) -> list[str]:
     Returns:
         The lines.
     """
-    paired = [c for c in report["cells"] if c.get("vs_reference")]
-    evaluated = {cell_key(c["row"], c) for c in report["cells"] if c.get("scores")}
-    unpaired = [
-        c
-        for c in report["cells"]
-        if c.get("scores") and not c.get("vs_reference") and cell_key(c.get("reference"), c) in evaluated
-    ]
+    paired = [c for c in report.cells if c.vs_reference]
+    evaluated = {c.key() for c in report.cells if c.scores}
+    unpaired = [c for c in report.cells if c.scores and not c.vs_reference and c.reference_key in evaluated]
     lines = _paired_rows(report, paired) if paired else []
     if unpaired:
         lines += [
             "",
             "Not paired (one side has no per-example scores, e.g. a reference carried from a report "
             "written before they were kept; evaluating both cells again pairs them): "
-            + ", ".join(f"{cell_label(c)} vs {c['reference']} (C = {c['budget']})" for c in unpaired)
+            + ", ".join(f"{c.name} vs {c.reference} (C = {c.budget})" for c in unpaired)
             + ".",
         ]
     return lines
 
 
-def _paired_rows(report: dict, paired: list[dict]) -> list[str]:
+def _paired_rows(report: Report, paired: list[Cell]) -> list[str]:
     """The markdown table of :func:`paired_table` for the ``paired`` cells."""
-    tasks = [t for t in report["tasks"] if any(t in c["vs_reference"] for c in paired)]
+    tasks = [t for t in report.tasks if any(t in c.vs_reference for c in paired)]
     lines = [
         "",
         (
@@ -313,16 +296,16 @@ def _paired_rows(report: dict, paired: list[dict]) -> list[str]:
         "|" + "---|" * (len(tasks) + 4),
     ]
     for c in paired:
-        diffs = [c["vs_reference"].get(t) for t in tasks] + [c.get("vs_reference_average")]
+        diffs = [c.vs_reference.get(t) for t in tasks] + [c.vs_reference_average]
         lines.append(
-            f"| {cell_label(c)} | {c['reference']} | {c['budget']} | "
-            + " | ".join("–" if d is None else f"{100 * d['difference']:+.1f} ± {100 * d['stderr']:.1f}" for d in diffs)
+            f"| {c.name} | {c.reference} | {c.budget} | "
+            + " | ".join("–" if d is None else f"{100 * d.difference:+.1f} ± {100 * d.stderr:.1f}" for d in diffs)
             + " |"
         )
     return lines
 
 
-def curve_table(report: dict, tail: int = 5) -> list[str]:
+def curve_table(report: Report, tail: int = 5) -> list[str]:
     """Markdown lines: each fitted cell's validation perplexity at every validation step and, where its
     reference row (``vs``: Fix with the same loss) has a curve at the same budget, the ratio to it at the last
     shared step and the mean ratio over the last ``tail`` shared steps (one validation point of one seed is
@@ -338,11 +321,10 @@ def curve_table(report: dict, tail: int = 5) -> list[str]:
     Returns:
         The lines.
     """
-    curved = [c for c in report["cells"] if (c["fit"] or {}).get("val_curve")]
+    curved = [c for c in report.cells if c.fit and c.fit.val_curve]
     if not curved:
         return []
-    steps = sorted({step for c in curved for step, _ in c["fit"]["val_curve"]})
-    curves = validation_curves(report)
+    steps = sorted({step for c in curved for step, _ in c.fit.val_curve})
     lines = [
         "",
         "Validation perplexity during the fit (held-out blocks; step = optimizer step index):",
@@ -353,15 +335,15 @@ def curve_table(report: dict, tail: int = 5) -> list[str]:
         "|" + "---|" * (len(steps) + 7),
     ]
     for c in curved:
-        curve, dims = dict(c["fit"]["val_curve"]), c["fit"].get("feature_dims") or []
+        curve, dims = dict(c.fit.val_curve), c.fit.feature_dims or []
         heads = [m for layer in dims for m in (layer if isinstance(layer, list) else [layer])]  # per-head dims too
-        reference = reference_curve(c, curves)
+        reference = report.reference_curve(c)
         ratios = [curve[s] / reference[s] for s in steps if s in curve and s in reference]
         cells = [
-            cell_label(c),
-            c.get("reference") or "–",
-            str(c["budget"]),
-            _fmt_total(c["fit"].get("total_features")),
+            c.name,
+            c.reference or "–",
+            str(c.budget),
+            _fmt_total(c.fit.total_features),
             f"{min(heads)}…{max(heads)}" if heads else "–",
             *[_fmt(curve.get(s), 1) for s in steps],
             _fmt(ratios[-1] if ratios else None),

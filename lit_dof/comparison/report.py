@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from lit_dof.comparison.cells import Comparison
 from lit_dof.comparison.collect import collect
 from lit_dof.comparison.plots import plot
+from lit_dof.comparison.records import Report
 from lit_dof.comparison.render import markdown
 from lit_dof.comparison.rows import Row
 from lit_dof.evaluation.task_data import EXTRA_TASKS, TASKS
@@ -23,7 +23,7 @@ def write_report(
     header: str = "",
     seeds: Sequence[int] = (0,),
     carry: bool = True,
-) -> dict:
+) -> Report:
     """``comparison.json``, ``comparison.md`` and ``comparison.png`` in ``report_dir`` (atomic). With ``carry``,
     cells of the ``comparison.json`` already there that have no run directory now are kept (:func:`collect`).
 
@@ -46,31 +46,28 @@ def write_report(
     previous = None
     if carry and (report_dir / "comparison.json").is_file():
         try:
-            previous = json.loads((report_dir / "comparison.json").read_text())
-            cells = previous.get("cells")
-        except (ValueError, AttributeError) as error:
+            previous = Report.load(report_dir / "comparison.json")
+        except ValueError as error:  # not JSON, or not a report
             raise _not_a_report(report_dir, error) from error
-        if not isinstance(cells, list):
-            raise _not_a_report(report_dir, "no 'cells' list")
     report = collect(comparison, rows, budgets, report_tasks(comparison, previous), seeds=seeds, previous=previous)
-    atomic_write_json(report_dir / "comparison.json", report)
+    atomic_write_json(report_dir / "comparison.json", report.to_json())
     atomic_write_text(report_dir / "comparison.md", markdown(report, header) + "\n")
     plot(report, report_dir / "comparison.png")
     return report
 
 
-def report_tasks(comparison: Comparison, previous: dict | None = None) -> list[str]:
+def report_tasks(comparison: Comparison, previous: Report | None = None) -> list[str]:
     """The report's task columns: the seven zero-shot tasks, then each extra task (5-shot MMLU) that a cell under
     ``comparison.out`` or the earlier report has.
 
     Args:
         comparison: where the cells are.
-        previous: the earlier ``comparison.json`` (``None``: none).
+        previous: the earlier report (``None``: none).
 
     Returns:
         The task names, in order.
     """
-    earlier = set((previous or {}).get("tasks") or [])
+    earlier = set(previous.tasks if previous else [])
     found = [t for t in EXTRA_TASKS if t in earlier or next(Path(comparison.out).rglob(f"eval/{t}.json"), None)]
     return [*TASKS, *found]
 

@@ -265,17 +265,13 @@ def planner_class(configs: Sequence[str | Path], args: Sequence[str] = ()) -> st
     """
     import yaml
 
+    from lit_dof.pipeline.fit_config import FitConfig, named_planner
+
     found = DEFAULT_PLANNER
     for path in [p for p in map(Path, configs) if p.is_file()]:  # a missing file: the fit itself reports it
-        model = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
-        found = _class_path((model.get("init_args") or {}).get("planner")) or found
+        found = FitConfig.load(path).planner_class or found
     for arg in args:
         key, _, value = arg.partition("=")
         if key in ("--model.init_args.planner", "--model.init_args.planner.class_path"):
-            found = _class_path(yaml.safe_load(value)) or found
+            found = named_planner(yaml.safe_load(value)) or found
     return found
-
-
-def _class_path(planner) -> str | None:
-    """The class a config value of ``planner`` names (``None``: only ``init_args``, or nothing)."""
-    return planner.get("class_path") if isinstance(planner, dict) else planner if isinstance(planner, str) else None

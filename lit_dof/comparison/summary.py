@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from lit_dof.comparison.lookup import cell_key
+from lit_dof.comparison.records import Cell, PairedDifference, Report, SeedSummary, Spread
 from lit_dof.evaluation.stats import paired_task_differences
 from lit_dof.evaluation.task_data import TASKS
 
@@ -24,9 +24,9 @@ def mean_of(values: Iterable[float | None]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def pair_with_reference(c: dict, items: dict, reference: dict, tasks: Sequence[str]) -> None:
-    """Set ``c["vs_reference"]`` (per task, the paired difference of the per-example scores ± its standard
-    error) and, with every one of the seven zero-shot tasks paired, ``c["vs_reference_average"]`` over them (tasks
+def pair_with_reference(c: Cell, items: dict, reference: dict, tasks: Sequence[str]) -> None:
+    """Set ``c.vs_reference`` (per task, the paired difference of the per-example scores ± its standard
+    error) and, with every one of the seven zero-shot tasks paired, ``c.vs_reference_average`` over them (tasks
     are disjoint example sets: SE √(Σ SE²) / n; an extra task such as 5-shot MMLU is paired but not averaged), as
     :func:`~lit_dof.evaluation.stats.paired_task_differences` computes them.
 
@@ -36,38 +36,39 @@ def pair_with_reference(c: dict, items: dict, reference: dict, tasks: Sequence[s
         reference: the reference cell's per-example scores by task.
         tasks: the report's tasks.
     """
-    c["vs_reference"], _ = paired_task_differences(items, reference, tasks)
+    per_task, _ = paired_task_differences(items, reference, tasks)
+    c.vs_reference = {t: PairedDifference(**d) if d else None for t, d in per_task.items()}
     _, average = paired_task_differences(items, reference, [t for t in tasks if t in TASKS])  # the seven's average
     if average is not None:
-        c["vs_reference_average"] = average
+        c.vs_reference_average = PairedDifference(**average)
 
 
-def spread_of(values: Sequence[float]) -> dict | None:
+def spread_of(values: Sequence[float | None]) -> Spread | None:
     """Mean, sample standard deviation (``None`` for one value) and count of ``values``; ``None`` if empty.
 
     Args:
         values: numbers (``None`` values are skipped).
 
     Returns:
-        ``{"mean", "sd", "n"}`` or ``None``.
+        The spread, or ``None``.
     """
     values = [v for v in values if v is not None]
     if not values:
         return None
     mean = sum(values) / len(values)
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else None
-    return {"mean": mean, "sd": sd, "n": len(values)}
+    return Spread(mean, sd, len(values))
 
 
-def _over_seeds(per_seed: dict) -> dict | None:
+def _over_seeds(per_seed: dict) -> Spread | None:
     """:func:`spread_of` of per-seed values, with the standard error over seeds ``stderr`` = sd/√n (2+ seeds)."""
     spread = spread_of(list(per_seed.values()))
-    if spread and spread["sd"] is not None:
-        spread["stderr"] = spread["sd"] / math.sqrt(spread["n"])
+    if spread and spread.sd is not None:
+        spread.stderr = spread.sd / math.sqrt(spread.n)
     return spread
 
 
-def seed_summary(report: dict) -> list[dict]:
+def seed_summary(report: Report) -> list[SeedSummary]:
     """Per (row, budget) trained with two or more seeds: the seven-task average and the perplexity over the
     seeds (mean, standard deviation); per seed, the average paired difference from the reference row (same
     budget and seed) and the perplexity ratio to it, and both over the seeds: mean ± standard error sd/√n.
@@ -80,34 +81,34 @@ def seed_summary(report: dict) -> list[dict]:
     Returns:
         One entry per (row, budget) with two or more seeds.
     """
-    groups: dict[tuple[str, int], list[dict]] = {}
-    for c in report["cells"]:
-        if c["kind"] != "teacher":
-            groups.setdefault((c["row"], c["budget"]), []).append(c)
-    by_cell = {cell_key(c["row"], c): c for c in report["cells"]}
+    groups: dict[tuple[str, int], list[Cell]] = {}
+    for c in report.cells:
+        if c.kind != "teacher":
+            groups.setdefault((c.row, c.budget), []).append(c)
+    by_cell = report.by_key()
     summary = []
     for (row, budget), group in groups.items():
-        if len({c["seed"] for c in group}) < 2:
+        if len({c.seed for c in group}) < 2:
             continue
         differences, ratios = {}, {}
         for c in group:
-            reference = by_cell.get(cell_key(c["reference"], c)) if c["reference"] else None
-            if c.get("vs_reference_average"):
-                differences[c["seed"]] = c["vs_reference_average"]["difference"]
-            if reference and c["ppl"] is not None and reference["ppl"]:
-                ratios[c["seed"]] = c["ppl"] / reference["ppl"]
+            reference = by_cell.get(c.reference_key)
+            if c.vs_reference_average:
+                differences[c.seed] = c.vs_reference_average.difference
+            if reference and c.ppl is not None and reference.ppl:
+                ratios[c.seed] = c.ppl / reference.ppl
         summary.append(
-            {
-                "row": row,
-                "budget": budget,
-                "seeds": [c["seed"] for c in group],
-                "reference": group[0]["reference"],
-                "average": spread_of([c["average"] for c in group]),
-                "ppl": spread_of([c["ppl"] for c in group]),
-                "vs_reference_per_seed": differences,
-                "vs_reference": _over_seeds(differences),
-                "ppl_ratio_per_seed": ratios,
-                "ppl_ratio": _over_seeds(ratios),
-            }
+            SeedSummary(
+                row=row,
+                budget=budget,
+                seeds=[c.seed for c in group],
+                reference=group[0].reference,
+                average=spread_of([c.average for c in group]),
+                ppl=spread_of([c.ppl for c in group]),
+                vs_reference_per_seed=differences,
+                vs_reference=_over_seeds(differences),
+                ppl_ratio_per_seed=ratios,
+                ppl_ratio=_over_seeds(ratios),
+            )
         )
     return summary

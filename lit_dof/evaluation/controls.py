@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from dataclasses import asdict, dataclass
 from typing import Literal
 
 import torch
@@ -27,6 +26,7 @@ from torch import nn
 
 from lit_dof.attention import LearnedPRF, SlidingWindow
 from lit_dof.attention.layers.sliding_window import sliding_window_layers
+from lit_dof.evaluation.control_record import Control
 from lit_dof.students.lora import merged_state_dict
 from lit_dof.students.modeling import LitDofForCausalLM, linearize
 from lit_dof.students.state_bytes import (
@@ -59,35 +59,6 @@ CONTROL_ATTRIBUTE = "lit_dof_control"
 
 TWIN_KEY = ".lit_dof."
 """Part of the state-dict key of every twin parameter (``...self_attn.lit_dof.linear...``)."""
-
-
-@dataclass(frozen=True)
-class Control:
-    """What a control model is, for a report's label.
-
-    Attributes:
-        name: ``window_sinks``, ``equal_state`` or ``tail_only``.
-        description: one line saying what it is.
-        window: tokens attended exactly besides the sinks (the query's own included); ``None``: full attention.
-        sink_tokens: first tokens always attended exactly.
-        weights: ``teacher`` (the original weights) or ``student`` (the student's, LoRA tail merged).
-        context: the context length (tokens) at which the bytes are counted.
-        state_bytes: this control's decode state per sequence at ``context`` (bytes, :func:`decode_state_bytes`).
-        student_state_bytes: the student's at the same context (bytes).
-    """
-
-    name: str
-    description: str
-    window: int | None
-    sink_tokens: int
-    weights: str
-    context: int
-    state_bytes: int
-    student_state_bytes: int
-
-    def to_dict(self) -> dict:
-        """The record as a JSON-ready dict."""
-        return asdict(self)
 
 
 def control_info(model: nn.Module) -> Control | None:

@@ -8,9 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import yaml
-
 from lit_dof.dof.report import DoFReport
+from lit_dof.pipeline.fit_config import FitConfig
 from lit_dof.students.layer_losses import layer_loss_name
 
 
@@ -42,12 +41,10 @@ def bank_recipe(bank: Path) -> str | None:
     config = bank.parent / "config.yaml"
     if not config.is_file():
         return None
-    saved = yaml.safe_load(config.read_text()) or {}
-    model = (saved.get("model") or {}).get("init_args") or {}
-    steps = (saved.get("trainer") or {}).get("max_steps")
-    tail = float(model.get("finetune_fraction") or 0.0)
-    parts = [f"{layer_loss_name(model.get('loss', 'softmax'))} loss"]
-    if isinstance(steps, int) and steps > 0:
+    saved = FitConfig.load(config)
+    steps, tail = saved.trainer.max_steps, saved.model.init_args.finetune_fraction or 0.0
+    parts = [f"{layer_loss_name(saved.model.init_args.loss)} loss"]
+    if steps and steps > 0:
         parts.append(f"{steps} steps")
     parts.append(f"end-to-end tail {tail:.0%} of the steps" if tail else "no end-to-end tail")
     return ", ".join(parts)

@@ -1,8 +1,8 @@
 """The record of a hybrid search, ``<out>/search.json``, as types: :class:`SearchRecord` and its parts. The search
 (:mod:`lit_dof.hybrid.run`) fills it in, :class:`~lit_dof.hybrid.state.SearchState` writes it, the report
 (:mod:`lit_dof.hybrid.report`) reads it. :meth:`SearchRecord.from_json` reads every format a search has written
-(older ones are upgraded on load); parsing and dumping are pydantic's (a :class:`pydantic.TypeAdapter` over these
-standard dataclasses), so a record read from disk is validated field by field and builds nothing but these types.
+(older ones are upgraded on load); parsing and dumping are pydantic's (:mod:`lit_dof.records`, over these standard
+dataclasses), so a record read from disk is validated field by field and builds nothing but these types.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from pydantic import TypeAdapter
-
 from lit_dof.hybrid.search import Round, Tolerance
 from lit_dof.io import atomic_write_json
+from lit_dof.records import dump_record, parse_record
 from lit_dof.teacher import DEFAULT_TEACHER, EMBEDDED_HUB_SOURCES
 
 
@@ -201,11 +200,11 @@ class SearchRecord:
         """
         if "teacher" not in data:
             data = {**data, "teacher": DEFAULT_TEACHER}
-        return _RECORD.validate_python(data)
+        return parse_record(cls, data)
 
     def to_json(self) -> dict:
         """The record as JSON-ready containers (integer keys as strings), in field order."""
-        return _RECORD.dump_python(self, mode="json")
+        return dump_record(self)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SearchRecord:
@@ -219,6 +218,3 @@ class SearchRecord:
     def save(self, path: str | os.PathLike) -> None:
         """Write the record to ``path`` as JSON, atomically."""
         atomic_write_json(path, self.to_json())
-
-
-_RECORD = TypeAdapter(SearchRecord)

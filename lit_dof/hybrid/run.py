@@ -29,7 +29,6 @@ resumes where it stopped and a finished one only rewrites the report.
 from __future__ import annotations
 
 import functools
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +52,7 @@ from lit_dof.hybrid.workspace import RoundLog, Workspace
 from lit_dof.io import library_versions
 from lit_dof.progress import Progress
 from lit_dof.students import load_student
+from lit_dof.students.config import LitDofConfig
 from lit_dof.teacher.loading import load_tokenizer
 
 
@@ -219,8 +219,7 @@ class HybridSearch(SearchSettings):
         for name, linear in hybrids.items():
             target = ws.out / name
             softmax = [i for i in range(ws.num_layers) if i not in linear]
-            config = target / "config.json"
-            if config.is_file() and json.loads(config.read_text()).get("softmax_layers") == softmax:
+            if (target / "config.json").is_file() and LitDofConfig.from_pretrained(target).softmax_layers == softmax:
                 continue
             ws.student.set_softmax_layers(softmax)
             ws.student.save_pretrained(target)

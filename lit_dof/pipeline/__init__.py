@@ -13,6 +13,7 @@ and the ``lit-dof fit|validate|test|predict|plan`` CLI.
 * scale — :mod:`~lit_dof.pipeline.strategies` (FSDP2) and :mod:`~lit_dof.pipeline.replication`;
 * a run's files — :mod:`~lit_dof.pipeline.callbacks` (``dof.json``, DoF figures), :mod:`~lit_dof.pipeline.run_files`
   (``metrics.jsonl``, figures), :mod:`~lit_dof.pipeline.training_record`, :mod:`~lit_dof.pipeline.resume`,
-  :mod:`~lit_dof.pipeline.run_cleanup`;
+  :mod:`~lit_dof.pipeline.run_cleanup`; :mod:`~lit_dof.pipeline.fit_config` (what the tools around a fit read of its
+  config);
 * the command line — :mod:`~lit_dof.pipeline.cli`, :mod:`~lit_dof.pipeline.cli_help`, :mod:`~lit_dof.pipeline.console`.
 """

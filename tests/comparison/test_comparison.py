@@ -19,6 +19,7 @@ from lit_dof.comparison.cells import Comparison
 from lit_dof.comparison.cli import compare, main
 from lit_dof.comparison.collect import collect
 from lit_dof.comparison.plots import figure, plot
+from lit_dof.comparison.records import Report
 from lit_dof.comparison.render import _fmt_tokens, curve_table, markdown, paired_table, seed_table
 from lit_dof.comparison.report import write_report
 from lit_dof.comparison.rows import PLANNER_ARGS, ROWS, planner_class
@@ -39,10 +40,16 @@ TINY_FIT = [
 
 def run_compare(**kwargs) -> dict:
     """:func:`compare` with the :class:`Comparison` fields among ``kwargs`` (``out``, ``teacher``, …) gathered into
-    its ``comparison``, as ``lit-dof compare`` gathers its options."""
+    its ``comparison``, as ``lit-dof compare`` gathers its options; the report as ``comparison.json`` holds it."""
     names = {f.name for f in fields(Comparison)}
     comparison = Comparison(**{k: v for k, v in kwargs.items() if k in names})
-    return compare(comparison, **{k: v for k, v in kwargs.items() if k not in names})
+    return compare(comparison, **{k: v for k, v in kwargs.items() if k not in names}).to_json()
+
+
+def collect_json(*args, previous: dict | None = None, **kwargs) -> dict:
+    """:func:`collect`'s report as ``comparison.json`` holds it, ``previous`` given in that form too."""
+    previous = Report.from_json(previous) if previous is not None else None
+    return collect(*args, previous=previous, **kwargs).to_json()
 
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
@@ -184,7 +191,7 @@ def test_an_interrupted_fit_attempt_still_counts_towards_the_wall_time(tmp_path,
         runner.fit(ROWS["fix"], 16)
     attempts = json.loads((tmp_path / "C16" / "fix" / "fit_attempts.json").read_text())
     assert [a["returncode"] for a in attempts] == [None, 3]
-    report = collect(runner, [ROWS["fix"]], [16])
+    report = collect_json(runner, [ROWS["fix"]], [16])
     assert report["pending"] == ["fix (fit failed with code 3: see fix/fit.log)"]
 
     # Lightning ends a fit sent SIGTERM with code 0 before its export: stopped, not finished, and not failed
@@ -194,7 +201,7 @@ def test_an_interrupted_fit_attempt_still_counts_towards_the_wall_time(tmp_path,
     last = json.loads((tmp_path / "C16" / "fix" / "fit_attempts.json").read_text())[-1]
     assert last["returncode"] == 0 and last["exported"] is False
     assert not (tmp_path / "C16" / "fix" / "fit.json").exists()
-    report = collect(runner, [ROWS["fix"]], [16])
+    report = collect_json(runner, [ROWS["fix"]], [16])
     assert report["pending"] == ["fix (fit unfinished: it resumes from its last checkpoint)"]
 
 
@@ -260,52 +267,60 @@ def test_curve_table_and_plot_compare_every_curve_with_fix_at_the_same_step(tmp_
     ]}  # fmt: skip  # compact dict
     per_head = cell("dof_head", [(49, 420.0), (99, 210.0)], [64, 64])  # per KV head: layer means 72 and 60
     per_head["fit"].update(feature_dims=[[16, 128], [8, 112]], total_features=132)
-    head_row = [line for line in curve_table({**report, "cells": [*report["cells"], per_head]}, tail=2)
-                if line.startswith("| dof_head |")]  # fmt: skip  # one comprehension
+    with_head = Report.from_json({**report, "cells": [*report["cells"], per_head]})
+    head_row = [line for line in curve_table(with_head, tail=2) if line.startswith("| dof_head |")]
     assert head_row[0].endswith("| 132 | 8…128 | 420.0 | 210.0 | 1.050 | 1.050 |")
-    table = curve_table(report, tail=2)
+    table = curve_table(Report.from_json(report), tail=2)
     rows = {line.split(" | ")[0].strip("| "): line for line in table if line.startswith("| ")}
     assert rows["fix"].endswith("| 400.0 | 200.0 | 1.000 | 1.000 |")
     assert rows["dof"].endswith("| 128 | 8…120 | 440.0 | 190.0 | 0.950 | 1.025 |")  # 190 / 200; (1.1 + 0.95) / 2
     assert rows["dof_clip"].endswith("| 500.0 | – | 1.250 | – |")  # 500 / 400 at step 49; one shared step < 2
     assert "| 49 | 99 | / vs (last) | / vs (mean of last 2) |" in rows["method"]
     # fewer shared validations than the tail (the full recipe's two, one per stage): no mean across stages
-    five = {line.split(" | ")[0].strip("| "): line for line in curve_table(report) if line.startswith("| ")}
+    five = {
+        line.split(" | ")[0].strip("| "): line
+        for line in curve_table(Report.from_json(report))
+        if line.startswith("| ")
+    }
     assert five["dof"].endswith("| 0.950 | – |") and "(mean of last 5)" in five["method"]
     assert rows["dof"].startswith("| dof | fix | 64 |") and rows["fix"].startswith("| fix | – | 64 |")
     with_l2 = {**report, "cells": [*report["cells"], cell("fix_l2", [(49, 800.0), (99, 400.0)], [64, 64]),
                                    cell("dof_l2", [(49, 600.0), (99, 380.0)], [8, 120])]}  # fmt: skip  # compact dict
-    l2 = [line for line in curve_table(with_l2) if line.startswith("| dof_l2 |")]
+    l2 = [line for line in curve_table(Report.from_json(with_l2)) if line.startswith("| dof_l2 |")]
     assert l2[0].endswith("| 0.950 | – |")  # against Fix-L2's curve: 380 / 400
-    l2 = [line for line in curve_table(with_l2, tail=2) if line.startswith("| dof_l2 |")]
+    l2 = [line for line in curve_table(Report.from_json(with_l2), tail=2) if line.startswith("| dof_l2 |")]
     assert l2[0].endswith("| 0.950 | 0.850 |")  # (0.75 + 0.95) / 2
-    ratio_panel = {line.get_label(): list(zip(*line.get_data())) for line in figure(with_l2).axes[2].lines}
+    ratio_panel = {
+        line.get_label(): list(zip(*line.get_data())) for line in figure(Report.from_json(with_l2)).axes[2].lines
+    }
     assert ratio_panel["dof_l2 / fix_l2 (C=64)"] == [(49, 0.75), (99, 0.95)]
     assert ratio_panel["dof / fix (C=64)"] == [(49, 1.1), (99, 0.95)]
 
     # a perplexity-only study (no task scores): the budget panel plots each cell's held-out perplexity
     for c, ppl in zip(report["cells"], (300.0, 280.0, 310.0)):
         c["ppl"] = ppl
-    fig = figure(report)
+    fig = figure(Report.from_json(report))
     budget_panel = {line.get_label(): list(zip(*line.get_data())) for line in fig.axes[0].lines}
     assert budget_panel == {"fix": [(128, 300.0)], "dof": [(128, 280.0)], "dof_clip": [(72, 310.0)]}
     assert fig.axes[0].get_ylabel() == "held-out perplexity (sliding window)"
-    one = [line for line in curve_table(report, tail=1) if line.startswith("| dof |")]
+    one = [line for line in curve_table(Report.from_json(report), tail=1) if line.startswith("| dof |")]
     assert one[0].endswith("| 0.950 | 0.950 |")
-    assert curve_table({**report, "cells": [cell("fix", [], [64])]}) == []
+    assert curve_table(Report.from_json({**report, "cells": [cell("fix", [], [64])]})) == []
     # the perplexity footnote gives the setting, and flags cells measured differently
     for c, setting in zip(report["cells"], ["100 tokens, window 8, stride 4"] * 2 + ["200 tokens, window 8, stride 4"]):
         c["ppl_setting"] = setting
-    assert "not comparable" in markdown(report) and "dof_clip: 200 tokens" in markdown(report)
+    assert "not comparable" in markdown(Report.from_json(report)) and "dof_clip: 200 tokens" in markdown(
+        Report.from_json(report)
+    )
     report["cells"][2]["ppl_setting"] = None
-    assert "(100 tokens, window 8, stride 4)." in markdown(report)
-    assert "not comparable" not in markdown(report)
+    assert "(100 tokens, window 8, stride 4)." in markdown(Report.from_json(report))
+    assert "not comparable" not in markdown(Report.from_json(report))
     # no cell has task scores (a perplexity-only study): no task, average or gap columns
-    header = markdown(report).splitlines()[0]
+    header = markdown(Report.from_json(report)).splitlines()[0]
     assert header.startswith("| method | ppl | C |") and "piqa" not in header and "gap closed" not in header
     report["cells"][1]["fit"].update(strategy="dof", lam=2.0**-8, relative_to="trace")
-    assert "| 2^-8.0 · tr(G)/J |" in markdown(report)
-    plot(report, tmp_path / "comparison.png")
+    assert "| 2^-8.0 · tr(G)/J |" in markdown(Report.from_json(report))
+    plot(Report.from_json(report), tmp_path / "comparison.png")
     assert (tmp_path / "comparison.png").stat().st_size > 0
 
 
@@ -341,32 +356,34 @@ def test_collect_pairs_every_method_with_fix_on_the_same_examples(tmp_path):
         (folder / "piqa.json").write_text(json.dumps({"acc": 0.5, "acc_norm": 0.5, "n": 6}))  # no per-example scores
     (tmp_path / "C64" / "dof_clip" / "runs").mkdir(parents=True)  # a fit under way: no fit.json, no scores yet
     rows = [ROWS[name] for name in ("fix", "dof", "performer", "dof_clip", "dijiang")]
-    report = collect(runner, rows, [64])
+    report = collect_json(runner, rows, [64])
     cells = {c["row"]: c for c in report["cells"]}
     assert set(cells) == {"fix", "dof", "performer"}  # pending cells are listed under the table, not as empty rows
     assert report["pending"] == ["dof_clip (fit unfinished: it resumes from its last checkpoint)", "dijiang"]
-    assert "Not measured yet (re-running the command resumes here): dof_clip (fit unfinished" in markdown(report)
-    assert "vs_reference" not in cells["fix"] and cells["fix"]["reference"] is None
+    assert "Not measured yet (re-running the command resumes here): dof_clip (fit unfinished" in markdown(
+        Report.from_json(report)
+    )
+    assert not cells["fix"]["vs_reference"] and cells["fix"]["reference"] is None
     difference, stderr, n = paired_difference(dof_hits, fix_hits)
     assert cells["dof"]["reference"] == "fix"
     assert cells["dof"]["vs_reference"] == {"arc_easy": {"difference": difference, "stderr": stderr, "n": 6}}
     assert difference == pytest.approx(2 / 6)
-    table = paired_table({"tasks": ["piqa", "arc_easy"], "cells": list(cells.values())})
+    table = paired_table(Report.from_json({"tasks": ["piqa", "arc_easy"], "cells": list(cells.values())}))
     assert "| dof | fix | 64 | +33.3 ± 21.1 | – |" in table  # SE of diffs (0,1,0,0,1,0): √(4/15 / 6) = 0.211
     assert "| performer | fix | 64 | -50.0 ± 22.4 | – |" in table
-    assert "vs_reference_average" not in cells["dof"]  # piqa is not paired: no average difference
+    assert cells["dof"]["vs_reference_average"] is None  # piqa is not paired: no average difference
 
     # with every task paired, the average difference: mean of the tasks', SE √(Σ SE²) / n (disjoint examples)
     fix_wsc, dof_wsc = [1, 1, 0, 0], [0, 1, 0, 0]
     for row, hits in (("fix", fix_wsc), ("dof", dof_wsc), ("performer", [0] * 4)):
         entry = {"acc": sum(hits) / 4, "n": 4, "items": {"acc": hits}}
         (tmp_path / "C64" / row / "eval" / "wsc273.json").write_text(json.dumps(entry))
-    report = collect(runner, rows, [64], tasks=["arc_easy", "wsc273"])
+    report = collect_json(runner, rows, [64], tasks=["arc_easy", "wsc273"])
     dof = next(c for c in report["cells"] if c["row"] == "dof")
     wsc = paired_difference(dof_wsc, fix_wsc)
     assert dof["vs_reference_average"]["difference"] == pytest.approx((difference + wsc[0]) / 2)  # (1/3 − 1/4) / 2
     assert dof["vs_reference_average"]["stderr"] == pytest.approx((stderr**2 + wsc[1] ** 2) ** 0.5 / 2)
-    assert f"| {100 * dof['vs_reference_average']['difference']:+.1f} ± " in paired_table(report)[-2]
+    assert f"| {100 * dof['vs_reference_average']['difference']:+.1f} ± " in paired_table(Report.from_json(report))[-2]
 
 
 def test_l2_rows_are_paired_with_fix_trained_with_the_same_loss(tmp_path):
@@ -379,15 +396,15 @@ def test_l2_rows_are_paired_with_fix_trained_with_the_same_loss(tmp_path):
         folder.mkdir(parents=True)
         (folder / "wsc273.json").write_text(json.dumps({"acc": sum(values) / 4, "n": 4, "items": {"acc": values}}))
     rows = [ROWS[name] for name in hits]
-    cells = {c["row"]: c for c in collect(runner, rows, [64], tasks=["wsc273"])["cells"]}
+    cells = {c["row"]: c for c in collect_json(runner, rows, [64], tasks=["wsc273"])["cells"]}
     for row, reference in (("fix_l2", "fix"), ("dof_l2", "fix_l2"), ("dof_clip_l2", "fix_l2")):
         expected = paired_difference(hits[row], hits[reference])
         assert cells[row]["reference"] == reference
         assert cells[row]["vs_reference_average"]["difference"] == pytest.approx(expected[0]), row
-    table = paired_table({"tasks": ["wsc273"], "cells": list(cells.values())})
+    table = paired_table(Report.from_json({"tasks": ["wsc273"], "cells": list(cells.values())}))
     assert "| dof_l2 | fix_l2 | 64 | +25.0 ± 25.0 | +25.0 ± 25.0 |" in table  # diffs (1,0,0,0): SE √(1/4 / 4)
-    without = collect(runner, [ROWS["fix"], ROWS["dof_l2"]], [64], tasks=["wsc273"])
-    assert "vs_reference" not in next(c for c in without["cells"] if c["row"] == "dof_l2")  # not against softmax Fix
+    without = collect_json(runner, [ROWS["fix"], ROWS["dof_l2"]], [64], tasks=["wsc273"])
+    assert not next(c for c in without["cells"] if c["row"] == "dof_l2")["vs_reference"]  # not against softmax Fix
 
 
 def test_the_device_reaches_every_stage_and_every_record_names_it(tmp_path):
@@ -415,11 +432,11 @@ def test_the_device_reaches_every_stage_and_every_record_names_it(tmp_path):
         json.dumps({"ppl": 9.0, "tokens": 9, "window": 4, "stride": 2, "device": "cpu"})
     )
     rows = [ROWS["fix"], ROWS["dof"]]
-    report = collect(runner, rows, [64], tasks=["piqa"])
+    report = collect_json(runner, rows, [64], tasks=["piqa"])
     assert [c["devices"] for c in report["cells"]] == [["cpu"], ["cpu", "cuda (NVIDIA H100)"]]
-    assert "Devices: fix: cpu; dof: cpu and cuda (NVIDIA H100)." in markdown(report)
-    report = collect(runner, rows[:1], [64], tasks=["piqa"])
-    assert "Device: cpu (every cell)." in markdown(report)
+    assert "Devices: fix: cpu; dof: cpu and cuda (NVIDIA H100)." in markdown(Report.from_json(report))
+    report = collect_json(runner, rows[:1], [64], tasks=["piqa"])
+    assert "Device: cpu (every cell)." in markdown(Report.from_json(report))
 
 
 def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
@@ -442,7 +459,7 @@ def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
             json.dumps({"ppl": 100.0 + 10 * seed + (row == "dof"), "tokens": 8, "window": 4, "stride": 2})
         )
     rows = [ROWS["fix"], ROWS["dof"]]
-    report = collect(runner, rows, [64], tasks=["wsc273"], seeds=[0, 1, 2, 3])
+    report = collect_json(runner, rows, [64], tasks=["wsc273"], seeds=[0, 1, 2, 3])
     assert report["pending"] == ["fix (seed 3)", "dof (seed 3)"]
     for c in report["cells"]:
         if c["row"] == "dof":
@@ -450,15 +467,15 @@ def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
             assert c["vs_reference_average"]["difference"] == pytest.approx(expected[0])
     summary = {s["row"]: s for s in report["seed_summary"]}
     dof = summary["dof"]
-    assert dof["seeds"] == [0, 1, 2] and dof["vs_reference_per_seed"] == pytest.approx({0: 0.25, 1: 0.0, 2: 0.75})
+    assert dof["seeds"] == [0, 1, 2] and dof["vs_reference_per_seed"] == pytest.approx({"0": 0.25, "1": 0.0, "2": 0.75})
     mean, sd = 1 / 3, ((0.25 - 1 / 3) ** 2 + (1 / 3) ** 2 + (0.75 - 1 / 3) ** 2) ** 0.5 / 2**0.5
     assert dof["vs_reference"]["mean"] == pytest.approx(mean)
     assert dof["vs_reference"]["stderr"] == pytest.approx(sd / 3**0.5)
     assert dof["average"]["mean"] == pytest.approx((0.75 + 0.75 + 1.0) / 3)
     assert dof["ppl"]["mean"] == pytest.approx(111.0) and dof["ppl"]["sd"] == pytest.approx(10.0)
     assert summary["fix"]["vs_reference"] is None  # the reference row has no difference from itself
-    table = "\n".join(seed_table(report))
-    ratios = {seed: (101.0 + 10 * seed) / (100.0 + 10 * seed) for seed in (0, 1, 2)}  # DoF's ppl / Fix's, per seed
+    table = "\n".join(seed_table(Report.from_json(report)))
+    ratios = {str(seed): (101.0 + 10 * seed) / (100.0 + 10 * seed) for seed in (0, 1, 2)}  # DoF's / Fix's ppl
     assert dof["ppl_ratio_per_seed"] == pytest.approx(ratios)
     ratio_sd = statistics.stdev(ratios.values())
     assert dof["ppl_ratio"]["mean"] == pytest.approx(statistics.mean(ratios.values()))
@@ -470,15 +487,15 @@ def test_seeds_are_paired_within_a_seed_and_summarised_over_seeds(tmp_path):
     )
     ppl_only = {**report, "cells": [{**c, "scores": {}} for c in report["cells"]]}  # a perplexity-only study
     assert "| dof | fix | 64 | 0, 1, 2 | 111.0 ± 10.0 | 1.010 (s0), 1.009 (s1), 1.008 (s2) | 1.009 ± " in "\n".join(
-        seed_table(ppl_only)
+        seed_table(Report.from_json(ppl_only))
     )
-    assert "| dof (seed 2) | 1.000 | 1.000 |" in markdown(report)  # one line per seed: wsc273, avg
-    panel = {line.get_label(): list(zip(*line.get_data())) for line in figure(report).axes[0].lines}
+    assert "| dof (seed 2) | 1.000 | 1.000 |" in markdown(Report.from_json(report))  # one line per seed: wsc273, avg
+    panel = {line.get_label(): list(zip(*line.get_data())) for line in figure(Report.from_json(report)).axes[0].lines}
     assert panel["dof"] == [(0, pytest.approx(0.8333333))]  # one point per budget: the mean over the seeds
     with pytest.raises(ValueError, match="seed -1: use an integer ≥ 0"):
         Comparison(out=tmp_path, seed=-1)
-    single = collect(runner, rows, [64], tasks=["wsc273"])
-    assert single["seed_summary"] == [] and seed_table(single) == []
+    single = collect_json(runner, rows, [64], tasks=["wsc273"])
+    assert single["seed_summary"] == [] and seed_table(Report.from_json(single)) == []
 
 
 def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
@@ -502,7 +519,7 @@ def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
         measure(row)
     rows = [ROWS[name] for name in ("performer", "fix", "dof", "dijiang")]
     first = write_report(runner, rows, [64], report_dir)
-    assert first["pending"] == ["dijiang"] and first["carried"] == []
+    assert first.pending == ["dijiang"] and first.carried == []
     stored = json.loads((report_dir / "comparison.json").read_text())
     assert {c["row"]: c["items"] for c in stored["cells"]}["dof"] == {"wsc273": "1101"}  # one byte per example
 
@@ -510,23 +527,23 @@ def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
 
     shutil.rmtree(runs)  # the scratch folder is lost; DiJiang is measured afterwards
     measure("dijiang")
-    second = collect(runner, rows, [64], tasks=["wsc273"], previous=stored)
+    second = collect_json(runner, rows, [64], tasks=["wsc273"], previous=stored)
     cells = {c["row"]: c for c in second["cells"]}
     assert second["carried"] == ["performer", "fix", "dof"] and second["pending"] == []
-    assert cells["dof"]["carried"] and "carried" not in cells["dijiang"]
+    assert cells["dof"]["carried"] and not cells["dijiang"]["carried"]
     for row in ("dof", "dijiang"):  # recomputed from the stored items, not copied
         expected = paired_difference(hits[row], hits["fix"])
         assert cells[row]["vs_reference"]["wsc273"]["difference"] == pytest.approx(expected[0]), row
         assert cells[row]["vs_reference"]["wsc273"]["stderr"] == pytest.approx(expected[1]), row
     assert cells["dijiang"]["gap_closed"] is None  # no teacher among the rows: no gap
     assert cells["dof"]["ppl"] == 13.0 and cells["dof"]["scores"]["wsc273"]["value"] == 0.75
-    text = markdown(second)
+    text = markdown(Report.from_json(second))
     assert "Carried from this folder's earlier comparison.json" in text and ": performer, fix, dof." in text
 
     # a second rewrite from the first carried report (every run folder gone now) keeps the per-example scores
     # and recomputes the same pairings from them
     shutil.rmtree(runs)
-    third = collect(runner, rows, [64], tasks=["wsc273"], previous=json.loads(json.dumps(second)))
+    third = collect_json(runner, rows, [64], tasks=["wsc273"], previous=json.loads(json.dumps(second)))
     again = {c["row"]: c for c in third["cells"]}
     assert third["carried"] == ["performer", "fix", "dof", "dijiang"]
     assert {row: again[row]["items"] for row in hits} == {row: {"wsc273": "".join(map(str, hits[row]))} for row in hits}
@@ -536,19 +553,19 @@ def test_a_rerender_carries_cells_whose_run_directories_are_gone(tmp_path):
     # a report from before items were kept: the earlier pairing stands while the reference is carried too,
     # and is dropped when the reference was measured again (different measurements)
     legacy = {**stored, "cells": [{k: v for k, v in c.items() if k != "items"} for c in stored["cells"]]}
-    kept = collect(Comparison(out=tmp_path / "none"), rows[:3], [64], tasks=["wsc273"], previous=legacy)
+    kept = collect_json(Comparison(out=tmp_path / "none"), rows[:3], [64], tasks=["wsc273"], previous=legacy)
     dof = next(c for c in kept["cells"] if c["row"] == "dof")
     assert dof["vs_reference"] == next(c for c in stored["cells"] if c["row"] == "dof")["vs_reference"]
     measure("fix")
-    remeasured = collect(runner, rows[:3], [64], tasks=["wsc273"], previous=legacy)
+    remeasured = collect_json(runner, rows[:3], [64], tasks=["wsc273"], previous=legacy)
     assert not next(c for c in remeasured["cells"] if c["row"] == "dof").get("vs_reference")
-    assert paired_table(remeasured)[-1].endswith(": performer vs fix (C = 64), dof vs fix (C = 64).")
-    assert collect(runner, rows[:3], [64], tasks=["wsc273"])["pending"] == ["performer", "dof"]
+    assert paired_table(Report.from_json(remeasured))[-1].endswith(": performer vs fix (C = 64), dof vs fix (C = 64).")
+    assert collect_json(runner, rows[:3], [64], tasks=["wsc273"])["pending"] == ["performer", "dof"]
 
     (report_dir / "comparison.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match="not a comparison report .* pass --carry false"):
         write_report(runner, rows, [64], report_dir)
-    assert write_report(runner, rows, [64], report_dir, carry=False)["carried"] == []
+    assert write_report(runner, rows, [64], report_dir, carry=False).carried == []
 
 
 def test_long_stage_measures_perplexity_by_position_at_every_context(tmp_path):

@@ -12,6 +12,7 @@ import torch
 from transformers import AutoConfig
 
 from lit_dof.comparison.beyond_window import seed_pairs
+from lit_dof.comparison.records import Report
 from lit_dof.comparison.rows import ROWS, control_rows
 from lit_dof.evaluation.retrieval_data import RetrievalGrid
 from lit_dof.generation import teacher_kv_nbytes
@@ -82,7 +83,7 @@ def test_retrieval_and_long_documents_are_reported_and_paired_over_seeds(control
     for needle in needles:
         assert needle in text
     # over seeds: student / control, the geometric mean of the per-seed ratios of the ppl.json records
-    pairs = {(p["student"], p["other"]): p for p in seed_pairs(report)}
+    pairs = {(p.student, p.other): p for p in seed_pairs(Report.from_json(report))}
     assert set(pairs) == {("quickstart", f"quickstart:{n}") for n in ROWS_CONTROLS}
     records = {}
     for seed, student_dir in ((0, out / "C16" / "quickstart"), (1, out / "C16" / "seed1" / "quickstart")):
@@ -90,8 +91,8 @@ def test_retrieval_and_long_documents_are_reported_and_paired_over_seeds(control
         other = (student_dir / "controls" / "equal_state" / control["records"]).resolve()
         records[seed] = [json.loads((d / "ppl.json").read_text())["ppl"] for d in (student_dir, other)]
     expected = math.exp(sum(math.log(s / o) for s, o in records.values()) / 2)
-    assert pairs[("quickstart", "quickstart:equal_state")]["ppl"]["ratio"] == pytest.approx(expected, rel=1e-12)
-    bucket = pairs[("quickstart", "quickstart:tail_only")]["long_documents"]["0-63"]
+    assert pairs[("quickstart", "quickstart:equal_state")].ppl["ratio"] == pytest.approx(expected, rel=1e-12)
+    bucket = pairs[("quickstart", "quickstart:tail_only")].long_documents["0-63"]
     assert bucket["n"] == 2 and bucket["ratio"] > 0
 
 

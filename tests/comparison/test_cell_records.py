@@ -1,0 +1,49 @@
+"""A cell's stage records as the report reads them: evaluation records of every format written (retrieval scored
+as ``acc`` before ``exact_match``; a device recorded only as "no CUDA"), fit attempts and control records written
+and read back."""
+
+from __future__ import annotations
+
+import json
+
+from lit_dof.comparison.artefacts import read_cell, retrieval_summary, task_score
+from lit_dof.comparison.cell_records import ControlRecord, EvalRecord, FitAttempt, load_attempts, save_attempts
+from lit_dof.evaluation.control_record import Control
+from lit_dof.records import parse_record
+
+
+def test_an_evaluation_record_gives_the_primary_metric_its_items_and_device(tmp_path):
+    entry = {"acc": 0.5, "acc_stderr": 0.25, "acc_norm": 0.75, "n": 4, "beyond_exact": 0.5,
+             "items": {"acc_norm": [1, 1, 0, 1]}, "provenance": {"cuda": False}}  # fmt: skip
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "piqa.json").write_text(json.dumps(entry))
+    record = EvalRecord.load(tmp_path / "eval" / "piqa.json")
+    score = task_score(record, "acc_norm")
+    assert (score.value, score.stderr, score.n, score.beyond_exact) == (0.75, None, 4, 0.5)
+    assert record.provenance.where == "cpu"  # before devices were recorded: the comparison ran on the CPU
+    found = read_cell(tmp_path, ["piqa", "arc_easy"])
+    assert found.items == {"piqa": [1.0, 1.0, 0.0, 1.0]} and found.devices == {"cpu"} and list(found.scores) == ["piqa"]
+    assert found.measured and not read_cell(tmp_path / "nothing", ["piqa"]).measured
+
+
+def test_retrieval_records_of_both_formats(tmp_path):
+    cells = {"1024": {"0.5": {"n": 2, "mean": 0.5, "se": 0.5}}}
+    examples = [{"beyond_window": True}, {"beyond_window": False}]
+    for name, metric in (("new", "exact_match"), ("old", "acc")):
+        record = {metric: 0.5, f"{metric}_stderr": 0.5, "n": 2, "items": {metric: [1, 0]}, "cells": cells,
+                  "examples": examples, "provenance": {"device": "cpu", "seconds": 3.0}}  # fmt: skip
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+        summary = retrieval_summary(EvalRecord.load(tmp_path / f"{name}.json"))
+        assert (summary.exact_match, summary.items, summary.beyond_window, summary.device) == (0.5, [1, 0], 0.5, "cpu")
+        assert summary.by_context(1024) == 0.5 and summary.by_context(2048) is None
+
+
+def test_attempts_and_control_records_round_trip(tmp_path):
+    attempts = [FitAttempt(12.5, None, False), FitAttempt(3.0, 0, True, exported=False)]
+    save_attempts(tmp_path / "fit_attempts.json", attempts)
+    assert load_attempts(tmp_path / "fit_attempts.json") == attempts and load_attempts(tmp_path / "none.json") == []
+    control = Control("equal_state", "the teacher behind W' + s", 129, 4, "teacher", 512, 6_000_000, 6_150_960)
+    record = ControlRecord(control, None, "../../../controls/teacher_window129_sinks4")
+    (tmp_path / "control.json").write_text(json.dumps(record.to_json()))
+    assert ControlRecord.load(tmp_path / "control.json") == record
+    assert parse_record(ControlRecord, {"control": None, "why": "no window"}) == ControlRecord(None, "no window")
