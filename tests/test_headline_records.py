@@ -10,10 +10,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import statistics
 from pathlib import Path
 
 import pytest
 
+from lit_dof.comparison.beyond_window import seed_pairs
+from lit_dof.comparison.records import Report
 from lit_dof.comparison.rows import PRIMARY_METRIC
 from lit_dof.evaluation.position_perplexity import bucket_ratios
 from lit_dof.evaluation.stats import paired_task_differences
@@ -85,6 +88,23 @@ def test_quickstart_sliding_perplexity_and_ratios():
     in_readme(f"perplexity {student:.2f} against the teacher's {teacher:.2f} ({student / teacher:.2f} ×)")
     in_readme(f"control's {control:.2f} ({control / teacher:.2f} ×)")
     in_readme(f"the teacher's full attention stays ahead ({student / teacher:.2f} × its sliding-window perplexity)")
+
+
+def test_quickstart_on_the_test_split_over_seeds():
+    report = Report.load(RESULTS / "test_split" / "comparison.json")
+    students = [c.ppl for c in report.cells if c.row == "quickstart"]
+    assert len(students) == 3 and report.teacher is not None
+    mean, sd = statistics.mean(students), statistics.stdev(students)
+    in_readme(f"perplexity {mean:.2f} ± {sd:.2f} (mean ± SD over the fits) against the teacher's "
+              f"{report.teacher.ppl:.2f} ({mean / report.teacher.ppl:.2f} ×)")  # fmt: skip
+    pairs = {p.other: p.ppl for p in seed_pairs(report)}
+    same, equal = pairs["quickstart:window_sinks"], pairs["quickstart:equal_state"]
+    in_readme(f"{same['ratio']:.3f} ± {same['ratio'] * same['stderr']:.3f} × the teacher behind the same window")
+    in_readme(f"{equal['ratio']:.3f} ± {equal['ratio'] * equal['stderr']:.3f} × the teacher behind the equal-state")
+    per_seed = {c.seed: c.ppl for c in report.cells if c.row == "quickstart"}
+    controls = {c.seed: c.ppl for c in report.cells if c.row == "quickstart:equal_state"}
+    assert all(per_seed[s] > controls[s] for s in per_seed), "README says the window wins at every seed"
+    assert min(c.ppl for c in report.cells if c.row == "quickstart:far_only") > 1e4
 
 
 def test_quickstart_against_control_by_context():
