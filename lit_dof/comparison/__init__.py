@@ -39,7 +39,8 @@ the cells of the earlier ``comparison.json`` in the report folder whose run dire
 
 Modules, one idea each:
 
-* :mod:`~lit_dof.comparison.rows` — the methods (``Row``, ``ROWS``), the metric per task, the grid of cells;
+* :mod:`~lit_dof.comparison.rows` — the methods (``Row``; the rows are data, ``configs/compare/rows.yaml``), the
+  metric per task, the grid of cells;
 * :mod:`~lit_dof.comparison.cells` — ``Comparison``: a cell's settings, directory and fit;
 * :mod:`~lit_dof.comparison.stages` — the evaluation stages (tasks, retrieval, perplexities);
   :mod:`~lit_dof.comparison.finetune_stage` — the per-task fine-tuning protocol;

@@ -24,7 +24,7 @@ from lit_dof.comparison.cell_records import (
 )
 from lit_dof.comparison.control_cells import records_folder
 from lit_dof.comparison.finetune_stage import FinetuneProtocol
-from lit_dof.comparison.rows import PLANNER_ARGS, REPO_CONFIGS, Row, planner_class
+from lit_dof.comparison.rows import PLANNER_ARGS, REPO_CONFIGS, ROWS_FILE, Row, load_rows, planner_class
 from lit_dof.comparison.runner import CommandFailed, run_logged
 from lit_dof.comparison.stages import EvaluationStages
 from lit_dof.evaluation.retrieval_data import RETRIEVAL_TASKS, RetrievalGrid
@@ -43,6 +43,8 @@ class Comparison(EvaluationStages, FinetuneProtocol):
     Args:
         out: where the cell directories go.
         base_config: the recipe every student shares (default: ``configs/quickstart.yaml``).
+        rows_file: the methods, a YAML list of rows (default: ``configs/compare/rows.yaml``, which says how to write
+            one; lit_dof.comparison.rows.load_rows); read into :attr:`known_rows`.
         teacher: replaces the base config's teacher (alias, directory, ``.gguf`` file or hub id; default: the base
             config's ``model.init_args.teacher``).
         corpus: training and held-out corpus file (``lit-dof compare``: default ``$LIT_DOF_CORPUS``; the stages
@@ -81,11 +83,16 @@ class Comparison(EvaluationStages, FinetuneProtocol):
     Raises:
         DeviceError: an unknown device, or ``cuda`` asked for where none is available
             (lit_dof.devices.resolve_device).
-        ValueError: an unknown retrieval task or ``ppl_split``; a negative or non-integer seed.
+        ValueError: an unknown retrieval task or ``ppl_split``; a negative or non-integer seed; a bad rows file.
+        FileNotFoundError: no rows file, or one naming a missing config file.
+
+    Attributes:
+        known_rows: the rows of ``rows_file`` by name.
     """
 
     out: Path = Path("runs/compare")
     base_config: Path = REPO_CONFIGS / "quickstart.yaml"
+    rows_file: Path = ROWS_FILE
     teacher: str | None = None
     corpus: str | None = None
     data_dir: str | None = None
@@ -122,6 +129,8 @@ class Comparison(EvaluationStages, FinetuneProtocol):
         # Fits and fine-tuning runs are subprocesses *in the cell directory*: relative paths given on the
         # command line (``--corpus ../shared/...``) would point elsewhere there, so resolve them here.
         self.out, self.base_config = Path(self.out), Path(self.base_config).resolve()
+        self.rows_file = Path(self.rows_file).resolve()
+        self.known_rows = load_rows(self.rows_file)
         self.corpus, self.data_dir = _absolute(self.corpus), _absolute(self.data_dir)
         if self.teacher and Path(self.teacher).exists():
             self.teacher = _absolute(self.teacher)

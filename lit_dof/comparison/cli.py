@@ -19,7 +19,7 @@ from lit_dof.comparison.cells import Comparison
 from lit_dof.comparison.control_cells import describe_controls
 from lit_dof.comparison.records import Report
 from lit_dof.comparison.report import write_report
-from lit_dof.comparison.rows import ROWS, control_rows, grid
+from lit_dof.comparison.rows import control_rows, grid
 from lit_dof.evaluation.task_data import EXTRA_TASKS, TASKS, TRAIN_SPLITS
 from lit_dof.progress import Progress
 
@@ -27,7 +27,7 @@ from lit_dof.progress import Progress
 # The list defaults are read by jsonargparse (shown in --help) and never mutated.
 def compare(
     comparison: Comparison,
-    rows: list[str] = list(ROWS),  # noqa: B006
+    rows: list[str] | None = None,
     budgets: list[int] = [64],  # noqa: B006
     report_dir: str | None = None,
     stages: list[str] = ["fit", "ppl", "eval"],  # noqa: B006
@@ -44,7 +44,7 @@ def compare(
         comparison: where and how the cells run (on the command line, its fields are options of their own:
             ``--out``, ``--teacher``, ``--corpus``, …; an unset ``corpus``/``data_dir`` is ``$LIT_DOF_CORPUS``/
             ``$LIT_DOF_DATA``). Its ``seed`` is ignored: ``seeds`` gives the cells' seeds.
-        rows: method rows (default: all of them, lit_dof.comparison.rows.ROWS, teacher first).
+        rows: method rows, names of ``--rows_file`` (default: all of its rows, in its order).
         budgets: per-layer mean feature dims C (the total budget is L · C).
         report_dir: where comparison.{json,md,png} go (default: ``out``).
         stages: which of ``fit``, ``ppl``, ``long``, ``long_documents``, ``retrieval``, ``eval``, ``finetune`` to run
@@ -74,16 +74,18 @@ def compare(
         ValueError: an unknown row, stage or task; seeds that are repeated or negative; a ``controls`` row that is
             not a selected student row.
     """
-    unknown = sorted(set(rows) - set(ROWS))
+    known = comparison.known_rows
+    rows = list(known) if rows is None else rows
+    unknown = sorted(set(rows) - set(known))
     if unknown:
-        raise ValueError(f"unknown row(s) {unknown}; known: {', '.join(ROWS)}")
+        raise ValueError(f"unknown row(s) {unknown} in {comparison.rows_file.name}; known: {', '.join(known)}")
     unknown_tasks = sorted(set(tasks) - {*TASKS, *EXTRA_TASKS})
     if unknown_tasks:
         raise ValueError(f"unknown task(s) {unknown_tasks}; known: {', '.join((*TASKS, *EXTRA_TASKS))}")
     bad = sorted(set(stages) - set(STAGES))
     if bad:
         raise ValueError(f"unknown stage(s) {bad}; use {', '.join(STAGES)}")
-    no_controls = [r for r in controls if r not in rows or ROWS[r].kind != "student"]
+    no_controls = [r for r in controls if r not in rows or known[r].kind != "student"]
     if no_controls:
         raise ValueError(f"--controls {no_controls}: name student rows that --rows selects (e.g. quickstart)")
     if not seeds or len(set(seeds)) != len(seeds) or any(not isinstance(s, int) or s < 0 for s in seeds):
@@ -93,7 +95,7 @@ def compare(
         corpus=comparison.corpus or os.environ.get("LIT_DOF_CORPUS"),
         data_dir=comparison.data_dir or os.environ.get("LIT_DOF_DATA"),
     )
-    selected = [r for name in rows for r in [ROWS[name], *(control_rows(ROWS[name]) if name in controls else [])]]
+    selected = [r for name in rows for r in [known[name], *(control_rows(known[name]) if name in controls else [])]]
     cells = list(grid(selected, budgets, seeds))
     progress = Progress("compare", len(cells), "cell")  # stderr: cells done / total, elapsed, ETA
     for budget, seed, row in cells:
@@ -134,7 +136,7 @@ def _ready(comparison: Comparison, row, budget: int) -> bool:
     fitted and has that control (its ``control.json`` is written here, from the student, the first time)."""
     if row.kind == "teacher":
         return True
-    student = ROWS[row.of] if row.kind == "control" else row
+    student = comparison.known_rows[row.of] if row.kind == "control" else row
     if not (comparison.cell_dir(student, budget) / "fit.json").is_file():
         return False
     return row.kind != "control" or describe_controls(comparison, student, budget)[row.control].control is not None

@@ -12,7 +12,7 @@ from lit_dof.comparison.artefacts import CellFiles, fit_state, read_cell
 from lit_dof.comparison.cell_records import FinetuneScore, TaskScore
 from lit_dof.comparison.control_cells import control_folder, read_control
 from lit_dof.comparison.records import Cell, PairedDifference, Report
-from lit_dof.comparison.rows import PRIMARY_METRIC, ROWS, Row, grid
+from lit_dof.comparison.rows import PRIMARY_METRIC, Row, grid
 from lit_dof.comparison.summary import mean_of, pair_with_reference, seed_summary
 from lit_dof.evaluation.control_record import Control
 from lit_dof.evaluation.task_data import TASKS
@@ -105,7 +105,8 @@ def collect(
     priors: list[Prior] = []  # priors[i]: cell i's paired differences from the report it was carried from
     pending, carried, not_applicable = [], [], []  # the table names them instead of silently leaving them out
     earlier = previous.by_key() if previous else {}
-    teacher_dir = comparison.cell_dir(ROWS["teacher"], budgets[0]) if "teacher" in [r.name for r in rows] else None
+    teacher_row = next((r for r in rows if r.kind == "teacher"), None)
+    teacher_dir = comparison.cell_dir(teacher_row, budgets[0]) if teacher_row else None
     for budget, seed, row in grid(rows, budgets, seeds):
         cell = comparison.cell_dir(row, budget, seed) if row.kind != "teacher" else teacher_dir
         label = row.name + (f" (seed {seed})" if seed and row.kind != "teacher" else "")

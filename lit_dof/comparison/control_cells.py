@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lit_dof.comparison.cell_records import ControlRecord
-from lit_dof.comparison.rows import CONTROLS, ROWS, Row
+from lit_dof.comparison.rows import CONTROLS, Row
 from lit_dof.io import atomic_write_json
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def control_folder(comparison: Comparison, row: Row, budget: int, seed: int | No
     Returns:
         The folder (not created).
     """
-    return comparison.cell_dir(ROWS[row.of], budget, seed) / "controls" / row.control
+    return comparison.cell_dir(comparison.known_rows[row.of], budget, seed) / "controls" / row.control
 
 
 def read_control(folder: Path) -> ControlRecord | None:

@@ -1,13 +1,18 @@
-"""The comparison's methods (:class:`Row`, the default :data:`ROWS`), the metric shown per task, and the grid
-of cells they make with the budgets and seeds."""
+"""The comparison's methods (:class:`Row`; the default :data:`ROWS` are data, ``configs/compare/rows.yaml``, read by
+:func:`load_rows`), the controls made from a student row, the metric shown per task, and the grid of cells they make
+with the budgets and seeds."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
+
+from pydantic import ConfigDict
 
 from lit_dof.config_files import config_root
+from lit_dof.records import parse_record
 
 REPO_CONFIGS = config_root()
 """The folder the rows' config files are relative to."""
@@ -39,6 +44,8 @@ class Row:
     measured against at the same budget (paired task differences, validation-perplexity ratios): Fix trained with
     the same loss, so that DoF − Fix isolates the allocation; a control's is its student."""
 
+    __pydantic_config__: ClassVar = ConfigDict(extra="forbid")  # a typo in a rows file is an error, not a default
+
     name: str
     configs: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
@@ -49,155 +56,57 @@ class Row:
     of: str | None = None
 
 
-UNTRAINED = ("--trainer.max_steps=1", "--trainer.val_check_interval=1", "--model.init_args.finetune_fraction=0")
-ROWS: dict[str, Row] = {
-    r.name: r
-    for r in [
-        Row("teacher", kind="teacher", note="softmax attention"),
-        Row("performer", ("methods/performer.yaml",), UNTRAINED, note="FAVOR+, untrained"),
-        Row("fix", ("methods/fix.yaml",), note="learned PRF, uniform M, softmax loss"),
-        Row("dof", ("methods/dof.yaml",), note="learned PRF, DoF allocation (λ auto), softmax loss"),
-        Row("dof_clip", ("methods/dof_clip.yaml",), note="DoF capped at C, softmax loss"),
-        Row("dof_head", ("methods/dof_head.yaml",), note="learned PRF, DoF dims per KV head, softmax loss"),
-        Row("fix_l2", ("methods/fix.yaml", "methods/l2.yaml"), note="L2 kernel loss"),
-        Row("dof_l2", ("methods/dof.yaml", "methods/l2.yaml"), note="L2 kernel loss", reference="fix_l2"),
-        Row("dof_clip_l2", ("methods/dof_clip.yaml", "methods/l2.yaml"), note="L2 kernel loss", reference="fix_l2"),
-        Row("direct", ("methods/dof.yaml", "methods/direct.yaml"), note="end-to-end next-token loss, DoF dims"),
-        Row("dijiang", ("methods/dijiang.yaml",), note="DCT features, uniform M"),
-        Row("hedgehog", ("methods/hedgehog.yaml",), note="softmax-of-linear features, uniform M"),
-        # Sliding-window rows: the untrained controls (the teacher behind a 64-token window, with and without 4
-        # attention sinks) and the window + linear recipes measured against the window-plus-sink control.
-        Row("swa_only", ("methods/swa_only.yaml",), note="window 64, nothing trained", reference="swa_sink"),
-        Row("swa_sink", ("methods/swa_sink.yaml",), note="window 64 + 4 sinks, nothing trained", reference="swa_sink"),
-        Row(
-            "swa_linear",
-            ("methods/swa_linear.yaml",),
-            note="window 64 + learned PRF far term, DoF dims",
-            reference="swa_sink",
-        ),
-        Row(
-            "swa_sink_linear",
-            ("methods/swa_sink_linear.yaml",),
-            note="window 64 + 4 sinks + learned PRF far term, DoF dims",
-            reference="swa_sink",
-        ),
-        Row(
-            "swa_sink_linear_shift",
-            ("methods/swa_sink_linear.yaml",),
-            ("--model.init_args.position_shift=7680",),
-            note="swa_sink_linear trained at random absolute positions (offsets up to 7680)",
-            reference="swa_sink",
-        ),
-        Row(
-            "swa_sink_linear_2k",
-            ("methods/swa_sink_linear.yaml",),
-            (
-                "--data.init_args.seq_len=2048",
-                "--data.init_args.batch_size=1",
-                "--trainer.max_steps=400",
-                "--trainer.val_check_interval=200",
-                "--model.init_args.position_shift=auto",
-            ),
-            note="swa_sink_linear trained on 2048-token blocks at random absolute positions (same tokens, half the "
-            "steps)",
-            reference="swa_sink",
-        ),
-        Row(
-            "swa_sink_linear_decay",
-            ("methods/swa_sink_linear_decay.yaml",),
-            note="swa_sink_linear with far terms decaying past the window (τ = 128 tokens)",
-            reference="swa_sink",
-        ),
-        Row(
-            "swa_sink_linear_decay_shift",
-            ("methods/swa_sink_linear_decay.yaml",),
-            ("--model.init_args.position_shift=7680",),
-            note="swa_sink_linear_decay trained at random absolute positions (offsets up to 7680)",
-            reference="swa_sink",
-        ),
-        Row(
-            "swa_sink_linear_norope",
-            ("methods/swa_sink_linear_norope.yaml",),
-            note="swa_sink_linear with the far term's maps on un-rotated q/k (position-free far term)",
-            reference="swa_sink",
-        ),
-        Row(
-            "swa_sink_linear_decay_norope",
-            ("methods/swa_sink_linear_decay.yaml",),
-            ("--model.init_args.sliding_window.far_rope=false",),
-            note="swa_sink_linear_decay with the far term's maps on un-rotated q/k",
-            reference="swa_sink",
-        ),
-        # The field's recipe (LoLCATs: window + Hedgehog maps, output-matching transfer, LoRA tail) and LoRA on a
-        # pure linear student.
-        Row(
-            "lolcats",
-            ("methods/lolcats.yaml",),
-            note="window 64 + Hedgehog far term, block-output loss, LoRA tail, DoF dims",
-            reference="swa_sink",
-        ),
-        Row("lora", ("methods/lora.yaml",), note="pure linear, learned PRF, DoF dims, LoRA tail"),
-        Row(
-            "quickstart",
-            note="the quickstart: window 64 + 4 sinks + a decaying, position-free PRF far term, DoF "
-            "dims, LoRA r = 8 on q/k/v/o in its tail",
-            reference="swa_sink",
-        ),
-        Row(
-            "quickstart_nolora",
-            args=("--model.init_args.lora=null",),
-            note="the quickstart without its LoRA tail (the quickstart until 2026-11-26)",
-            reference="swa_sink",
-        ),
-        Row(
-            "quickstart_gate",
-            args=("--model.init_args.sliding_window.far_gate=true",),
-            note="the quickstart with a forget gate on its far memory, set per token from the value vector "
-            "(starts at its τ = 128 decay; docs/method_students.md)",
-            reference="swa_sink",
-        ),
-        Row(
-            "quickstart_gate_dropout",
-            args=(
-                "--model.init_args.sliding_window.far_gate=true",
-                "--model.init_args.window_dropout.rate=0.25",
-                "--model.init_args.window_dropout.window=16",
-            ),
-            note="quickstart_gate trained with its window cut to 16 tokens on a quarter of the layer-wise steps "
-            "(against bypass)",
-            reference="swa_sink",
-        ),
-        Row(
-            "quickstart_delta",
-            args=(
-                "--model.init_args.sliding_window.far_gate=true",
-                "--model.init_args.sliding_window.far_memory=delta",
-                "--model.init_args.loss=lit_dof.students.layer_losses.OutputLoss",
-            ),
-            note="quickstart_gate with its far values read from a delta-rule memory (block-output loss; "
-            "docs/method_students.md)",
-            reference="swa_sink",
-        ),
-        Row(
-            "quickstart_dof_head",
-            (),
-            (f"{PLANNER_ARGS}.strategy=dof_head", f"{PLANNER_ARGS}.multiple_of=8"),
-            note="the quickstart with per-KV-head DoF dims (its far term's)",
-            reference="swa_sink",
-        ),
-        # The λ study (METHOD.md §2): DoF at fixed absolute λ and with the relative rule, next to "dof" (auto).
-        Row("dof_lam2^48", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=281474976710656",), note="λ = 2^48"),
-        Row("dof_lam2^56", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=72057594037927936",), note="λ = 2^56"),
-        Row("dof_lam2^64", ("methods/dof.yaml",), (f"{PLANNER_ARGS}.lam=18446744073709551616",), note="λ = 2^64"),
-        Row(
-            "dof_rel_trace",
-            ("methods/dof.yaml",),
-            (f"{PLANNER_ARGS}.relative_to=trace", f"{PLANNER_ARGS}.lam=0.00390625"),
-            note="λ = 2^-8 · tr(G)/J",
-        ),
+ROWS_FILE = REPO_CONFIGS / "compare" / "rows.yaml"
+"""The default rows: ``configs/compare/rows.yaml``."""
+
+
+@dataclass
+class RowsFile:
+    """A rows file: its rows, in table order (other top-level keys, such as YAML anchors, are ignored)."""
+
+    rows: list[Row]
+
+
+def load_rows(path: str | Path = ROWS_FILE) -> dict[str, Row]:
+    """The rows of a rows file (``lit-dof compare --rows_file``), by name, in the file's order.
+
+    Args:
+        path: a YAML file with a ``rows:`` list of :class:`Row` fields (``configs/compare/rows.yaml`` says how).
+
+    Returns:
+        ``{name: row}``.
+
+    Raises:
+        FileNotFoundError: no such file, or a row naming a config file that is not under ``configs/``.
+        ValueError: a row with an unknown field or one of the wrong type (pydantic names it), a name twice or with a
+            ``:`` (control rows are ``<student>:<control>``), a kind other than ``teacher``/``student``, or a
+            reference that is not a row of the file.
+    """
+    import yaml
+
+    rows = parse_record(RowsFile, yaml.safe_load(Path(path).read_text()) or {}).rows
+    names = [r.name for r in rows]
+    problems = [f"{n!r} twice" for n in dict.fromkeys(n for n in names if names.count(n) > 1)]
+    problems += [f"{r.name!r}: names hold no ':'" for r in rows if ":" in r.name]
+    problems += [f"{r.name!r}: kind {r.kind!r} (use student or teacher)" for r in rows if r.kind not in KINDS]
+    problems += [
+        f"{r.name!r}: reference {r.reference!r} is not a row"
+        for r in rows
+        if r.kind == "student" and r.reference not in names
     ]
-}
-"""The default rows (``--rows`` picks a subset, in any order)."""
+    if problems:
+        raise ValueError(f"{path}: " + "; ".join(problems))
+    missing = [f"{r.name}: {c}" for r in rows for c in r.configs if not (REPO_CONFIGS / c).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{path}: config files not under {REPO_CONFIGS}: {', '.join(missing)}")
+    return {r.name: r for r in rows}
+
+
+KINDS = ("teacher", "student")
+"""The kinds of row a rows file holds (control rows are made from student rows, :func:`control_rows`)."""
+
+ROWS: dict[str, Row] = load_rows()
+"""The default rows (:data:`ROWS_FILE`; ``--rows`` picks a subset, in any order)."""
 
 
 CONTROLS = {

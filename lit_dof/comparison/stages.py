@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from lit_dof.comparison.rows import ROWS, Row
+from lit_dof.comparison.rows import Row
 from lit_dof.data.splits import check_record_split
 from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.task_data import TASKS
@@ -40,7 +40,7 @@ class EvaluationStages:
             return load_model(self.model_source(row, budget), device=self.device)
         from lit_dof.evaluation.controls import control_models
 
-        student, tokenizer = load_model(self.model_source(ROWS[row.of], budget), device=self.device)
+        student, tokenizer = load_model(self.model_source(self.known_rows[row.of], budget), device=self.device)
         controls = control_models(student)
         if row.control not in controls:
             raise ValueError(f"{row.of}'s student has no {row.control} control (it has {', '.join(controls)})")

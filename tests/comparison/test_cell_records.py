@@ -47,3 +47,34 @@ def test_attempts_and_control_records_round_trip(tmp_path):
     (tmp_path / "control.json").write_text(json.dumps(record.to_json()))
     assert ControlRecord.load(tmp_path / "control.json") == record
     assert parse_record(ControlRecord, {"control": None, "why": "no window"}) == ControlRecord(None, "no window")
+
+
+def test_rows_are_data_and_a_bad_rows_file_is_refused_by_name(tmp_path):
+    from dataclasses import replace
+
+    import pytest
+
+    from lit_dof.comparison.cells import Comparison
+    from lit_dof.comparison.rows import ROWS, ROWS_FILE, Row, load_rows
+
+    assert list(load_rows(ROWS_FILE)) == list(ROWS) and ROWS["teacher"].kind == "teacher"
+    assert ROWS["dof_l2"] == Row("dof_l2", ("methods/dof.yaml", "methods/l2.yaml"), note="L2 kernel loss",
+                                 reference="fix_l2")  # fmt: skip
+    assert all(ROWS[r.reference] for r in ROWS.values() if r.kind == "student")  # every reference is a row
+    mine = tmp_path / "rows.yaml"
+    mine.write_text("rows:\n  - {name: teacher, kind: teacher}\n  - {name: fix, configs: [methods/fix.yaml]}\n"
+                    "  - {name: mine, configs: [methods/dof.yaml]}\n")  # fmt: skip
+    runner = Comparison(out=tmp_path, rows_file=mine)
+    assert list(runner.known_rows) == ["teacher", "fix", "mine"] and runner.known_rows["mine"].reference == "fix"
+    for text, message in [
+        ("rows:\n  - {name: a, confgs: [methods/dof.yaml]}\n", "confgs"),  # a typo is an error, not a default
+        ("rows:\n  - {name: a, reference: a}\n  - {name: a, reference: a}\n", "'a' twice"),
+        ("rows:\n  - {name: a, reference: nowhere}\n", "reference 'nowhere' is not a row"),
+        ("rows:\n  - {name: a, kind: control, reference: a}\n", "kind 'control'"),
+    ]:
+        mine.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            load_rows(mine)
+    mine.write_text("rows:\n  - {name: a, configs: [methods/nothing.yaml], reference: a}\n")
+    with pytest.raises(FileNotFoundError, match="methods/nothing.yaml"):
+        replace(runner, rows_file=mine)
