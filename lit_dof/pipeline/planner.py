@@ -125,23 +125,27 @@ class FixedPlanner(FeatureDimPlanner):
 
     Args:
         feature_dim: M of every layer (default: the teacher's head size C).
+        multiple_of: round M up to a multiple of this (kernel tiles on a GPU: ``configs/trainer/gpu.yaml`` sets 16).
 
     Raises:
-        ValueError: ``feature_dim < 1``.
+        ValueError: ``feature_dim`` or ``multiple_of`` < 1 or not an integer.
     """
 
-    def __init__(self, feature_dim: int | None = None) -> None:
-        if feature_dim is not None and (
-            isinstance(feature_dim, bool) or not isinstance(feature_dim, int) or feature_dim < 1
-        ):
-            raise ValueError(
-                f"feature_dim must be >= 1, got {feature_dim!r}: set {PLANNER_ARGS}feature_dim to an integer >= 1, "
-                "or null for the teacher's head size"
-            )
-        self.feature_dim = feature_dim
+    def __init__(self, feature_dim: int | None = None, multiple_of: int = 1) -> None:
+        for name, value in (("feature_dim", feature_dim), ("multiple_of", multiple_of)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                default = ", or null for the teacher's head size" if name == "feature_dim" else ""
+                raise ValueError(
+                    f"{name} must be >= 1, got {value!r}: set {PLANNER_ARGS}{name} to an integer >= 1{default}"
+                )
+        self.feature_dim, self.multiple_of = feature_dim, multiple_of
+
+    def _dims(self, shape: AttentionShape) -> list[int]:
+        """``feature_dim`` (default C) rounded up to :attr:`multiple_of`, for each layer."""
+        return [-(-m // self.multiple_of) * self.multiple_of for m in uniform_dims(shape, self.feature_dim)]
 
     def plan(self, teacher: nn.Module, trainer: L.Trainer | None, student: StudentSpec) -> FeatureDimPlan:
-        """``feature_dim`` (default C) for each of the teacher's layers; no DoF report.
+        """``feature_dim`` (default C, rounded up to ``multiple_of``) for each of the teacher's layers; no DoF report.
 
         Args:
             teacher: the loaded teacher.
@@ -151,16 +155,16 @@ class FixedPlanner(FeatureDimPlanner):
         Returns:
             The plan (strategy ``"fix"``).
         """
-        return FeatureDimPlan(uniform_dims(AttentionShape.of(teacher), self.feature_dim), "fix")
+        return FeatureDimPlan(self._dims(AttentionShape.of(teacher)), "fix")
 
     def outlook(self, shape: AttentionShape) -> FeatureDimOutlook:
-        """The dims exactly (``feature_dim``, default C, everywhere); no DoF estimate."""
-        dims = uniform_dims(shape, self.feature_dim)
+        """The dims exactly (``feature_dim``, default C, rounded up to ``multiple_of``, everywhere); no DoF estimate."""
+        dims = self._dims(shape)
         return FeatureDimOutlook(dims, dims[0], dims[0])
 
     def allocation_settings(self) -> dict[str, Any]:
-        """``{"feature_dim": …}``."""
-        return {"feature_dim": self.feature_dim}
+        """``{"feature_dim": …}``, and ``multiple_of`` when it rounds (runs checkpointed before it resume)."""
+        return {"feature_dim": self.feature_dim, **({"multiple_of": self.multiple_of} if self.multiple_of > 1 else {})}
 
 
 class DoFPlanner(FeatureDimPlanner):

@@ -14,6 +14,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from lit_dof.attention import SlidingWindow
 from lit_dof.dof import DoFReport, collect_samples, dof_report
+from lit_dof.pipeline.allocation import AttentionShape
 from lit_dof.pipeline.callbacks import PlanFiles
 from lit_dof.pipeline.layerwise import LayerwiseDistillation
 from lit_dof.pipeline.planner import DoFPlanner, FeatureDimPlan, FixedPlanner, StudentSpec
@@ -44,6 +45,12 @@ def test_fixed_planner_gives_every_layer_one_dim(teacher):
     assert FixedPlanner(6).allocation_settings() == {"feature_dim": 6}
     with pytest.raises(ValueError, match="feature_dim must be >= 1"):
         FixedPlanner(0)
+    # rounded up to the kernel tile, M kept where it is one already; recorded only when it rounds
+    assert FixedPlanner(6, multiple_of=16).plan(teacher, None, SPEC) == FeatureDimPlan([16, 16], "fix")
+    assert FixedPlanner(32, multiple_of=16).outlook(AttentionShape.of(teacher)).dims == [32, 32]
+    assert FixedPlanner(6, multiple_of=16).allocation_settings() == {"feature_dim": 6, "multiple_of": 16}
+    with pytest.raises(ValueError, match="multiple_of must be >= 1"):
+        FixedPlanner(multiple_of=0)
 
 
 def test_dof_planner_estimates_algorithm_1_on_the_trainers_batches_and_allocates_by_strategy(teacher, tmp_path):
