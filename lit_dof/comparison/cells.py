@@ -24,7 +24,7 @@ from lit_dof.comparison.cell_records import (
 )
 from lit_dof.comparison.control_cells import records_folder
 from lit_dof.comparison.finetune_stage import FinetuneProtocol
-from lit_dof.comparison.rows import PLANNER_ARGS, REPO_CONFIGS, ROWS_FILE, Row, load_rows, planner_class
+from lit_dof.comparison.rows import PLANNER_ARGS, REPO_CONFIGS, ROWS_FILE, Row, load_rows_file, planner_class
 from lit_dof.comparison.runner import CommandFailed, run_logged
 from lit_dof.comparison.stages import EvaluationStages
 from lit_dof.evaluation.retrieval_data import RETRIEVAL_TASKS, RetrievalGrid
@@ -87,7 +87,7 @@ class Comparison(EvaluationStages, FinetuneProtocol):
         FileNotFoundError: no rows file, or one naming a missing config file.
 
     Attributes:
-        known_rows: the rows of ``rows_file`` by name.
+        known_rows: the rows of ``rows_file`` by name. gap_floor: its gap floor row (``None``: none).
     """
 
     out: Path = Path("runs/compare")
@@ -130,7 +130,8 @@ class Comparison(EvaluationStages, FinetuneProtocol):
         # command line (``--corpus ../shared/...``) would point elsewhere there, so resolve them here.
         self.out, self.base_config = Path(self.out), Path(self.base_config).resolve()
         self.rows_file = Path(self.rows_file).resolve()
-        self.known_rows = load_rows(self.rows_file)
+        rows = load_rows_file(self.rows_file)
+        self.known_rows, self.gap_floor = {r.name: r for r in rows.rows}, rows.gap_floor
         self.corpus, self.data_dir = _absolute(self.corpus), _absolute(self.data_dir)
         if self.teacher and Path(self.teacher).exists():
             self.teacher = _absolute(self.teacher)

@@ -135,7 +135,7 @@ def collect(
         priors.append(None)
         cells.append(_measured_cell(row, budget, seed, label, found, cell, control and control.control, tasks))
     for budget, seed in ((b, s) for b in budgets for s in seeds):
-        _compare_within(cells, items, priors, budget, seed, tasks)
+        _compare_within(cells, items, priors, budget, seed, tasks, comparison.gap_floor)
     teacher = next((c for c in cells if c.kind == "teacher"), None)
     if teacher is not None:  # 1 by definition, wherever a gap is defined
         teacher.gap_closed = 1.0 if any(c.gap_closed is not None for c in cells if c is not teacher) else None
@@ -148,6 +148,7 @@ def collect(
         pending=pending,
         carried=carried,
         not_applicable=not_applicable,
+        gap_floor=comparison.gap_floor,
     )
     report.seed_summary = seed_summary(report)
     return report
@@ -185,23 +186,30 @@ def _measured_cell(
 
 
 def _compare_within(
-    cells: list[Cell], items: list[dict], priors: list[Prior], budget: int, seed: int, tasks: Sequence[str]
+    cells: list[Cell],
+    items: list[dict],
+    priors: list[Prior],
+    budget: int,
+    seed: int,
+    tasks: Sequence[str],
+    floor: str | None,
 ) -> None:
-    """Compare the cells of one budget and seed with each other: the gap closed between Performer (this seed's, else
-    another seed's) and the teacher, and each cell's paired differences from its reference row (a carried cell keeps
-    its earlier ones while its reference is carried too and nothing re-pairs more tasks)."""
+    """Compare the cells of one budget and seed with each other: the gap closed between the ``floor`` row (this
+    seed's, else another seed's; the paper's: Performer) and the teacher, and each cell's paired differences from its
+    reference row (a carried cell keeps its earlier ones while its reference is carried too and nothing re-pairs more
+    tasks)."""
     group = [
         (c, found, prior) for c, found, prior in zip(cells, items, priors) if c.budget == budget and c.seed == seed
     ]
     teacher = next((c for c in cells if c.kind == "teacher"), None)
-    performer = next((c for c, _, _ in group if c.row == "performer"), None) or next(
-        (c for c in cells if c.row == "performer" and c.budget == budget), None
+    floor_cell = next((c for c, _, _ in group if c.row == floor), None) or next(
+        (c for c in cells if c.row == floor and c.budget == budget), None
     )
     by_row = {c.row: found for c, found, _ in group}
     for c, found, prior in group:
-        ok = teacher and performer and None not in (c.average, teacher.average, performer.average)
-        gap = (teacher.average - performer.average) if ok else None
-        c.gap_closed = (c.average - performer.average) / gap if ok and gap else None
+        ok = teacher and floor_cell and None not in (c.average, teacher.average, floor_cell.average)
+        gap = (teacher.average - floor_cell.average) if ok else None
+        c.gap_closed = (c.average - floor_cell.average) / gap if ok and gap else None
         if c.reference in by_row:  # not for a reference itself, or one not measured (or not selected)
             pair_with_reference(c, found, by_row[c.reference], tasks)
         reference = next((r for r, _, _ in group if r.row == c.reference), None)

@@ -21,6 +21,9 @@ from lit_dof.records import dump_record, parse_record
 CellKey = tuple[str | None, int, int | None]
 """``(row, budget, seed)``: how the tables find a cell (the teacher's seed is ``None``)."""
 
+LEGACY_GAP_FLOOR = "performer"
+"""The gap floor of every report written before reports named theirs."""
+
 LEGACY_REFERENCE = "fix"
 """The reference of every student cell recorded before rows named their own (``Row.reference``)."""
 
@@ -146,7 +149,7 @@ class SeedSummary:
 class Report:
     """A comparison report, ``comparison.json``: its budgets, seeds, tasks (with their primary metric), cells, the
     cells not measured yet (``pending``), carried from an earlier report, or not applicable (a control the student
-    does not have, with the reason), and the summary over seeds."""
+    does not have, with the reason), the summary over seeds, and the row its "gap closed" is measured from."""
 
     budgets: list[int] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [0])
@@ -157,6 +160,7 @@ class Report:
     carried: list[str] = field(default_factory=list)
     not_applicable: list[str] = field(default_factory=list)
     seed_summary: list[SeedSummary] = field(default_factory=list)
+    gap_floor: str | None = None
 
     @property
     def has_scores(self) -> bool:
@@ -185,7 +189,7 @@ class Report:
     def from_json(cls, data: dict) -> Report:
         """A report from its JSON form, older formats upgraded: a cell recorded before rows named their reference was
         measured against Fix (a student cell other than Fix gets ``"fix"``), a hand-made cell without a seed is seed
-        0 (the teacher's is ``None``).
+        0 (the teacher's is ``None``), and a report without ``gap_floor`` measured its gap from Performer.
 
         Raises:
             ValueError: ``data`` is not a JSON object. pydantic.ValidationError (a ``ValueError``): a field of the
@@ -193,6 +197,7 @@ class Report:
         """
         if not isinstance(data, dict):
             raise ValueError(f"a report is a JSON object, not a {type(data).__name__}")
+        data = {"gap_floor": LEGACY_GAP_FLOOR, **data}
         cells = data.get("cells")
         return parse_record(cls, {**data, "cells": [_upgraded(c) for c in cells] if isinstance(cells, list) else cells})
 

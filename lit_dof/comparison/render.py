@@ -131,10 +131,19 @@ def markdown(report: Report, header: str = "") -> str:
         "Metrics: "
         + ", ".join(f"{t} {m}" for t, m in report.primary_metric.items() if t in tasks)
         + (". avg: the seven zero-shot tasks (not " + ", ".join(extra) + ")" if extra else "")
-        + ". gap closed = (avg − Performer avg) / (teacher avg − Performer avg). ppl: sliding-window "
+        + _gap_note(report.gap_floor)
+        + ". ppl: sliding-window "
         "perplexity on held-out Wikipedia documents" + _ppl_note(report) + "."
     )
     return "\n".join(lines)
+
+
+def _gap_note(floor: str | None) -> str:
+    """The footnote's definition of the "gap closed" column (none without a floor row)."""
+    if floor is None:
+        return ""
+    name = "Performer" if floor == "performer" else f"`{floor}`"
+    return f". gap closed = (avg − {name} avg) / (teacher avg − {name} avg)"
 
 
 def _score(c: Cell, task: str) -> float | None:

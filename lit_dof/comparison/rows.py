@@ -62,29 +62,47 @@ ROWS_FILE = REPO_CONFIGS / "compare" / "rows.yaml"
 
 @dataclass
 class RowsFile:
-    """A rows file: its rows, in table order (other top-level keys, such as YAML anchors, are ignored)."""
+    """A rows file: its rows, in table order, and the row whose seven-task average is the floor of the report's "gap
+    closed" column (the paper's: the untrained Performer; ``None``: no such column). Other top-level keys, such as
+    YAML anchors, are ignored."""
 
     rows: list[Row]
+    gap_floor: str | None = None
 
 
 def load_rows(path: str | Path = ROWS_FILE) -> dict[str, Row]:
-    """The rows of a rows file (``lit-dof compare --rows_file``), by name, in the file's order.
+    """The rows of a rows file (``lit-dof compare --rows_file``), by name, in the file's order
+    (:func:`load_rows_file`).
 
     Args:
-        path: a YAML file with a ``rows:`` list of :class:`Row` fields (``configs/compare/rows.yaml`` says how).
+        path: the file.
 
     Returns:
         ``{name: row}``.
+    """
+    return {r.name: r for r in load_rows_file(path).rows}
+
+
+def load_rows_file(path: str | Path = ROWS_FILE) -> RowsFile:
+    """A rows file, validated.
+
+    Args:
+        path: a YAML file with a ``rows:`` list of :class:`Row` fields and an optional ``gap_floor:`` row name
+            (``configs/compare/rows.yaml`` says how).
+
+    Returns:
+        The file's rows and gap floor.
 
     Raises:
         FileNotFoundError: no such file, or a row naming a config file that is not under ``configs/``.
         ValueError: a row with an unknown field or one of the wrong type (pydantic names it), a name twice or with a
             ``:`` (control rows are ``<student>:<control>``), a kind other than ``teacher``/``student``, or a
-            reference that is not a row of the file.
+            reference or gap floor that is not a row of the file.
     """
     import yaml
 
-    rows = parse_record(RowsFile, yaml.safe_load(Path(path).read_text()) or {}).rows
+    found = parse_record(RowsFile, yaml.safe_load(Path(path).read_text()) or {})
+    rows = found.rows
     names = [r.name for r in rows]
     problems = [f"{n!r} twice" for n in dict.fromkeys(n for n in names if names.count(n) > 1)]
     problems += [f"{r.name!r}: names hold no ':'" for r in rows if ":" in r.name]
@@ -94,12 +112,14 @@ def load_rows(path: str | Path = ROWS_FILE) -> dict[str, Row]:
         for r in rows
         if r.kind == "student" and r.reference not in names
     ]
+    if found.gap_floor is not None and found.gap_floor not in names:
+        problems.append(f"gap_floor {found.gap_floor!r} is not a row")
     if problems:
         raise ValueError(f"{path}: " + "; ".join(problems))
     missing = [f"{r.name}: {c}" for r in rows for c in r.configs if not (REPO_CONFIGS / c).is_file()]
     if missing:
         raise FileNotFoundError(f"{path}: config files not under {REPO_CONFIGS}: {', '.join(missing)}")
-    return {r.name: r for r in rows}
+    return found
 
 
 KINDS = ("teacher", "student")

@@ -5,6 +5,7 @@ and read back."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from lit_dof.comparison.artefacts import read_cell, retrieval_summary, task_score
 from lit_dof.comparison.cell_records import ControlRecord, EvalRecord, FitAttempt, load_attempts, save_attempts
@@ -50,7 +51,6 @@ def test_attempts_and_control_records_round_trip(tmp_path):
 
 
 def test_rows_are_data_and_a_bad_rows_file_is_refused_by_name(tmp_path):
-    from dataclasses import replace
 
     import pytest
 
@@ -71,6 +71,7 @@ def test_rows_are_data_and_a_bad_rows_file_is_refused_by_name(tmp_path):
         ("rows:\n  - {name: a, reference: a}\n  - {name: a, reference: a}\n", "'a' twice"),
         ("rows:\n  - {name: a, reference: nowhere}\n", "reference 'nowhere' is not a row"),
         ("rows:\n  - {name: a, kind: control, reference: a}\n", "kind 'control'"),
+        ("rows:\n  - {name: a, reference: a}\ngap_floor: b\n", "gap_floor 'b' is not a row"),
     ]:
         mine.write_text(text)
         with pytest.raises(ValueError, match=message):
@@ -78,3 +79,14 @@ def test_rows_are_data_and_a_bad_rows_file_is_refused_by_name(tmp_path):
     mine.write_text("rows:\n  - {name: a, configs: [methods/nothing.yaml], reference: a}\n")
     with pytest.raises(FileNotFoundError, match="methods/nothing.yaml"):
         replace(runner, rows_file=mine)
+
+
+def test_the_gap_floor_is_the_rows_files_and_the_footnote_names_it():
+    from lit_dof.comparison.records import Report
+    from lit_dof.comparison.render import markdown
+
+    cells = [{"row": "teacher", "kind": "teacher", "budget": 64}, {"row": "fix", "kind": "student", "budget": 64}]
+    legacy = Report.from_json({"cells": cells})  # written before reports named their floor: Performer's
+    assert legacy.gap_floor == "performer" and "gap closed = (avg − Performer avg)" in markdown(legacy)
+    assert "gap closed = (avg − `fix` avg) / (teacher avg − `fix` avg)" in markdown(replace(legacy, gap_floor="fix"))
+    assert "gap closed =" not in markdown(replace(legacy, gap_floor=None))
