@@ -17,7 +17,8 @@ lit-dof compare "${common[@]}" --stages '[fit]' || exit 1  # the three fits firs
 for round in $(seq "${ROUNDS:-3}"); do
   for stage in ppl retrieval long_documents eval; do
     echo "=== round $round stage $stage $(date)"
-    lit-dof compare "${common[@]}" --stages "[$stage]" || echo "stage $stage failed: $?"
+    extra=(); [ "$stage" = retrieval ] && extra=(--eval_batch_size 1)  # generation one prompt at a time: no padding
+    lit-dof compare "${common[@]}" "${extra[@]}" --stages "[$stage]" || echo "stage $stage failed: $?"
   done
 done
 echo "=== done $(date)"
