@@ -66,6 +66,8 @@ class Comparison(EvaluationStages, FinetuneProtocol):
         retrieval: where their examples sit: ``contexts`` (tokens), ``depths`` (0–1), ``trials`` per cell, ``seed``.
         eval_batch_size: loglikelihood requests per forward in the ``eval`` stage (results depend on it only
             through float rounding).
+        retrieval_batch_size: prompts per generation in the ``retrieval`` stage (1: each prompt alone, no padding —
+            a batch pads every prompt to the longest, 8k tokens for passkey).
         fit_args: extra ``lit-dof fit`` arguments for every student (e.g. ``--trainer.max_steps=200``; planner
             settings, ``--model.init_args.planner.init_args.<key>``, only where every row's planner takes them: the
             window-only controls' FixedPlanner takes no DoF settings).
@@ -107,6 +109,7 @@ class Comparison(EvaluationStages, FinetuneProtocol):
     retrieval_tasks: Sequence[str] = ("passkey",)
     retrieval: RetrievalGrid = field(default_factory=RetrievalGrid)
     eval_batch_size: int = 16
+    retrieval_batch_size: int = 1
     fit_args: Sequence[str] = field(default_factory=tuple)
     finetune_lrs: Sequence[float] = (1e-5, 3e-5, 1e-4)
     finetune_args: Sequence[str] = field(default_factory=tuple)

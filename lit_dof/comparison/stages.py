@@ -99,7 +99,12 @@ class EvaluationStages:
 
         def measure(model, tokenizer, task: str, cache: Path) -> dict:
             result = evaluate_model(
-                model, tokenizer, [task], batch_size=self.eval_batch_size, retrieval=self.retrieval, cache_dir=cache
+                model,
+                tokenizer,
+                [task],
+                batch_size=self.retrieval_batch_size,
+                retrieval=self.retrieval,
+                cache_dir=cache,
             )
             entry = {**result["tasks"][task], "provenance": result["provenance"]}
             entry["provenance"]["exact_positions"] = exact_positions(model)
