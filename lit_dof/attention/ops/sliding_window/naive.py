@@ -47,6 +47,7 @@ def naive_sliding_window_attention(
     far_decay: Tensor | None = None,
     far_log_gates: Tensor | None = None,
     far_write: Tensor | None = None,
+    far_cached: Tensor | None = None,
     key_padding_mask: Tensor | None = None,
 ) -> Tensor:
     """Reference (quadratic, float64) sliding-window + linear attention: one softmax over the logits
@@ -67,10 +68,16 @@ def naive_sliding_window_attention(
         far_write: ``(B, Hk, T)`` β of each token's key: the far part's value is then the readout of the
             delta-rule memory of the far keys (:func:`~lit_dof.attention.ops.delta_rule.naive.naive_delta_rule`
             over unit features, key t written when query t + w arrives), its weight the far logits' mass.
+        far_cached: ``(B, Hk, T, T)`` bool, far pairs kept exactly (the exact far cache,
+            :func:`~lit_dof.attention.ops.sliding_window.far_cache.cached_far_pairs`): scored by ``qᵀk/√d`` in the
+            one softmax and left out of the far sum (``None``: none). Not with ``far_write``.
         key_padding_mask: ``(B, T)`` bool, False for padding keys.
 
     Returns:
         ``(B, Hq, T, D)`` in v's dtype (rows without any allowed key are NaN).
+
+    Raises:
+        ValueError: ``far_cached`` with ``far_write``.
     """
     B, Hq, T, d = q.shape
     group = Hq // k.shape[1]
@@ -78,6 +85,11 @@ def naive_sliding_window_attention(
     vv = v.double().repeat_interleave(group, dim=1)
     logits = q.double() @ kk.transpose(-1, -2) / d**0.5  # (B, Hq, T, T)
     exact, linear = sliding_window_masks(T, window, sink_tokens, device=q.device)
+    if far_cached is not None:
+        if far_write is not None:
+            raise ValueError("an exact far cache goes with the additive far term, not the delta-rule memory")
+        cached = far_cached.bool().repeat_interleave(group, dim=1) & linear
+        exact, linear = exact | cached, linear & ~cached  # (B, Hq, T, T) each
     far = torch.full_like(logits, float("-inf"))
     if log_phi_q is not None:
         far = log_kernel_matrix(log_phi_q.double(), log_phi_k.double().repeat_interleave(group, dim=1))

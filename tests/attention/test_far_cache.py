@@ -1,0 +1,84 @@
+"""The exact far cache's references (issue #45, item 3): which far tokens are kept (the K of highest score among
+those that left the window; at most one enters and one leaves per query, as a decoding heap would), their score
+(the window's attention mass, against a loop), and the attention with them — no cache is today's reference, a cache
+as large as the sequence is full causal softmax attention (the far term has nothing left), in float64."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lit_dof.attention.ops.sliding_window.far_cache import cached_far_pairs, window_mass_scores
+from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention, sliding_window_masks
+
+
+def _inputs(B=2, Hq=4, Hk=2, T=24, d=8, M=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(B, Hq, T, d, generator=g), torch.randn(B, Hk, T, d, generator=g)
+    v = torch.randn(B, Hk, T, 5, generator=g)
+    lq, lk = torch.randn(B, Hq, T, M, generator=g), torch.randn(B, Hk, T, M, generator=g)
+    return q, k, v, lq, lk
+
+
+def test_window_mass_is_the_column_sum_of_the_exact_softmax_rows():
+    q, k, _, _, _ = _inputs()
+    window, sinks = 5, 2
+    scores = window_mass_scores(q, k, window=window, sink_tokens=sinks)
+    B, Hq, T, d = q.shape
+    exact, _ = sliding_window_masks(T, window, sinks)
+    expected = torch.zeros(B, 2, T, dtype=torch.float64)
+    for h in range(Hq):
+        for i in range(T):
+            allowed = exact[i].nonzero().flatten()
+            logits = torch.einsum("bd,bnd->bn", q[:, h, i].double(), k[:, h // 2, allowed].double()) / d**0.5
+            row = torch.softmax(logits, -1)
+            for col, j in enumerate(allowed.tolist()):
+                if i - window < j <= i:  # inside the window (a sink is no window token)
+                    expected[:, h // 2, j] += row[:, col]
+    torch.testing.assert_close(scores, expected)
+
+
+def test_the_cache_keeps_the_top_k_far_tokens_and_changes_by_at_most_one_per_step():
+    scores = torch.tensor([[[3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0, 5.0, 3.0, 5.0, 8.0]]])  # ties: 1, 1 / 5, 5, 5
+    window, sinks, size = 3, 1, 3
+    kept = cached_far_pairs(scores, window=window, sink_tokens=sinks, size=size)[0, 0]
+    _, far = sliding_window_masks(12, window, sinks)
+    for i in range(12):
+        far_keys = far[i].nonzero().flatten().tolist()
+        ranked = sorted(far_keys, key=lambda j: (-scores[0, 0, j].item(), -j))[:size]  # ties to the later key
+        assert sorted(kept[i].nonzero().flatten().tolist()) == sorted(ranked), i
+        if i + 1 < 12:  # the heap's step: one token left the window, at most one swap
+            assert len(set(kept[i + 1].nonzero().flatten().tolist()) - set(kept[i].nonzero().flatten().tolist())) <= 1
+    assert not cached_far_pairs(scores, window=window, sink_tokens=sinks, size=0).any()
+    with pytest.raises(ValueError, match="K ≥ 0"):
+        cached_far_pairs(scores, window=window, sink_tokens=sinks, size=-1)
+
+
+@pytest.mark.parametrize("window, sinks", [(4, 0), (6, 2)])
+def test_no_cache_is_the_reference_and_a_full_cache_is_softmax_attention(window, sinks):
+    q, k, v, lq, lk = _inputs()
+    decay = torch.tensor([0.05, 0.2])
+    base = naive_sliding_window_attention(q, k, v, lq, lk, window=window, sink_tokens=sinks, far_decay=decay)
+    scores = window_mass_scores(q, k, window=window, sink_tokens=sinks)
+    T = q.shape[2]
+    none = cached_far_pairs(scores, window=window, sink_tokens=sinks, size=0)
+    same = naive_sliding_window_attention(
+        q, k, v, lq, lk, window=window, sink_tokens=sinks, far_decay=decay, far_cached=none
+    )
+    torch.testing.assert_close(same, base, rtol=0, atol=0)
+    every = cached_far_pairs(scores, window=window, sink_tokens=sinks, size=T)
+    full = naive_sliding_window_attention(
+        q, k, v, lq, lk, window=window, sink_tokens=sinks, far_decay=decay, far_cached=every
+    )
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    softmax = torch.nn.functional.scaled_dot_product_attention(
+        q.double(), k.double().repeat_interleave(2, 1), v.double().repeat_interleave(2, 1), attn_mask=causal
+    )  # scale 1/√d: the reference's logits
+    torch.testing.assert_close(full.double(), softmax)
+    some = naive_sliding_window_attention(
+        q, k, v, lq, lk, window=window, sink_tokens=sinks, far_decay=decay,
+        far_cached=cached_far_pairs(scores, window=window, sink_tokens=sinks, size=3),
+    )  # fmt: skip
+    assert not torch.allclose(some, base) and not torch.allclose(some.double(), softmax)
+    with pytest.raises(ValueError, match="not the delta-rule memory"):
+        naive_sliding_window_attention(q, k, v, lq, lk, window=window, far_cached=every, far_write=torch.ones(2, 2, T))
