@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_dof.attention.ops.sliding_window.far_cache import cached_far_pairs, window_mass_scores
+from lit_dof.attention.ops.sliding_window.far_cache import cached_far_pairs, running_top_k, window_mass_scores
 from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention, sliding_window_masks
 
 
@@ -82,3 +82,19 @@ def test_no_cache_is_the_reference_and_a_full_cache_is_softmax_attention(window,
     assert not torch.allclose(some, base) and not torch.allclose(some.double(), softmax)
     with pytest.raises(ValueError, match="not the delta-rule memory"):
         naive_sliding_window_attention(q, k, v, lq, lk, window=window, far_cached=every, far_write=torch.ones(2, 2, T))
+
+
+@pytest.mark.parametrize("window, sinks, size, chunk", [(3, 1, 3, 4), (5, 0, 4, 1), (4, 2, 2, 64), (2, 0, 6, 3)])
+def test_the_chunked_running_top_k_is_the_quadratic_one(window, sinks, size, chunk):
+    g = torch.Generator().manual_seed(size + chunk)
+    scores = torch.randint(0, 5, (2, 3, 29), generator=g).double()  # many ties
+    quadratic = cached_far_pairs(scores, window=window, sink_tokens=sinks, size=size)
+    indices = running_top_k(scores, window=window, sink_tokens=sinks, size=size, chunk_size=chunk)
+    assert indices.shape == (2, 3, 29, size)
+    valid = indices >= 0
+    rebuilt = torch.zeros(*quadratic.shape[:-1], 30, dtype=torch.bool)  # an extra column takes the empty slots
+    rebuilt.scatter_(-1, torch.where(valid, indices, 29), True)
+    assert torch.equal(rebuilt[..., :29], quadratic)
+    ranked = scores.gather(-1, indices.clamp_min(0).flatten(2)).view_as(indices).masked_fill(~valid, float("-inf"))
+    assert (ranked[..., :-1] >= ranked[..., 1:]).all()  # highest score first
+    assert torch.equal(running_top_k(scores, window=window, sink_tokens=sinks, size=0), indices[..., :0])

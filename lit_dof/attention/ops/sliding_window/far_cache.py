@@ -1,8 +1,9 @@
 """The exact far cache (issue #45, item 3; design: docs/results/far_term/README.md): which far tokens a sliding-window
 + linear attention keeps exactly besides its window and sinks — per KV head, the ``K`` far tokens of highest score
 among those that have left the window — and the score that ranks them, the attention mass the window's queries
-gave a token while it was inside the window (the "heavy hitters" of H2O, Zhang et al. 2023, §3). Both are
-quadratic float64-friendly references: :func:`cached_far_pairs` feeds
+gave a token while it was inside the window (the "heavy hitters" of H2O, Zhang et al. 2023, §3).
+:func:`window_mass_scores` and :func:`cached_far_pairs` are quadratic references (:func:`running_top_k` gives the
+latter's pairs as indices in ``O(T·(K + chunk))``); :func:`cached_far_pairs` feeds
 :func:`~lit_dof.attention.ops.sliding_window.naive.naive_sliding_window_attention`, whose far sum then covers only
 the uncached far tokens.
 
@@ -80,3 +81,55 @@ def cached_far_pairs(scores: Tensor, *, window: int, sink_tokens: int = 0, size:
     top = T - 1 - order
     kept = torch.zeros(B, Hk, T, T, dtype=torch.bool, device=scores.device).scatter_(-1, top, True)
     return kept & far
+
+
+def running_top_k(scores: Tensor, *, window: int, sink_tokens: int = 0, size: int, chunk_size: int = 64) -> Tensor:
+    """:func:`cached_far_pairs` as indices, in ``O(T·(K + chunk))`` memory: for each query chunk the candidates are
+    the top K of the far keys before the chunk and the keys that leave the window during it (the top K of a prefix
+    lies in the top K of a shorter prefix and the keys added since).
+
+    Args:
+        scores: ``(B, Hk, T)`` each key's score.
+        window: w ≥ 1.
+        sink_tokens: s ≥ 0.
+        size: K ≥ 0.
+        chunk_size: queries per step.
+
+    Returns:
+        ``(B, Hk, T, K)`` int64 key positions, highest score first (ties: the later key first), −1 where a query has
+        fewer than K far keys.
+
+    Raises:
+        ValueError: ``size < 0`` or ``chunk_size < 1``.
+    """
+    if size < 0 or chunk_size < 1:
+        raise ValueError(f"the far cache holds K ≥ 0 tokens (got {size}), in query chunks ≥ 1 (got {chunk_size})")
+    B, Hk, T = scores.shape
+    out = torch.full((B, Hk, T, size), -1, dtype=torch.long, device=scores.device)
+    if size == 0:
+        return out
+    score = scores.double()
+    kept = torch.empty(B, Hk, 0, dtype=torch.long, device=scores.device)  # the top K of the far keys so far
+    for start in range(0, T, chunk_size):
+        stop = min(T, start + chunk_size)
+        lo, hi = max(sink_tokens, start - window), stop - window  # the keys that turn far during the chunk
+        new = torch.arange(lo, max(lo, hi), device=scores.device).expand(B, Hk, -1)
+        candidates = torch.cat([kept, new], -1)  # (B, Hk, C) positions
+        if candidates.shape[-1] == 0:
+            continue
+        value = score.gather(-1, candidates)  # (B, Hk, C)
+        i = torch.arange(start, stop, device=scores.device)[:, None]  # (n, 1) queries
+        far = (candidates[:, :, None, :] <= i - window) & (candidates[:, :, None, :] >= sink_tokens)  # (B, Hk, n, C)
+        # rank by score, then by position (the later key first among ties): a stable sort on the reversed order
+        by_position = candidates.argsort(-1, descending=True)
+        ranked_pos = candidates.gather(-1, by_position)
+        ranked_far = far.gather(-1, by_position[:, :, None, :].expand_as(far))
+        ranked_val = value.gather(-1, by_position)[:, :, None, :].masked_fill(~ranked_far, float("-inf"))
+        order = ranked_val.sort(dim=-1, descending=True, stable=True).indices[..., :size]  # (B, Hk, n, ≤K)
+        top_pos = ranked_pos[:, :, None, :].expand_as(ranked_val).gather(-1, order)
+        top_ok = ranked_val.gather(-1, order) > float("-inf")
+        width = order.shape[-1]
+        out[:, :, start:stop, :width] = torch.where(top_ok, top_pos, torch.full_like(top_pos, -1))
+        last = out[:, :, stop - 1]  # the chunk's last query holds the top K of every far key so far
+        kept = last[..., (last >= 0).all(dim=(0, 1))] if B * Hk else last
+    return out
