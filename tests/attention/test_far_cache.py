@@ -8,7 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_dof.attention.ops.sliding_window.far_cache import cached_far_pairs, running_top_k, window_mass_scores
+from lit_dof.attention.ops.sliding_window.far_cache import (
+    apply_far_cache,
+    cached_far_pairs,
+    running_top_k,
+    window_mass_scores,
+)
 from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention, sliding_window_masks
 
 
@@ -98,3 +103,18 @@ def test_the_chunked_running_top_k_is_the_quadratic_one(window, sinks, size, chu
     ranked = scores.gather(-1, indices.clamp_min(0).flatten(2)).view_as(indices).masked_fill(~valid, float("-inf"))
     assert (ranked[..., :-1] >= ranked[..., 1:]).all()  # highest score first
     assert torch.equal(running_top_k(scores, window=window, sink_tokens=sinks, size=0), indices[..., :0])
+
+
+@pytest.mark.parametrize("window, sinks, size", [(4, 0, 3), (6, 2, 5), (3, 1, 40)])
+def test_the_cache_applied_to_the_attention_without_it_is_the_reference_with_it(window, sinks, size):
+    q, k, v, lq, lk = (x.double() for x in _inputs())  # float64 throughout: the reference returns v's dtype
+    decay, mix = torch.tensor([0.05, 0.2]), torch.tensor([0.3, -0.1, 0.0, 0.5])
+    kwargs = dict(window=window, sink_tokens=sinks, far_decay=decay, log_mix=mix)
+    y, log_z = naive_sliding_window_attention(q, k, v, lq, lk, **kwargs, return_log_z=True)
+    scores = window_mass_scores(q, k, window=window, sink_tokens=sinks)
+    indices = running_top_k(scores, window=window, sink_tokens=sinks, size=size, chunk_size=5)
+    got, got_log_z = apply_far_cache(y, log_z, q, k, v, lq, lk, indices, window=window, log_mix=mix, far_decay=decay)
+    cached = cached_far_pairs(scores, window=window, sink_tokens=sinks, size=size)
+    want, want_log_z = naive_sliding_window_attention(q, k, v, lq, lk, **kwargs, far_cached=cached, return_log_z=True)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_log_z, want_log_z)

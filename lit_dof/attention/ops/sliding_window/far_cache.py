@@ -133,3 +133,73 @@ def running_top_k(scores: Tensor, *, window: int, sink_tokens: int = 0, size: in
         last = out[:, :, stop - 1]  # the chunk's last query holds the top K of every far key so far
         kept = last[..., (last >= 0).all(dim=(0, 1))] if B * Hk else last
     return out
+
+
+def apply_far_cache(
+    y: Tensor,
+    log_z: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    log_phi_q: Tensor,
+    log_phi_k: Tensor,
+    indices: Tensor,
+    *,
+    window: int,
+    log_mix: Tensor | None = None,
+    far_decay: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Turn sliding-window + additive-far-term attention into its exact-far-cache form: the cached far keys' kernel
+    estimates leave the one normaliser and their exact terms ``exp(qᵀk/√d)`` enter it. Exact because the fixed-decay
+    far sum does not depend on when a key entered it (docs/results/far_term/README.md): the sum over the uncached
+    far keys is the sum over all far keys minus the cached ones'.
+
+    Args:
+        y: ``(B, Hq, T, D)`` the attention without the cache (window, sinks and every far key in one softmax).
+        log_z: ``(B, Hq, T)`` the log of its normaliser.
+        q: ``(B, Hq, T, d)`` queries (logits ``qᵀk/√d``).
+        k: ``(B, Hk, T, d)`` keys.
+        v: ``(B, Hk, T, D)`` values.
+        log_phi_q: ``(B, Hq, T, M)`` the far term's exact query log-features.
+        log_phi_k: ``(B, Hk, T, M)`` its key log-features.
+        indices: ``(B, Hk, T, K)`` the cached far keys of each query (:func:`running_top_k`; −1: an empty slot).
+        window: w, for the decay's distance beyond the window.
+        log_mix: ``(Hq,)`` β, the far term's log-weight (``None``: 0).
+        far_decay: ``(Hk,)`` λ, its decay per token beyond the window (``None``: 0).
+
+    Returns:
+        ``(y, log_z)`` with the cache, in y's dtype and log_z's.
+    """
+    B, Hq, T, d = q.shape
+    Hk = k.shape[1]
+    G, K = Hq // Hk, indices.shape[-1]
+    if K == 0:
+        return y, log_z
+    valid = indices >= 0  # (B, Hk, T, K)
+    idx = indices.clamp_min(0)
+
+    def pick(x: Tensor) -> Tensor:  # (B, Hk, T, ·) → (B, Hk, T, K, ·), the cached keys' rows
+        flat = x.gather(2, idx.flatten(2)[..., None].expand(-1, -1, -1, x.shape[-1]))
+        return flat.view(B, Hk, T, K, x.shape[-1])
+
+    dtype = log_z.dtype
+    keys, values, log_phi = pick(k.to(dtype)), pick(v.to(dtype)), pick(log_phi_k.to(dtype))
+    qg = q.to(dtype).view(B, Hk, G, T, d)
+    exact = torch.einsum("bhgtd,bhtkd->bhgtk", qg, keys) / d**0.5
+    lq = log_phi_q.to(dtype).view(B, Hk, G, T, 1, -1)
+    estimate = torch.logsumexp(lq + log_phi[:, :, None], dim=-1)  # (B, Hk, G, T, K): log K̂(q_i, k_j)
+    if log_mix is not None:
+        estimate = estimate + log_mix.to(dtype).view(1, Hk, G, 1, 1)
+    if far_decay is not None:
+        beyond = torch.arange(T, device=q.device).to(dtype)[:, None] - window - indices.to(dtype)  # (B, Hk, T, K)
+        estimate = estimate - far_decay.to(dtype).view(1, Hk, 1, 1, 1) * beyond[:, :, None]
+    mask = ~valid[:, :, None]
+    exact, estimate = exact.masked_fill(mask, float("-inf")), estimate.masked_fill(mask, float("-inf"))
+    lz = log_z.view(B, Hk, G, T)
+    top = torch.maximum(lz, torch.maximum(exact.amax(-1), estimate.amax(-1)))
+    w_old, w_in, w_out = (lz - top).exp(), (exact - top[..., None]).exp(), (estimate - top[..., None]).exp()
+    delta = w_in - w_out  # (B, Hk, G, T, K): each cached key's exact weight minus its far estimate
+    numerator = w_old[..., None] * y.to(dtype).view(B, Hk, G, T, -1) + torch.einsum("bhgtk,bhtkv->bhgtv", delta, values)
+    denominator = w_old + delta.sum(-1)  # ≥ the window's own mass: the far estimates left were part of w_old
+    out = (numerator / denominator[..., None]).reshape(B, Hq, T, -1).to(y.dtype)
+    return out, (top + denominator.log()).reshape(B, Hq, T)

@@ -49,7 +49,8 @@ def naive_sliding_window_attention(
     far_write: Tensor | None = None,
     far_cached: Tensor | None = None,
     key_padding_mask: Tensor | None = None,
-) -> Tensor:
+    return_log_z: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Reference (quadratic, float64) sliding-window + linear attention: one softmax over the logits
     ``qᵀk/√d`` on exact pairs and ``β_h − λ_h (i − w − j) + Σ_{j+w<t≤i} g_ht + log K̂(q_i, k_j)`` on linear pairs
     (:func:`sliding_window_masks`).
@@ -72,12 +73,13 @@ def naive_sliding_window_attention(
             :func:`~lit_dof.attention.ops.sliding_window.far_cache.cached_far_pairs`): scored by ``qᵀk/√d`` in the
             one softmax and left out of the far sum (``None``: none). Not with ``far_write``.
         key_padding_mask: ``(B, T)`` bool, False for padding keys.
+        return_log_z: also return the log of the softmax normaliser, ``(B, Hq, T)`` float64 (additive far term only).
 
     Returns:
-        ``(B, Hq, T, D)`` in v's dtype (rows without any allowed key are NaN).
+        ``(B, Hq, T, D)`` in v's dtype (rows without any allowed key are NaN); with ``return_log_z``, ``(y, log_z)``.
 
     Raises:
-        ValueError: ``far_cached`` with ``far_write``.
+        ValueError: ``far_cached`` or ``return_log_z`` with ``far_write``.
     """
     B, Hq, T, d = q.shape
     group = Hq // k.shape[1]
@@ -107,7 +109,10 @@ def naive_sliding_window_attention(
     if key_padding_mask is not None:
         logits = logits.masked_fill(~key_padding_mask.bool()[:, None, None, :], float("-inf"))
     if far_write is None:
-        return (torch.softmax(logits, dim=-1) @ vv).to(v.dtype)
+        y = (torch.softmax(logits, dim=-1) @ vv).to(v.dtype)
+        return (y, torch.logsumexp(logits, dim=-1)) if return_log_z else y
+    if return_log_z:
+        raise ValueError("return_log_z is the additive far term's: the delta-rule readout has no single normaliser")
     top = logits.amax(-1, keepdim=True)
     weights = (logits - top).exp()
     exact_w, far_mass = weights * exact, (weights * ~exact).sum(-1, keepdim=True)
