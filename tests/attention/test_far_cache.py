@@ -10,6 +10,7 @@ import torch
 
 from lit_dof.attention.ops.sliding_window.far_cache import (
     apply_far_cache,
+    banded_window_mass,
     cached_far_pairs,
     running_top_k,
     window_mass_scores,
@@ -118,3 +119,13 @@ def test_the_cache_applied_to_the_attention_without_it_is_the_reference_with_it(
     want, want_log_z = naive_sliding_window_attention(q, k, v, lq, lk, **kwargs, far_cached=cached, return_log_z=True)
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(got_log_z, want_log_z)
+
+
+@pytest.mark.parametrize("window, sinks, chunk", [(5, 2, 4), (3, 0, 1), (7, 1, 64)])
+def test_the_banded_window_mass_is_the_quadratic_one(window, sinks, chunk):
+    q, k, _, _, _ = (x.double() for x in _inputs())
+    exact, _ = sliding_window_masks(q.shape[2], window, sinks)
+    logits = q @ k.repeat_interleave(2, 1).transpose(-1, -2) / q.shape[-1] ** 0.5
+    log_z = torch.logsumexp(logits.masked_fill(~exact, float("-inf")), -1)  # the exact part's normaliser
+    banded = banded_window_mass(q, k, log_z, window=window, chunk_size=chunk)
+    torch.testing.assert_close(banded, window_mass_scores(q, k, window=window, sink_tokens=sinks))

@@ -52,6 +52,43 @@ def window_mass_scores(q: Tensor, k: Tensor, *, window: int, sink_tokens: int = 
     return mass.view(B, Hk, Hq // Hk, T).sum(2)
 
 
+def banded_window_mass(q: Tensor, k: Tensor, log_z: Tensor, *, window: int, chunk_size: int = 64) -> Tensor:
+    """:func:`window_mass_scores` in ``O(T·(chunk + w))`` memory, from the exact part's normaliser: the window rows'
+    weights ``exp(qᵀk/√d − log_z_i)`` over the band of keys each query chunk has in its window, summed per key.
+
+    Args:
+        q: ``(B, Hq, T, d)`` queries (logits ``qᵀk/√d``).
+        k: ``(B, Hk, T, d)`` keys.
+        log_z: ``(B, Hq, T)`` the log normaliser of the exact part alone (window and sinks: the softmax the scores
+            are mass of).
+        window: w ≥ 1.
+        chunk_size: queries per step.
+
+    Returns:
+        ``(B, Hk, T)`` scores in log_z's dtype.
+
+    Raises:
+        ValueError: ``window`` or ``chunk_size`` < 1.
+    """
+    if window < 1 or chunk_size < 1:
+        raise ValueError(f"window {window} and chunk_size {chunk_size} must be ≥ 1")
+    B, Hq, T, d = q.shape
+    Hk = k.shape[1]
+    G, dtype = Hq // Hk, log_z.dtype
+    qg, kk, lz = q.to(dtype).view(B, Hk, G, T, d), k.to(dtype), log_z.view(B, Hk, G, T)
+    scores = torch.zeros(B, Hk, T, dtype=dtype, device=q.device)
+    for start in range(0, T, chunk_size):
+        stop = min(T, start + chunk_size)
+        lo = max(0, start - window + 1)  # the band: every key some query of the chunk has in its window
+        logits = torch.einsum("bhgtd,bhsd->bhgts", qg[:, :, :, start:stop], kk[:, :, lo:stop]) / d**0.5
+        i = torch.arange(start, stop, device=q.device)[:, None]
+        j = torch.arange(lo, stop, device=q.device)[None, :]
+        inside = (j <= i) & (j > i - window)
+        weights = (logits - lz[:, :, :, start:stop, None]).exp().masked_fill(~inside, 0.0)
+        scores[:, :, lo:stop] += weights.sum(dim=(2, 3))
+    return scores
+
+
 def cached_far_pairs(scores: Tensor, *, window: int, sink_tokens: int = 0, size: int) -> Tensor:
     """The far pairs kept exactly: for query i, the ``size`` far keys (``s ≤ j ≤ i − w``) of highest score, ties to
     the later key.
