@@ -129,3 +129,25 @@ def test_the_banded_window_mass_is_the_quadratic_one(window, sinks, chunk):
     log_z = torch.logsumexp(logits.masked_fill(~exact, float("-inf")), -1)  # the exact part's normaliser
     banded = banded_window_mass(q, k, log_z, window=window, chunk_size=chunk)
     torch.testing.assert_close(banded, window_mass_scores(q, k, window=window, sink_tokens=sinks))
+
+
+@pytest.mark.parametrize("dtype, window, sinks, size", [(torch.float64, 5, 2, 4), (torch.float32, 4, 0, 3)])
+def test_the_chunked_kernel_with_a_far_cache_is_the_reference_with_it(dtype, window, sinks, size):
+    from lit_dof.attention.ops.sliding_window.chunked import sliding_window_linear_attention
+
+    q, k, v, lq, lk = (x.to(dtype) for x in _inputs(T=37))
+    decay, mix = torch.tensor([0.05, 0.2], dtype=dtype), torch.tensor([0.3, -0.1, 0.0, 0.5], dtype=dtype)
+    kwargs = dict(window=window, sink_tokens=sinks, far_decay=decay, log_mix=mix)
+    y, _ = sliding_window_linear_attention(q, k, v, lq, lk, **kwargs, far_cache=size, chunk_size=8)
+    scores = window_mass_scores(q, k, window=window, sink_tokens=sinks)
+    cached = cached_far_pairs(scores, window=window, sink_tokens=sinks, size=size)
+    want = naive_sliding_window_attention(q.double(), k.double(), v.double(), lq.double(), lk.double(),
+                                          **kwargs, far_cached=cached)  # fmt: skip
+    # the chunked far kernel's own tolerance (tests/attention/test_sliding_window.py): it keeps log-feature offsets
+    # within 16 nats, exact to ~1e-6 even in float64
+    tolerance = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-5}
+    torch.testing.assert_close(y.double(), want, **tolerance)
+    without, _ = sliding_window_linear_attention(q, k, v, lq, lk, **kwargs, chunk_size=8)
+    assert not torch.allclose(y, without)  # the cache changes the attention
+    with pytest.raises(ValueError, match="fresh sequence"):
+        sliding_window_linear_attention(q, k, v, lq, lk, **kwargs, far_cache=size, far_log_gates=torch.zeros(2, 2, 37))

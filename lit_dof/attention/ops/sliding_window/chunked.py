@@ -45,6 +45,7 @@ from lit_dof.attention.ops.delta_rule.far import delta_far_attention
 from lit_dof.attention.ops.linear.aligned import aligned_linear_attention
 from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE
 from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE, LinearAttentionState
+from lit_dof.attention.ops.sliding_window.far_cache import apply_far_cache, banded_window_mass, running_top_k
 from lit_dof.attention.ops.sliding_window.flex import flex_window_softmax
 from lit_dof.attention.ops.sliding_window.softmax import band_and_sinks_softmax, decode_window_softmax, merge_normalized
 from lit_dof.precision import fp32_region
@@ -145,6 +146,7 @@ def sliding_window_linear_attention(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     window_kernel: str = "torch",
     linear_kernel: str = "torch",
+    far_cache: int = 0,
 ) -> tuple[Tensor, SlidingWindowState]:
     """Causal sliding-window softmax + linear attention over T new tokens (training, prefill and decoding).
 
@@ -180,6 +182,10 @@ def sliding_window_linear_attention(
             flash-linear-attention's simple-GLA kernel (:mod:`lit_dof.attention.ops.linear.fla`) and, for the
             delta-rule memory, its gated delta-rule kernel (:mod:`lit_dof.attention.ops.delta_rule.fla`); decoding
             steps use the PyTorch forms either way (the states are the same).
+        far_cache: K ≥ 0, far tokens per key head kept exactly (:mod:`lit_dof.attention.ops.sliding_window.far_cache`:
+            the K of highest window attention mass among those that left the window, in the one softmax; the far
+            sum covers the rest). A fresh sequence with the additive, fixed-decay far term only (no ``state``,
+            ``far_log_gates`` or ``far_write``): its decode state is not built yet.
 
     Returns:
         ``(y, state)``: ``y`` ``(B, Hq, T, D)`` in v's dtype, computed in float32 (float64 for float64
@@ -188,8 +194,8 @@ def sliding_window_linear_attention(
 
     Raises:
         ValueError: inconsistent shapes, ``window < 1``, ``sink_tokens < 0``, only one of the log-features,
-            ``far_decay`` not of shape ``(Hk,)``, ``far_log_gates`` or ``far_write`` not of shape ``(B, Hk, T)``, or
-            an unknown ``window_kernel`` or ``linear_kernel``.
+            ``far_decay`` not of shape ``(Hk,)``, ``far_log_gates`` or ``far_write`` not of shape ``(B, Hk, T)``, an
+            unknown ``window_kernel`` or ``linear_kernel``, or ``far_cache`` where it does not apply.
     """
     B, Hq, Hk, T, d = check_grouped_qkv(q, k, v)
     check_positive_int("window", window)
@@ -208,6 +214,11 @@ def sliding_window_linear_attention(
     for name, x in (("far_log_gates", far_log_gates), ("far_write", far_write)):
         if x is not None and tuple(x.shape) != (B, Hk, T):
             raise ValueError(f"{name} must have shape (B, Hk, T) = {(B, Hk, T)}, got {tuple(x.shape)}")
+    if far_cache and (state is not None or log_phi_q is None or far_log_gates is not None or far_write is not None):
+        raise ValueError(
+            "far_cache needs a fresh sequence (no state: its decode state is not built yet) and the additive "
+            "fixed-decay far term (log-features, no far_log_gates, no far_write)"
+        )
     G = Hq // Hk
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     prev = state if state is not None else _empty_state_like(k, v, log_phi_k)
@@ -237,6 +248,13 @@ def sliding_window_linear_attention(
     else:
         o, log_z = band_and_sinks_softmax(qg, keys, values, valid, sink_k, sink_v, sink_ok, P, b, window, chunk_size)
     o, log_z = o.reshape(B, Hq, T, -1), log_z.reshape(B, Hq, T)
+    cached = None
+    if (
+        far_cache
+    ):  # which far keys stay exact: scored by the exact part's own rows (its normaliser, before the far term)
+        scores = banded_window_mass(q, k, log_z, window=window, chunk_size=chunk_size)
+        scores = scores.masked_fill(~valid_new[:, None, :], float("-inf"))  # padding is never cached
+        cached = running_top_k(scores, window=window, sink_tokens=sink_tokens, size=far_cache, chunk_size=chunk_size)
 
     # Linear part: the key stream delayed by w tokens, sinks excluded (they stay exact).
     linear, log_phi, memory, write = prev.linear, None, prev.memory, None
@@ -254,6 +272,10 @@ def sliding_window_linear_attention(
             if log_mix is not None:
                 log_z_lin = log_z_lin + log_mix.to(log_z_lin.dtype)[None, :, None]
             o, log_z = merge_normalized(o, log_z, y_lin.to(dtype), log_z_lin.to(dtype))
+            if cached is not None:
+                o, log_z = apply_far_cache(
+                    o, log_z, q, k, v, log_phi_q, log_phi_k, cached, window=window, log_mix=log_mix, far_decay=far_decay
+                )
 
     keep = min(window, b + T)  # the newest w tokens stay in the window buffer
     new_state = SlidingWindowState(
