@@ -45,7 +45,15 @@ from lit_dof.attention.ops.delta_rule.far import delta_far_attention
 from lit_dof.attention.ops.linear.aligned import aligned_linear_attention
 from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE
 from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE, LinearAttentionState
-from lit_dof.attention.ops.sliding_window.far_cache import apply_far_cache, banded_window_mass, running_top_k
+from lit_dof.attention.ops.sliding_window.far_cache import (
+    FarCache,
+    admit,
+    apply_far_cache,
+    banded_window_mass,
+    cache_after,
+    cached_terms,
+    running_top_k,
+)
 from lit_dof.attention.ops.sliding_window.flex import flex_window_softmax
 from lit_dof.attention.ops.sliding_window.softmax import band_and_sinks_softmax, decode_window_softmax, merge_normalized
 from lit_dof.precision import fp32_region
@@ -66,6 +74,7 @@ class SlidingWindowState:
         write: ``(B, Hk, b)`` the window keys' write strengths, with a delta-rule far memory; else ``None``.
         memory: ``(B, Hk, M, D)`` the delta-rule far memory (``linear`` then holds only its normaliser), or
             ``None``.
+        cache: the exact far cache (:class:`~lit_dof.attention.ops.sliding_window.far_cache.FarCache`), or ``None``.
     """
 
     linear: LinearAttentionState | None
@@ -79,10 +88,12 @@ class SlidingWindowState:
     seen: int
     write: Tensor | None = None
     memory: Tensor | None = None
+    cache: FarCache | None = None
 
     def _tensors(self) -> list[Tensor]:
         tensors = [self.keys, self.values, self.valid, self.sink_keys, self.sink_values, self.sink_valid]
-        return tensors + [t for t in (self.log_phi_k, self.write, self.memory) if t is not None]
+        cache = self.cache.tensors() if self.cache is not None else []
+        return tensors + [t for t in (self.log_phi_k, self.write, self.memory) if t is not None] + cache
 
     @property
     def nbytes(self) -> int:
@@ -108,6 +119,7 @@ class SlidingWindowState:
             self.seen,
             None if self.write is None else fn(self.write),
             None if self.memory is None else fn(self.memory),
+            None if self.cache is None else self.cache.map(fn),
         )
 
     def index_select(self, dim: int, index: Tensor) -> "SlidingWindowState":
@@ -214,11 +226,10 @@ def sliding_window_linear_attention(
     for name, x in (("far_log_gates", far_log_gates), ("far_write", far_write)):
         if x is not None and tuple(x.shape) != (B, Hk, T):
             raise ValueError(f"{name} must have shape (B, Hk, T) = {(B, Hk, T)}, got {tuple(x.shape)}")
-    if far_cache and (state is not None or log_phi_q is None or far_log_gates is not None or far_write is not None):
-        raise ValueError(
-            "far_cache needs a fresh sequence (no state: its decode state is not built yet) and the additive "
-            "fixed-decay far term (log-features, no far_log_gates, no far_write)"
-        )
+    if far_cache and (log_phi_q is None or far_log_gates is not None or far_write is not None):
+        raise ValueError("far_cache needs the additive fixed-decay far term (log-features, no gates, no far_write)")
+    if far_cache and state is not None and state.seen and (T != 1 or state.cache is None):
+        raise ValueError("with far_cache a sequence continues one token at a time from a state that has its cache")
     G = Hq // Hk
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     prev = state if state is not None else _empty_state_like(k, v, log_phi_k)
@@ -248,13 +259,14 @@ def sliding_window_linear_attention(
     else:
         o, log_z = band_and_sinks_softmax(qg, keys, values, valid, sink_k, sink_v, sink_ok, P, b, window, chunk_size)
     o, log_z = o.reshape(B, Hq, T, -1), log_z.reshape(B, Hq, T)
-    cached = None
-    if (
-        far_cache
-    ):  # which far keys stay exact: scored by the exact part's own rows (its normaliser, before the far term)
+    cached, cache = None, None
+    if far_cache and P == 0:  # the far keys kept exact, ranked by the exact part's own rows (before the far term)
         scores = banded_window_mass(q, k, log_z, window=window, chunk_size=chunk_size)
         scores = scores.masked_fill(~valid_new[:, None, :], float("-inf"))  # padding is never cached
         cached = running_top_k(scores, window=window, sink_tokens=sink_tokens, size=far_cache, chunk_size=chunk_size)
+        cache = cache_after(k, v, log_phi_k, scores, cached[:, :, -1], min(window, T))
+    elif far_cache:  # one decoding step: the token leaving the window competes for a slot, the window's masses grow
+        cache = _decode_cache(prev, q, keys, valid, log_z, P, window, sink_tokens)
 
     # Linear part: the key stream delayed by w tokens, sinks excluded (they stay exact).
     linear, log_phi, memory, write = prev.linear, None, prev.memory, None
@@ -276,6 +288,12 @@ def sliding_window_linear_attention(
                 o, log_z = apply_far_cache(
                     o, log_z, q, k, v, log_phi_q, log_phi_k, cached, window=window, log_mix=log_mix, far_decay=far_decay
                 )
+            elif cache is not None:
+                slots = (cache.keys[:, :, None], cache.values[:, :, None], cache.log_phi[:, :, None])
+                o, log_z = cached_terms(
+                    o, log_z, q, *slots, log_phi_q, cache.positions[:, :, None], window=window,
+                    positions=torch.tensor([P], device=q.device), log_mix=log_mix, far_decay=far_decay,
+                )  # fmt: skip
 
     keep = min(window, b + T)  # the newest w tokens stay in the window buffer
     new_state = SlidingWindowState(
@@ -290,8 +308,29 @@ def sliding_window_linear_attention(
         P + T,
         None if write is None else write[:, :, -keep:],
         memory,
+        cache,
     )
     return o.to(v.dtype), new_state
+
+
+def _decode_cache(prev, q: Tensor, keys: Tensor, valid: Tensor, log_z: Tensor, P: int, window: int, sinks: int):
+    """The far cache after one decoding step at position P: the token leaving the window (position P − w, not a sink,
+    not padding) admitted with its final mass, then every window key's mass grown by this query's exact softmax row
+    (``log_z``: the exact part's normaliser, ``(B, Hq, 1)``)."""
+    cache, b = prev.cache, prev.keys.shape[2]
+    if b == window and P - window >= sinks:  # the buffer's oldest token leaves the window now
+        cache = admit(
+            cache, prev.keys[:, :, 0], prev.values[:, :, 0], prev.log_phi_k[:, :, 0], cache.window_mass[:, :, 0],
+            P - window, prev.valid[:, 0],
+        )  # fmt: skip
+    B, Hq, _, d = q.shape
+    Hk = keys.shape[1]
+    inside = keys[:, :, -window:].to(log_z.dtype)  # (B, Hk, L, d): the window of query P, its own key last
+    logits = torch.einsum("bhgd,bhld->bhgl", q.to(log_z.dtype).view(B, Hk, Hq // Hk, d), inside) / d**0.5
+    weights = (logits - log_z.view(B, Hk, Hq // Hk, 1)).exp() * valid[:, None, None, -window:]
+    mass = torch.cat([cache.window_mass, cache.window_mass.new_zeros(B, Hk, 1)], 2)
+    mass[:, :, -inside.shape[2] :] += weights.sum(2).to(mass.dtype)
+    return FarCache(cache.keys, cache.values, cache.log_phi, cache.scores, cache.positions, mass[:, :, -window:])
 
 
 @dataclass(frozen=True)

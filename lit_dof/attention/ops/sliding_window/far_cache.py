@@ -14,6 +14,8 @@ left the window, i.e. at most one token enters and one leaves per step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -172,6 +174,90 @@ def running_top_k(scores: Tensor, *, window: int, sink_tokens: int = 0, size: in
     return out
 
 
+@dataclass
+class FarCache:
+    """The exact far cache of a decoding sequence (part of
+    :class:`~lit_dof.attention.ops.sliding_window.chunked.SlidingWindowState`): K slots per key head and the running
+    scores of the tokens still in the window.
+
+    Attributes:
+        keys: ``(B, Hk, K, d)``. values: ``(B, Hk, K, D)``. log_phi: ``(B, Hk, K, M)`` their far log-features.
+        scores: ``(B, Hk, K)`` float64 (−inf: an empty slot). positions: ``(B, Hk, K)`` int64 (−1: empty).
+        window_mass: ``(B, Hk, b)`` float64, the mass each window token has received so far (aligned with the
+            state's window buffer).
+    """
+
+    keys: Tensor
+    values: Tensor
+    log_phi: Tensor
+    scores: Tensor
+    positions: Tensor
+    window_mass: Tensor
+
+    def tensors(self) -> list[Tensor]:
+        """Every tensor held."""
+        return [self.keys, self.values, self.log_phi, self.scores, self.positions, self.window_mass]
+
+    def map(self, fn) -> FarCache:
+        """The cache with ``fn`` applied to every tensor (batch selection, repetition)."""
+        return FarCache(*(fn(t) for t in self.tensors()))
+
+
+def cache_after(k: Tensor, v: Tensor, log_phi_k: Tensor, scores: Tensor, last: Tensor, keep: int) -> FarCache:
+    """The cache after a fresh sequence: the last query's kept keys and the running scores of the last ``keep``.
+
+    Args:
+        k: ``(B, Hk, T, d)`` keys.
+        v: ``(B, Hk, T, D)`` values.
+        log_phi_k: ``(B, Hk, T, M)`` their far log-features.
+        scores: ``(B, Hk, T)`` the window-mass scores.
+        last: ``(B, Hk, K)`` the last query's kept positions (:func:`running_top_k`; −1: empty).
+        keep: the window buffer's length.
+
+    Returns:
+        The cache.
+    """
+    empty, idx = last < 0, last.clamp_min(0)
+
+    def pick(x: Tensor) -> Tensor:
+        return x.gather(2, idx[..., None].expand(-1, -1, -1, x.shape[-1]))
+
+    picked = scores.double().gather(-1, idx).masked_fill(empty, float("-inf"))
+    return FarCache(pick(k), pick(v), pick(log_phi_k), picked, last, scores.double()[:, :, scores.shape[-1] - keep :])
+
+
+def admit(cache: FarCache, key: Tensor, value: Tensor, log_phi: Tensor, score: Tensor, position: int, ok: Tensor):
+    """The cache after one token left the window: it takes the slot of the lowest score (an empty one first, then
+    the earliest among equal scores) when its score is at least that — ties go to the later key, as in
+    :func:`running_top_k`.
+
+    Args:
+        cache: the cache.
+        key: ``(B, Hk, d)`` the token's key.
+        value: ``(B, Hk, D)`` its value.
+        log_phi: ``(B, Hk, M)`` its far log-features.
+        score: ``(B, Hk)`` its final window mass.
+        position: its position.
+        ok: ``(B,)`` bool, False for a padding token (never cached).
+
+    Returns:
+        The new cache (window_mass unchanged).
+    """
+    low = cache.scores.amin(-1, keepdim=True)
+    among = cache.scores == low
+    victim = torch.where(among, cache.positions, torch.iinfo(torch.long).max).argmin(-1, keepdim=True)  # (B, Hk, 1)
+    enter = (score[..., None] >= low) & ok[:, None, None]  # (B, Hk, 1): the newcomer is later than every slot
+    slot = torch.zeros_like(cache.scores, dtype=torch.bool).scatter_(-1, victim, True) & enter  # (B, Hk, K)
+
+    def put(old: Tensor, new: Tensor) -> Tensor:
+        return torch.where(slot[..., None] if old.dim() == 4 else slot, new.unsqueeze(2).to(old.dtype), old)
+
+    positions = torch.where(slot, torch.full_like(cache.positions, position), cache.positions)
+    scores = torch.where(slot, score[..., None].to(cache.scores.dtype), cache.scores)
+    return FarCache(put(cache.keys, key), put(cache.values, value), put(cache.log_phi, log_phi), scores, positions,
+                    cache.window_mass)  # fmt: skip
+
+
 def apply_far_cache(
     y: Tensor,
     log_z: Tensor,
@@ -207,20 +293,61 @@ def apply_far_cache(
     Returns:
         ``(y, log_z)`` with the cache, in y's dtype and log_z's.
     """
-    B, Hq, T, d = q.shape
-    Hk = k.shape[1]
-    G, K = Hq // Hk, indices.shape[-1]
+    K = indices.shape[-1]
     if K == 0:
         return y, log_z
-    valid = indices >= 0  # (B, Hk, T, K)
+    B, Hk, T = indices.shape[:3]
     idx = indices.clamp_min(0)
 
     def pick(x: Tensor) -> Tensor:  # (B, Hk, T, ·) → (B, Hk, T, K, ·), the cached keys' rows
         flat = x.gather(2, idx.flatten(2)[..., None].expand(-1, -1, -1, x.shape[-1]))
         return flat.view(B, Hk, T, K, x.shape[-1])
 
-    dtype = log_z.dtype
-    keys, values, log_phi = pick(k.to(dtype)), pick(v.to(dtype)), pick(log_phi_k.to(dtype))
+    return cached_terms(
+        y, log_z, q, pick(k), pick(v), pick(log_phi_k), log_phi_q, indices, window=window, log_mix=log_mix,
+        far_decay=far_decay, positions=torch.arange(T, device=q.device),
+    )  # fmt: skip
+
+
+def cached_terms(
+    y: Tensor,
+    log_z: Tensor,
+    q: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    log_phi_k: Tensor,
+    log_phi_q: Tensor,
+    cached: Tensor,
+    *,
+    window: int,
+    positions: Tensor,
+    log_mix: Tensor | None = None,
+    far_decay: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """:func:`apply_far_cache` on gathered keys: each query's cached keys given as rows.
+
+    Args:
+        y: ``(B, Hq, T, D)`` the attention without the cache.
+        log_z: ``(B, Hq, T)`` its log normaliser.
+        q: ``(B, Hq, T, d)`` queries.
+        keys: ``(B, Hk, T, K, d)`` each query's cached keys.
+        values: ``(B, Hk, T, K, D)`` their values.
+        log_phi_k: ``(B, Hk, T, K, M)`` their far log-features.
+        log_phi_q: ``(B, Hq, T, M)`` the queries' far log-features.
+        cached: ``(B, Hk, T, K)`` the cached keys' positions (−1: an empty slot).
+        window: w.
+        positions: ``(T,)`` the queries' positions.
+        log_mix: ``(Hq,)`` β (``None``: 0).
+        far_decay: ``(Hk,)`` λ (``None``: 0).
+
+    Returns:
+        ``(y, log_z)`` with the cache.
+    """
+    B, Hq, T, d = q.shape
+    Hk = keys.shape[1]
+    G, dtype = Hq // Hk, log_z.dtype
+    valid = cached >= 0
+    keys, values, log_phi = keys.to(dtype), values.to(dtype), log_phi_k.to(dtype)
     qg = q.to(dtype).view(B, Hk, G, T, d)
     exact = torch.einsum("bhgtd,bhtkd->bhgtk", qg, keys) / d**0.5
     lq = log_phi_q.to(dtype).view(B, Hk, G, T, 1, -1)
@@ -228,7 +355,7 @@ def apply_far_cache(
     if log_mix is not None:
         estimate = estimate + log_mix.to(dtype).view(1, Hk, G, 1, 1)
     if far_decay is not None:
-        beyond = torch.arange(T, device=q.device).to(dtype)[:, None] - window - indices.to(dtype)  # (B, Hk, T, K)
+        beyond = positions.to(dtype)[:, None] - window - cached.to(dtype)  # (B, Hk, T, K)
         estimate = estimate - far_decay.to(dtype).view(1, Hk, 1, 1, 1) * beyond[:, :, None]
     mask = ~valid[:, :, None]
     exact, estimate = exact.masked_fill(mask, float("-inf")), estimate.masked_fill(mask, float("-inf"))
