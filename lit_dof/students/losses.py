@@ -144,6 +144,12 @@ def attention_distillation_loss(
             "a delta-rule far memory (sliding_window.far_memory: delta) has no attention rows to distil: train it "
             "with the output loss (model.init_args.loss: lit_dof.students.layer_losses.OutputLoss)"
         )
+    if windowed and twin.sliding_window.far_cache:
+        raise ValueError(
+            "an exact far cache (sliding_window.far_cache) changes which far pairs are exact, which the windowed "
+            "softmax rows do not model: train it with the output loss (model.init_args.loss: "
+            "lit_dof.students.layer_losses.OutputLoss)"
+        )
     if windowed and twin.far_gated and values is None:
         raise ValueError(
             "this twin's far memory has a forget gate that reads the values (sliding_window.far_gate): pass the "

@@ -183,3 +183,23 @@ def test_decoding_with_the_cache_continues_the_parallel_form(prefill):
     with pytest.raises(ValueError, match="one token at a time"):
         sliding_window_linear_attention(q[:, :, :2], k[:, :, :2], v[:, :, :2], lq[:, :, :2], lk[:, :, :2],
                                         state=state, **kwargs)  # fmt: skip
+
+
+def test_the_student_option_is_checked_and_the_windowed_softmax_loss_refuses_it():
+    from lit_dof.attention import LearnedPRF, SlidingWindow
+    from lit_dof.attention.layers.sliding_window import SlidingWindowLinearAttention
+    from lit_dof.students.losses import attention_distillation_loss
+
+    assert SlidingWindow(window=4, far_cache=2).far_cache == 2
+    for bad, message in [
+        (dict(window=4, far_cache=-1), "far_cache must be an integer >= 0"),
+        (dict(window=4, far_cache=2, far_gate=True, far_decay=128.0), "additive far term without a gate"),
+        (dict(window=4, far_cache=2, far_memory="delta"), "additive far term without a gate"),
+        (dict(window=0, far_cache=2), "need a sliding window"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            SlidingWindow(**bad)
+    layer = SlidingWindowLinearAttention(LearnedPRF(8, 2, 6), 4, 2, sliding_window=SlidingWindow(window=4, far_cache=2))
+    q, k, v, _, _ = _inputs()
+    with pytest.raises(ValueError, match="output loss"):
+        attention_distillation_loss(layer, q, k)

@@ -7,6 +7,7 @@ teacher itself without a LoRA tail; every control runs forward and ``generate`` 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -36,6 +37,7 @@ STUDENTS = {
     "pure-linear": dict(feature_dims=[8, 12, 4]),
     "window-per-head-dims-hybrid": dict(feature_dims=[[4, 8], 12, 6], sliding_window=WINDOW, softmax_layers=[2]),
     "pure-linear-per-query-head": dict(feature_dims=6, share_kv_maps=False),
+    "window+sinks+exact-far-cache": dict(feature_dims=[8, 12, 4], sliding_window=replace(WINDOW, far_cache=3)),
 }
 
 

@@ -43,6 +43,10 @@ class SlidingWindow:
             which overwrites what a key held (writes β = σ(uᵀv/√D + a) per feature-map head from the key's own
             value; DeltaNet, Schlag et al. 2021; :mod:`lit_dof.attention.ops.delta_rule.far`), weighted by the
             same kernel estimate of the far mass. No attention rows: train it with the output loss.
+        far_cache: K ≥ 0 far tokens per feature-map head kept exactly beside the window and sinks — the K of
+            highest attention mass from the window while they were in it (:mod:`lit_dof.attention.ops.sliding_window.
+            far_cache`); the far term covers the rest. The additive far term only (no ``far_gate``, no ``"delta"``);
+            no attention rows of the windowed softmax loss: train it with the output loss.
         far_rope: ``True``: the far term's feature maps see post-RoPE queries and keys, like the exact parts;
             ``False``: they see them with the rotary embedding undone (``lit_dof.attention.ops.rotary.unrotate``),
             so the far term depends on content alone, never on absolute positions (the window keeps RoPE).
@@ -51,8 +55,9 @@ class SlidingWindow:
     Raises:
         ValueError: a negative or non-integer ``window``/``sink_tokens``, ``far_decay <= 0``, ``learn_decay``
             without ``far_decay``, ``far_gate`` without ``far_decay``, with ``learn_decay`` or with
-            ``gate_min_decay >= far_decay``, an unknown ``far_memory`` or ``"delta"`` without a far term, or a
-            window option set while ``window = 0``.
+            ``gate_min_decay >= far_decay``, an unknown ``far_memory`` or ``"delta"`` without a far term, a
+            negative ``far_cache`` or one without the additive, ungated far term, or a window option set while
+            ``window = 0``.
     """
 
     window: int = 0
@@ -64,6 +69,7 @@ class SlidingWindow:
     far_gate: bool = False
     gate_min_decay: float = 16.0
     far_memory: str = "additive"
+    far_cache: int = 0
     far_rope: bool = True
 
     def __post_init__(self) -> None:
@@ -81,6 +87,14 @@ class SlidingWindow:
             raise ValueError(f"sliding_window.far_memory must be 'additive' or 'delta', got {self.far_memory!r}")
         if self.far_memory == "delta" and not self.far_term:
             raise ValueError("sliding_window.far_memory 'delta' needs the far term (far_term: true)")
+        cache = self.far_cache
+        if isinstance(cache, bool) or not isinstance(cache, int) or cache < 0:
+            raise ValueError(f"sliding_window.far_cache must be an integer >= 0, got {cache!r}")
+        if cache and (not self.far_term or self.far_gate or self.far_memory != "additive"):
+            raise ValueError(
+                "sliding_window.far_cache needs the additive far term without a gate (far_term: true, far_gate: "
+                "false, far_memory: additive): only there is a cached key's far share exactly removable"
+            )
         changed = [f.name for f in fields(self) if f.name != "window" and getattr(self, f.name) != f.default]
         if self.window == 0 and changed:
             raise ValueError(
