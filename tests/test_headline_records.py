@@ -95,8 +95,10 @@ def test_quickstart_on_the_test_split_over_seeds():
     students = [c.ppl for c in report.cells if c.row == "quickstart"]
     assert len(students) == 3 and report.teacher is not None
     mean, sd = statistics.mean(students), statistics.stdev(students)
-    in_readme(f"perplexity {mean:.2f} ± {sd:.2f} (mean ± SD over the fits) against the teacher's "
-              f"{report.teacher.ppl:.2f} ({mean / report.teacher.ppl:.2f} ×)")  # fmt: skip
+    in_readme(
+        f"perplexity {mean:.2f} ± {sd:.2f} (mean ± SD over the fits) against the teacher's "
+        f"{report.teacher.ppl:.2f} ({mean / report.teacher.ppl:.2f} ×)"
+    )
     pairs = {p.other: p.ppl for p in seed_pairs(report)}
     same, equal = pairs["quickstart:window_sinks"], pairs["quickstart:equal_state"]
     in_readme(f"{same['ratio']:.3f} ± {same['ratio'] * same['stderr']:.3f} × the teacher behind the same window")

@@ -29,8 +29,11 @@ def test_a_record_round_trips_through_a_file(tmp_path):
     curve = Curve("val", [Point(1, 2.5), Point(3, 1.25)], {1: 2.5})
     save_record(tmp_path / "c.json", curve)
     stored = json.loads((tmp_path / "c.json").read_text())
-    assert stored == {"name": "val", "points": [{"step": 1, "value": 2.5}, {"step": 3, "value": 1.25}],
-                      "by_step": {"1": 2.5}}  # fmt: skip
+    assert stored == {
+        "name": "val",
+        "points": [{"step": 1, "value": 2.5}, {"step": 3, "value": 1.25}],
+        "by_step": {"1": 2.5},
+    }
     assert load_record(Curve, tmp_path / "c.json") == curve and load_record(Curve, tmp_path / "none.json") is None
     assert dump_record([Point(0, 1.0)], list[Point]) == [{"step": 0, "value": 1.0}]
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from lit_dof.attention.ops.sliding_window.far_cache import (
-    apply_far_cache,
     banded_window_mass,
     cached_far_pairs,
     running_top_k,
     window_mass_scores,
 )
+from lit_dof.attention.ops.sliding_window.far_cache_state import apply_far_cache
 from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention, sliding_window_masks
 
 
@@ -82,9 +82,16 @@ def test_no_cache_is_the_reference_and_a_full_cache_is_softmax_attention(window,
     )  # scale 1/√d: the reference's logits
     torch.testing.assert_close(full.double(), softmax)
     some = naive_sliding_window_attention(
-        q, k, v, lq, lk, window=window, sink_tokens=sinks, far_decay=decay,
+        q,
+        k,
+        v,
+        lq,
+        lk,
+        window=window,
+        sink_tokens=sinks,
+        far_decay=decay,
         far_cached=cached_far_pairs(scores, window=window, sink_tokens=sinks, size=3),
-    )  # fmt: skip
+    )
     assert not torch.allclose(some, base) and not torch.allclose(some.double(), softmax)
     with pytest.raises(ValueError, match="not the delta-rule memory"):
         naive_sliding_window_attention(q, k, v, lq, lk, window=window, far_cached=every, far_write=torch.ones(2, 2, T))
@@ -141,8 +148,9 @@ def test_the_chunked_kernel_with_a_far_cache_is_the_reference_with_it(dtype, win
     y, _ = sliding_window_linear_attention(q, k, v, lq, lk, **kwargs, far_cache=size, chunk_size=8)
     scores = window_mass_scores(q, k, window=window, sink_tokens=sinks)
     cached = cached_far_pairs(scores, window=window, sink_tokens=sinks, size=size)
-    want = naive_sliding_window_attention(q.double(), k.double(), v.double(), lq.double(), lk.double(),
-                                          **kwargs, far_cached=cached)  # fmt: skip
+    want = naive_sliding_window_attention(
+        q.double(), k.double(), v.double(), lq.double(), lk.double(), **kwargs, far_cached=cached
+    )
     # the chunked far kernel's own tolerance (tests/attention/test_sliding_window.py): it keeps log-feature offsets
     # within 16 nats, exact to ~1e-6 even in float64
     tolerance = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-5}
@@ -181,8 +189,9 @@ def test_decoding_with_the_cache_continues_the_parallel_form(prefill):
     torch.testing.assert_close(torch.cat(outs, 2), full, rtol=1e-4, atol=1e-5)
     assert state.cache.keys.shape == (2, 2, 3, 8) and (state.cache.positions >= 2).all()  # full, no sink cached
     with pytest.raises(ValueError, match="one token at a time"):
-        sliding_window_linear_attention(q[:, :, :2], k[:, :, :2], v[:, :, :2], lq[:, :, :2], lk[:, :, :2],
-                                        state=state, **kwargs)  # fmt: skip
+        sliding_window_linear_attention(
+            q[:, :, :2], k[:, :, :2], v[:, :, :2], lq[:, :, :2], lk[:, :, :2], state=state, **kwargs
+        )
 
 
 def test_the_student_option_is_checked_and_the_windowed_softmax_loss_refuses_it():

@@ -14,8 +14,15 @@ from lit_dof.records import parse_record
 
 
 def test_an_evaluation_record_gives_the_primary_metric_its_items_and_device(tmp_path):
-    entry = {"acc": 0.5, "acc_stderr": 0.25, "acc_norm": 0.75, "n": 4, "beyond_exact": 0.5,
-             "items": {"acc_norm": [1, 1, 0, 1]}, "provenance": {"cuda": False}}  # fmt: skip
+    entry = {
+        "acc": 0.5,
+        "acc_stderr": 0.25,
+        "acc_norm": 0.75,
+        "n": 4,
+        "beyond_exact": 0.5,
+        "items": {"acc_norm": [1, 1, 0, 1]},
+        "provenance": {"cuda": False},
+    }
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "piqa.json").write_text(json.dumps(entry))
     record = EvalRecord.load(tmp_path / "eval" / "piqa.json")
@@ -31,8 +38,15 @@ def test_retrieval_records_of_both_formats(tmp_path):
     cells = {"1024": {"0.5": {"n": 2, "mean": 0.5, "se": 0.5}}}
     examples = [{"beyond_window": True}, {"beyond_window": False}]
     for name, metric in (("new", "exact_match"), ("old", "acc")):
-        record = {metric: 0.5, f"{metric}_stderr": 0.5, "n": 2, "items": {metric: [1, 0]}, "cells": cells,
-                  "examples": examples, "provenance": {"device": "cpu", "seconds": 3.0}}  # fmt: skip
+        record = {
+            metric: 0.5,
+            f"{metric}_stderr": 0.5,
+            "n": 2,
+            "items": {metric: [1, 0]},
+            "cells": cells,
+            "examples": examples,
+            "provenance": {"device": "cpu", "seconds": 3.0},
+        }
         (tmp_path / f"{name}.json").write_text(json.dumps(record))
         summary = retrieval_summary(EvalRecord.load(tmp_path / f"{name}.json"))
         assert (summary.exact_match, summary.items, summary.beyond_window, summary.device) == (0.5, [1, 0], 0.5, "cpu")
@@ -58,12 +72,15 @@ def test_rows_are_data_and_a_bad_rows_file_is_refused_by_name(tmp_path):
     from lit_dof.comparison.rows import ROWS, ROWS_FILE, Row, load_rows
 
     assert list(load_rows(ROWS_FILE)) == list(ROWS) and ROWS["teacher"].kind == "teacher"
-    assert ROWS["dof_l2"] == Row("dof_l2", ("methods/dof.yaml", "methods/l2.yaml"), note="L2 kernel loss",
-                                 reference="fix_l2")  # fmt: skip
+    assert ROWS["dof_l2"] == Row(
+        "dof_l2", ("methods/dof.yaml", "methods/l2.yaml"), note="L2 kernel loss", reference="fix_l2"
+    )
     assert all(ROWS[r.reference] for r in ROWS.values() if r.kind == "student")  # every reference is a row
     mine = tmp_path / "rows.yaml"
-    mine.write_text("rows:\n  - {name: teacher, kind: teacher}\n  - {name: fix, configs: [methods/fix.yaml]}\n"
-                    "  - {name: mine, configs: [methods/dof.yaml]}\n")  # fmt: skip
+    mine.write_text(
+        "rows:\n  - {name: teacher, kind: teacher}\n  - {name: fix, configs: [methods/fix.yaml]}\n"
+        "  - {name: mine, configs: [methods/dof.yaml]}\n"
+    )
     runner = Comparison(out=tmp_path, rows_file=mine)
     assert list(runner.known_rows) == ["teacher", "fix", "mine"] and runner.known_rows["mine"].reference == "fix"
     for text, message in [

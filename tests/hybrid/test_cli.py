@@ -116,9 +116,20 @@ def test_search_on_perplexity_exports_the_teacher_when_no_swap_passes(bank, tmp_
         return HybridSearch(*args, **kwargs).run()
 
     # untrained twins raise the perplexity of every single-layer swap: with a zero tolerance none passes
-    record = search(str(bank), metric="perplexity", corpus=str(WIKIPEDIA), block=32, search_items=3, heldout_items=2,
-                    tolerance=0.0, shortlist=None, out=str(tmp_path / "s"), orderings=["dof", "uniform"],
-                    confirm_items=2, verify_items=2)  # fmt: skip  # packed args
+    record = search(
+        str(bank),
+        metric="perplexity",
+        corpus=str(WIKIPEDIA),
+        block=32,
+        search_items=3,
+        heldout_items=2,
+        tolerance=0.0,
+        shortlist=None,
+        out=str(tmp_path / "s"),
+        orderings=["dof", "uniform"],
+        confirm_items=2,
+        verify_items=2,
+    )
     assert record == SearchRecord.load(tmp_path / "s" / "search.json")
     assert list(record.confirm.scores) == ["teacher"] and record.confirm.most_linear == []  # nothing to confirm
     assert len(record.rounds) == 1 and not record.rounds[0].passed

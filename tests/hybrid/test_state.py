@@ -18,9 +18,20 @@ from lit_dof.teacher import DEFAULT_TEACHER
 from tests.conftest import REPO
 
 SETTINGS = RecordedSettings(
-    bank="bank", task="arc_easy", metric="accuracy", corpus=None, search_items=4, heldout_items=8, tolerance=0.03,
-    relative=False, shortlist=None, shortlist_k=4, max_linear=None, prefix_cache=True, seed=0,
-)  # fmt: skip
+    bank="bank",
+    task="arc_easy",
+    metric="accuracy",
+    corpus=None,
+    search_items=4,
+    heldout_items=8,
+    tolerance=0.03,
+    relative=False,
+    shortlist=None,
+    shortlist_k=4,
+    max_linear=None,
+    prefix_cache=True,
+    seed=0,
+)
 COMMITTED = REPO / "docs/results/hybrid"
 
 
@@ -40,9 +51,15 @@ def test_state_resumes_with_the_same_settings_and_refuses_others(tmp_path):
     saved = json.loads(path.read_text())  # the file as other tools read it: plain JSON, integer keys as strings
     assert saved["heldout"]["1,2"]["score"] == 0.2 and saved["search_evaluations"] == 1
     assert saved["timing"]["search"] == 2.0 and saved["rounds"][0] == {
-        "index": 0, "scores": {"1": 0.5}, "chosen": 1, "score": 0.5, "linear": [1], "passed": True, "evaluations": 1,
+        "index": 0,
+        "scores": {"1": 0.5},
+        "chosen": 1,
+        "score": 0.5,
+        "linear": [1],
+        "passed": True,
+        "evaluations": 1,
         "seconds": 2.0,
-    }  # fmt: skip
+    }
     resumed = SearchState(path, SETTINGS).record
     assert resumed == state.record and resumed.rounds[0].scores == {1: 0.5}  # keys back to layer indices
     with pytest.raises(ValueError, match=r"other settings \(tolerance, seed\)"):

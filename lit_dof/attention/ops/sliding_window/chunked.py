@@ -45,14 +45,13 @@ from lit_dof.attention.ops.delta_rule.far import delta_far_attention
 from lit_dof.attention.ops.linear.aligned import aligned_linear_attention
 from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE
 from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE, LinearAttentionState
-from lit_dof.attention.ops.sliding_window.far_cache import (
+from lit_dof.attention.ops.sliding_window.far_cache import banded_window_mass, running_top_k
+from lit_dof.attention.ops.sliding_window.far_cache_state import (
     FarCache,
-    admit,
     apply_far_cache,
-    banded_window_mass,
     cache_after,
     cached_terms,
-    running_top_k,
+    decode_step,
 )
 from lit_dof.attention.ops.sliding_window.flex import flex_window_softmax
 from lit_dof.attention.ops.sliding_window.softmax import band_and_sinks_softmax, decode_window_softmax, merge_normalized
@@ -74,7 +73,8 @@ class SlidingWindowState:
         write: ``(B, Hk, b)`` the window keys' write strengths, with a delta-rule far memory; else ``None``.
         memory: ``(B, Hk, M, D)`` the delta-rule far memory (``linear`` then holds only its normaliser), or
             ``None``.
-        cache: the exact far cache (:class:`~lit_dof.attention.ops.sliding_window.far_cache.FarCache`), or ``None``.
+        cache: the exact far cache (:class:`~lit_dof.attention.ops.sliding_window.far_cache_state.FarCache`), or
+            ``None``.
     """
 
     linear: LinearAttentionState | None
@@ -266,7 +266,7 @@ def sliding_window_linear_attention(
         cached = running_top_k(scores, window=window, sink_tokens=sink_tokens, size=far_cache, chunk_size=chunk_size)
         cache = cache_after(k, v, log_phi_k, scores, cached[:, :, -1], min(window, T))
     elif far_cache:  # one decoding step: the token leaving the window competes for a slot, the window's masses grow
-        cache = _decode_cache(prev, q, keys, valid, log_z, P, window, sink_tokens)
+        cache = decode_step(prev, q, keys, valid, log_z, P, window, sink_tokens)
 
     # Linear part: the key stream delayed by w tokens, sinks excluded (they stay exact).
     linear, log_phi, memory, write = prev.linear, None, prev.memory, None
@@ -291,9 +291,17 @@ def sliding_window_linear_attention(
             elif cache is not None:
                 slots = (cache.keys[:, :, None], cache.values[:, :, None], cache.log_phi[:, :, None])
                 o, log_z = cached_terms(
-                    o, log_z, q, *slots, log_phi_q, cache.positions[:, :, None], window=window,
-                    positions=torch.tensor([P], device=q.device), log_mix=log_mix, far_decay=far_decay,
-                )  # fmt: skip
+                    o,
+                    log_z,
+                    q,
+                    *slots,
+                    log_phi_q,
+                    cache.positions[:, :, None],
+                    window=window,
+                    positions=torch.tensor([P], device=q.device),
+                    log_mix=log_mix,
+                    far_decay=far_decay,
+                )
 
     keep = min(window, b + T)  # the newest w tokens stay in the window buffer
     new_state = SlidingWindowState(
@@ -311,26 +319,6 @@ def sliding_window_linear_attention(
         cache,
     )
     return o.to(v.dtype), new_state
-
-
-def _decode_cache(prev, q: Tensor, keys: Tensor, valid: Tensor, log_z: Tensor, P: int, window: int, sinks: int):
-    """The far cache after one decoding step at position P: the token leaving the window (position P − w, not a sink,
-    not padding) admitted with its final mass, then every window key's mass grown by this query's exact softmax row
-    (``log_z``: the exact part's normaliser, ``(B, Hq, 1)``)."""
-    cache, b = prev.cache, prev.keys.shape[2]
-    if b == window and P - window >= sinks:  # the buffer's oldest token leaves the window now
-        cache = admit(
-            cache, prev.keys[:, :, 0], prev.values[:, :, 0], prev.log_phi_k[:, :, 0], cache.window_mass[:, :, 0],
-            P - window, prev.valid[:, 0],
-        )  # fmt: skip
-    B, Hq, _, d = q.shape
-    Hk = keys.shape[1]
-    inside = keys[:, :, -window:].to(log_z.dtype)  # (B, Hk, L, d): the window of query P, its own key last
-    logits = torch.einsum("bhgd,bhld->bhgl", q.to(log_z.dtype).view(B, Hk, Hq // Hk, d), inside) / d**0.5
-    weights = (logits - log_z.view(B, Hk, Hq // Hk, 1)).exp() * valid[:, None, None, -window:]
-    mass = torch.cat([cache.window_mass, cache.window_mass.new_zeros(B, Hk, 1)], 2)
-    mass[:, :, -inside.shape[2] :] += weights.sum(2).to(mass.dtype)
-    return FarCache(cache.keys, cache.values, cache.log_phi, cache.scores, cache.positions, mass[:, :, -window:])
 
 
 @dataclass(frozen=True)
