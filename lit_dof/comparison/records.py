@@ -176,14 +176,12 @@ class Report:
         """The teacher's cell, if the report has one."""
         return next((c for c in self.cells if c.kind == "teacher"), None)
 
-    def validation_curves(self) -> dict[CellKey, dict[int, float]]:
-        """``{cell key: {step: validation perplexity}}`` of every cell with a validation curve."""
-        return {c.key(): dict(c.fit.val_curve) for c in self.cells if c.fit and c.fit.val_curve}
-
     def reference_curve(self, cell: Cell) -> dict[int, float]:
         """The validation curve ``cell``'s is divided by: its reference row's at the same budget and seed (a cell
         without a reference is its own, ratio 1); empty when that cell has none."""
-        return self.validation_curves().get(cell.key(cell.reference), {})
+        key = cell.key(cell.reference)
+        other = next((c for c in self.cells if c.key() == key), None)  # one cell's curve, not every cell's
+        return dict(other.fit.val_curve) if other and other.fit else {}
 
     @classmethod
     def from_json(cls, data: dict) -> Report:
