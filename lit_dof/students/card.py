@@ -125,7 +125,7 @@ def _method_lines(config: dict, dims: list) -> list[str]:
             far += f" decaying over {options.far_decay:g} tokens past the window"
         if options.far_term and options.far_memory == "delta":
             far += ", its values read from a delta-rule memory"
-        if options.far_term and options.far_cache:
+        if options.far_cache:
             far += f", and {options.far_cache} far tokens per head kept exactly (the window's heaviest)"
         if options.far_term and not options.far_rope:
             far += " on un-rotated queries and keys (position-free)"

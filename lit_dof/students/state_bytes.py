@@ -72,10 +72,9 @@ def _twin_bytes(twin: nn.Module, tokens: int, head_dim: int, kv_size: int, featu
         if group.far_term:  # the window's key log-features, and the far keys' linear state once there is one
             total += heads * window * features * feature_size
             total += linear if tokens > group.window + group.sink_tokens else 0
-            cache = group.sliding_window.far_cache  # K slots (key, value, log-features, score and position: 8 + 8)
-            total += (
-                heads * (cache * (2 * head_dim * kv_size + features * feature_size + 16) + window * 8) if cache else 0
-            )
+        cache = group.sliding_window.far_cache  # K slots (key, value, log-features, score and position: 8 + 8)
+        slot_features = features * feature_size if group.far_term else 0
+        total += heads * (cache * (2 * head_dim * kv_size + slot_features + 16) + window * 8) if cache else 0
     return total
 
 
@@ -89,7 +88,7 @@ def closed_form_state_bytes(model: nn.Module, context: int | None = None, *, dty
     * sliding-window layer: the window's and sinks' keys and values H·(b + s')·2d·e, a bool flag per buffered
       token (b + s'), and with a far term the window's key log-features H·b·M·4 (8 for float64) plus the linear
       state once a key has left the window (T > w + s); with an exact far cache of K slots, H·(K·(2d·e + 4M + 16)
-      + 8b) more (the slots, and each window token's running score);
+      + 8b) more (the slots, and each window token's running score; M = 0 without a far term);
     * softmax layer (a hybrid's, a teacher-side sliding layer, every layer of a plain model): the KV cache
       2·Hk·d·held·e, held = T (min(T, sliding_window − 1) in a teacher-side sliding layer).
 

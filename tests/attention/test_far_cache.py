@@ -161,37 +161,63 @@ def test_the_chunked_kernel_with_a_far_cache_is_the_reference_with_it(dtype, win
         sliding_window_linear_attention(q, k, v, lq, lk, **kwargs, far_cache=size, far_log_gates=torch.zeros(2, 2, 37))
 
 
+@pytest.mark.parametrize("dtype, window, sinks, size", [(torch.float64, 5, 2, 4), (torch.float32, 3, 0, 40)])
+def test_without_a_far_term_the_cache_is_window_sinks_and_heavy_hitters(dtype, window, sinks, size):
+    """No log-features: the cached far keys join the window's softmax and nothing else is far (H2O's cache with
+    StreamingLLM's sinks) — the float64 reference with those pairs exact and no far term; a cache as large as the
+    sequence is full causal softmax attention."""
+    from lit_dof.attention.ops.sliding_window.chunked import sliding_window_linear_attention
+
+    q, k, v, _, _ = (x.to(dtype) for x in _inputs(T=37))
+    y, _ = sliding_window_linear_attention(q, k, v, None, None, window=window, sink_tokens=sinks, far_cache=size)
+    scores = window_mass_scores(q, k, window=window, sink_tokens=sinks)
+    cached = cached_far_pairs(scores, window=window, sink_tokens=sinks, size=size)
+    want = naive_sliding_window_attention(
+        q.double(), k.double(), v.double(), None, None, window=window, sink_tokens=sinks, far_cached=cached
+    )
+    tolerance = {"rtol": 1e-10, "atol": 1e-12} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-6}
+    torch.testing.assert_close(y.double(), want, **tolerance)
+    bare, _ = sliding_window_linear_attention(q, k, v, None, None, window=window, sink_tokens=sinks)
+    assert (y - bare).abs().max() > 1e-3  # the kept tokens change the attention
+    if size >= 37:
+        full = naive_sliding_window_attention(q.double(), k.double(), v.double(), None, None, window=37)
+        torch.testing.assert_close(y.double(), full, **tolerance)
+
+
+@pytest.mark.parametrize("far_term", [True, False])
 @pytest.mark.parametrize("prefill", [0, 1, 9, 30])
-def test_decoding_with_the_cache_continues_the_parallel_form(prefill):
+def test_decoding_with_the_cache_continues_the_parallel_form(prefill, far_term):
     """A prefill of ``prefill`` tokens, then one token at a time, gives the outputs of one parallel pass over the
     sequence: the K-slot cache admits each token that leaves the window with its final mass, as the running top K
-    would keep it (ties included: the scores are continuous here)."""
+    would keep it (ties included: the scores are continuous here) — with the far term and without one."""
     from lit_dof.attention.ops.sliding_window.chunked import sliding_window_linear_attention
 
     q, k, v, lq, lk = (x.double() for x in _inputs(T=37))
+    features = (lq, lk) if far_term else (None, None)
+
+    def attend(part: slice, state=None):
+        lq_part, lk_part = (None if x is None else x[:, :, part] for x in features)
+        return sliding_window_linear_attention(
+            q[:, :, part], k[:, :, part], v[:, :, part], lq_part, lk_part, state=state, **kwargs
+        )
+
     kwargs = dict(window=5, sink_tokens=2, far_decay=torch.tensor([0.05, 0.2]).double(), far_cache=3, chunk_size=8)
     kwargs["log_mix"] = torch.tensor([0.3, -0.1, 0.0, 0.5]).double()
-    full, _ = sliding_window_linear_attention(q, k, v, lq, lk, **kwargs)
+    full, _ = attend(slice(None))
     state, outs = None, []
     if prefill:
-        out, state = sliding_window_linear_attention(
-            q[:, :, :prefill], k[:, :, :prefill], v[:, :, :prefill], lq[:, :, :prefill], lk[:, :, :prefill], **kwargs
-        )
+        out, state = attend(slice(0, prefill))
         outs.append(out)
     for t in range(prefill, 37):
-        step = slice(t, t + 1)
-        out, state = sliding_window_linear_attention(
-            q[:, :, step], k[:, :, step], v[:, :, step], lq[:, :, step], lk[:, :, step], state=state, **kwargs
-        )
+        out, state = attend(slice(t, t + 1), state)
         outs.append(out)
     # the far sums agree to the kernels' ~1e-6 (test_sliding_window.py); the cache subtracts its keys' estimates from
     # them, which can lift that relative error by a few times where those estimates are most of the far mass
     torch.testing.assert_close(torch.cat(outs, 2), full, rtol=1e-4, atol=1e-5)
     assert state.cache.keys.shape == (2, 2, 3, 8) and (state.cache.positions >= 2).all()  # full, no sink cached
+    assert state.cache.log_phi.shape[-1] == (6 if far_term else 0)
     with pytest.raises(ValueError, match="one token at a time"):
-        sliding_window_linear_attention(
-            q[:, :, :2], k[:, :, :2], v[:, :, :2], lq[:, :, :2], lk[:, :, :2], state=state, **kwargs
-        )
+        attend(slice(0, 2), state)
 
 
 def test_the_student_option_is_checked_and_the_windowed_softmax_loss_refuses_it():
@@ -200,6 +226,7 @@ def test_the_student_option_is_checked_and_the_windowed_softmax_loss_refuses_it(
     from lit_dof.students.losses import attention_distillation_loss
 
     assert SlidingWindow(window=4, far_cache=2).far_cache == 2
+    assert SlidingWindow(window=4, far_term=False, far_cache=2).far_cache == 2  # heavy hitters, nothing to train
     for bad, message in [
         (dict(window=4, far_cache=-1), "far_cache must be an integer >= 0"),
         (dict(window=4, far_cache=2, far_gate=True, far_decay=128.0), "additive far term without a gate"),

@@ -19,7 +19,7 @@ from tests.conftest import tiny_model
         ({"sink_tokens": 2}, r"\['sink_tokens'\] need a sliding window"),
         ({"far_term": False, "far_decay": 8.0}, r"\['far_term', 'far_decay'\] need a sliding window"),
         # the quickstart's far-term options inherited by a pure linear method file: the error names the reset
-        ({"far_decay": 128, "far_rope": False}, r"\['far_decay', 'far_rope'\] .*far_decay: null and far_rope: true"),
+        ({"far_decay": 128, "far_rope": False}, r"\['far_decay', 'far_rope'\] .*pure linear method over configs/base"),
     ],
 )
 def test_bad_options_are_refused_with_the_option_named(kwargs, message):

@@ -277,7 +277,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             chunk_size=self.chunk_size,
             window_kernel=self.window_kernel,
             linear_kernel=self.linear_kernel,
-            far_cache=self.sliding_window.far_cache if self.far_term else 0,
+            far_cache=self.sliding_window.far_cache,
         )
 
 

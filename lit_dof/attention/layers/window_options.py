@@ -45,8 +45,9 @@ class SlidingWindow:
             same kernel estimate of the far mass. No attention rows: train it with the output loss.
         far_cache: K ≥ 0 far tokens per feature-map head kept exactly beside the window and sinks — the K of
             highest attention mass from the window while they were in it (:mod:`lit_dof.attention.ops.sliding_window.
-            far_cache`); the far term covers the rest. The additive far term only (no ``far_gate``, no ``"delta"``);
-            no attention rows of the windowed softmax loss: train it with the output loss.
+            far_cache`); the far term covers the rest. With the additive far term (no ``far_gate``, no
+            ``"delta"``; no attention rows of the windowed softmax loss: train it with the output loss) or without
+            a far term (``far_term: false``: window + sinks + the K heavy hitters, nothing to train).
         far_rope: ``True``: the far term's feature maps see post-RoPE queries and keys, like the exact parts;
             ``False``: they see them with the rotary embedding undone (``lit_dof.attention.ops.rotary.unrotate``),
             so the far term depends on content alone, never on absolute positions (the window keeps RoPE).
@@ -56,7 +57,7 @@ class SlidingWindow:
         ValueError: a negative or non-integer ``window``/``sink_tokens``, ``far_decay <= 0``, ``learn_decay``
             without ``far_decay``, ``far_gate`` without ``far_decay``, with ``learn_decay`` or with
             ``gate_min_decay >= far_decay``, an unknown ``far_memory`` or ``"delta"`` without a far term, a
-            negative ``far_cache`` or one without the additive, ungated far term, or a window option set while
+            negative ``far_cache`` or one with a gated or delta-rule far term, or a window option set while
             ``window = 0``.
     """
 
@@ -90,17 +91,17 @@ class SlidingWindow:
         cache = self.far_cache
         if isinstance(cache, bool) or not isinstance(cache, int) or cache < 0:
             raise ValueError(f"sliding_window.far_cache must be an integer >= 0, got {cache!r}")
-        if cache and (not self.far_term or self.far_gate or self.far_memory != "additive"):
+        if cache and self.far_term and (self.far_gate or self.far_memory != "additive"):
             raise ValueError(
-                "sliding_window.far_cache needs the additive far term without a gate (far_term: true, far_gate: "
-                "false, far_memory: additive): only there is a cached key's far share exactly removable"
+                "sliding_window.far_cache needs the additive far term without a gate (far_gate: false, far_memory: "
+                "additive) or no far term (far_term: false): only there is a cached key's far share exactly removable"
             )
         changed = [f.name for f in fields(self) if f.name != "window" and getattr(self, f.name) != f.default]
         if self.window == 0 and changed:
             raise ValueError(
                 f"sliding_window options {changed} need a sliding window: set sliding_window.window >= 1 "
-                "(window 0 is pure linear attention), or reset them to their defaults (a pure linear method file "
-                "composed after configs/quickstart.yaml sets far_decay: null and far_rope: true)"
+                "(window 0 is pure linear attention), or leave them at their defaults (compose a pure linear "
+                "method over configs/base.yaml, not over a windowed recipe such as configs/quickstart.yaml)"
             )
 
     def _check_gate(self) -> None:

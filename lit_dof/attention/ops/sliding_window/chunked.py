@@ -196,8 +196,9 @@ def sliding_window_linear_attention(
             steps use the PyTorch forms either way (the states are the same).
         far_cache: K ≥ 0, far tokens per key head kept exactly (:mod:`lit_dof.attention.ops.sliding_window.far_cache`:
             the K of highest window attention mass among those that left the window, in the one softmax; the far
-            sum covers the rest). A fresh sequence with the additive, fixed-decay far term only (no ``state``,
-            ``far_log_gates`` or ``far_write``): its decode state is not built yet.
+            sum covers the rest, or nothing without log-features: window + sinks + heavy hitters). With the
+            additive, fixed-decay far term or none (no ``far_log_gates`` or ``far_write``); a fresh sequence, then
+            one token at a time from its state.
 
     Returns:
         ``(y, state)``: ``y`` ``(B, Hq, T, D)`` in v's dtype, computed in float32 (float64 for float64
@@ -226,8 +227,8 @@ def sliding_window_linear_attention(
     for name, x in (("far_log_gates", far_log_gates), ("far_write", far_write)):
         if x is not None and tuple(x.shape) != (B, Hk, T):
             raise ValueError(f"{name} must have shape (B, Hk, T) = {(B, Hk, T)}, got {tuple(x.shape)}")
-    if far_cache and (log_phi_q is None or far_log_gates is not None or far_write is not None):
-        raise ValueError("far_cache needs the additive fixed-decay far term (log-features, no gates, no far_write)")
+    if far_cache and (far_log_gates is not None or far_write is not None):
+        raise ValueError("far_cache needs the additive fixed-decay far term or none (no gates, no far_write)")
     if far_cache and state is not None and state.seen and (T != 1 or state.cache is None):
         raise ValueError("with far_cache a sequence continues one token at a time from a state that has its cache")
     G = Hq // Hk
@@ -284,24 +285,25 @@ def sliding_window_linear_attention(
             if log_mix is not None:
                 log_z_lin = log_z_lin + log_mix.to(log_z_lin.dtype)[None, :, None]
             o, log_z = merge_normalized(o, log_z, y_lin.to(dtype), log_z_lin.to(dtype))
-            if cached is not None:
-                o, log_z = apply_far_cache(
-                    o, log_z, q, k, v, log_phi_q, log_phi_k, cached, window=window, log_mix=log_mix, far_decay=far_decay
-                )
-            elif cache is not None:
-                slots = (cache.keys[:, :, None], cache.values[:, :, None], cache.log_phi[:, :, None])
-                o, log_z = cached_terms(
-                    o,
-                    log_z,
-                    q,
-                    *slots,
-                    log_phi_q,
-                    cache.positions[:, :, None],
-                    window=window,
-                    positions=torch.tensor([P], device=q.device),
-                    log_mix=log_mix,
-                    far_decay=far_decay,
-                )
+    if cached is not None:  # the cached far keys: exact terms in, their far estimates (if any) out
+        o, log_z = apply_far_cache(
+            o, log_z, q, k, v, log_phi_q, log_phi_k, cached, window=window, log_mix=log_mix, far_decay=far_decay
+        )
+    elif cache is not None:
+        slots = (cache.keys[:, :, None], cache.values[:, :, None], cache.log_phi[:, :, None])
+        o, log_z = cached_terms(
+            o,
+            log_z,
+            q,
+            *slots[:2],
+            None if log_phi_q is None else slots[2],
+            log_phi_q,
+            cache.positions[:, :, None],
+            window=window,
+            positions=torch.tensor([P], device=q.device),
+            log_mix=log_mix,
+            far_decay=far_decay,
+        )
 
     keep = min(window, b + T)  # the newest w tokens stay in the window buffer
     new_state = SlidingWindowState(

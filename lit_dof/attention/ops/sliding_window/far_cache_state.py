@@ -19,7 +19,8 @@ class FarCache:
     scores of the tokens still in the window.
 
     Attributes:
-        keys: ``(B, Hk, K, d)``. values: ``(B, Hk, K, D)``. log_phi: ``(B, Hk, K, M)`` their far log-features.
+        keys: ``(B, Hk, K, d)``. values: ``(B, Hk, K, D)``. log_phi: ``(B, Hk, K, M)`` their far log-features
+            (M = 0 without a far term).
         scores: ``(B, Hk, K)`` float64 (−inf: an empty slot). positions: ``(B, Hk, K)`` int64 (−1: empty).
         window_mass: ``(B, Hk, b)`` float64, the mass each window token has received so far (aligned with the
             state's window buffer).
@@ -41,13 +42,13 @@ class FarCache:
         return FarCache(*(fn(t) for t in self.tensors()))
 
 
-def cache_after(k: Tensor, v: Tensor, log_phi_k: Tensor, scores: Tensor, last: Tensor, keep: int) -> FarCache:
+def cache_after(k: Tensor, v: Tensor, log_phi_k: Tensor | None, scores: Tensor, last: Tensor, keep: int) -> FarCache:
     """The cache after a fresh sequence: the last query's kept keys and the running scores of the last ``keep``.
 
     Args:
         k: ``(B, Hk, T, d)`` keys.
         v: ``(B, Hk, T, D)`` values.
-        log_phi_k: ``(B, Hk, T, M)`` their far log-features.
+        log_phi_k: ``(B, Hk, T, M)`` their far log-features, or ``None`` (no far term: M = 0).
         scores: ``(B, Hk, T)`` the window-mass scores.
         last: ``(B, Hk, K)`` the last query's kept positions (:func:`running_top_k`; −1: empty).
         keep: the window buffer's length.
@@ -57,7 +58,7 @@ def cache_after(k: Tensor, v: Tensor, log_phi_k: Tensor, scores: Tensor, last: T
     """
     empty, idx = last < 0, last.clamp_min(0)
     picked = scores.double().gather(-1, idx).masked_fill(empty, float("-inf"))
-    rows = (_rows(x, idx) for x in (k, v, log_phi_k))
+    rows = (_rows(x, idx) for x in (k, v, k[..., :0] if log_phi_k is None else log_phi_k))
     return FarCache(*rows, picked, last, scores.double()[:, :, scores.shape[-1] - keep :])
 
 
@@ -112,8 +113,8 @@ def apply_far_cache(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    log_phi_q: Tensor,
-    log_phi_k: Tensor,
+    log_phi_q: Tensor | None,
+    log_phi_k: Tensor | None,
     indices: Tensor,
     *,
     window: int,
@@ -123,7 +124,9 @@ def apply_far_cache(
     """Turn sliding-window + additive-far-term attention into its exact-far-cache form: the cached far keys' kernel
     estimates leave the one normaliser and their exact terms ``exp(qᵀk/√d)`` enter it. Exact because the fixed-decay
     far sum does not depend on when a key entered it (docs/results/far_term/README.md): the sum over the uncached
-    far keys is the sum over all far keys minus the cached ones'.
+    far keys is the sum over all far keys minus the cached ones'. Without a far term (no log-features) the cached
+    keys' exact terms join the window's softmax and nothing leaves it: window + sinks + heavy hitters (H2O's
+    cache, Zhang et al. 2023, with StreamingLLM's sinks).
 
     Args:
         y: ``(B, Hq, T, D)`` the attention without the cache (window, sinks and every far key in one softmax).
@@ -131,8 +134,8 @@ def apply_far_cache(
         q: ``(B, Hq, T, d)`` queries (logits ``qᵀk/√d``).
         k: ``(B, Hk, T, d)`` keys.
         v: ``(B, Hk, T, D)`` values.
-        log_phi_q: ``(B, Hq, T, M)`` the far term's exact query log-features.
-        log_phi_k: ``(B, Hk, T, M)`` its key log-features.
+        log_phi_q: ``(B, Hq, T, M)`` the far term's exact query log-features, or ``None`` (no far term).
+        log_phi_k: ``(B, Hk, T, M)`` its key log-features, or ``None`` together with ``log_phi_q``.
         indices: ``(B, Hk, T, K)`` the cached far keys of each query (:func:`running_top_k`; −1: an empty slot).
         window: w, for the decay's distance beyond the window.
         log_mix: ``(Hq,)`` β, the far term's log-weight (``None``: 0).
@@ -152,7 +155,7 @@ def apply_far_cache(
         q,
         _rows(k, idx),
         _rows(v, idx),
-        _rows(log_phi_k, idx),
+        None if log_phi_k is None else _rows(log_phi_k, idx),
         log_phi_q,
         indices,
         window=window,
@@ -168,8 +171,8 @@ def cached_terms(
     q: Tensor,
     keys: Tensor,
     values: Tensor,
-    log_phi_k: Tensor,
-    log_phi_q: Tensor,
+    log_phi_k: Tensor | None,
+    log_phi_q: Tensor | None,
     cached: Tensor,
     *,
     window: int,
@@ -185,8 +188,8 @@ def cached_terms(
         q: ``(B, Hq, T, d)`` queries.
         keys: ``(B, Hk, T, K, d)`` each query's cached keys.
         values: ``(B, Hk, T, K, D)`` their values.
-        log_phi_k: ``(B, Hk, T, K, M)`` their far log-features.
-        log_phi_q: ``(B, Hq, T, M)`` the queries' far log-features.
+        log_phi_k: ``(B, Hk, T, K, M)`` their far log-features, or ``None`` (no far term: no estimate leaves).
+        log_phi_q: ``(B, Hq, T, M)`` the queries' far log-features, or ``None`` (with ``log_phi_k``).
         cached: ``(B, Hk, T, K)`` the cached keys' positions (−1: an empty slot).
         window: w.
         positions: ``(T,)`` the queries' positions.
@@ -200,14 +203,17 @@ def cached_terms(
     Hk = keys.shape[1]
     G, dtype = Hq // Hk, log_z.dtype
     valid = cached >= 0
-    keys, values, log_phi = keys.to(dtype), values.to(dtype), log_phi_k.to(dtype)
+    keys, values = keys.to(dtype), values.to(dtype)
     qg = q.to(dtype).view(B, Hk, G, T, d)
     exact = torch.einsum("bhgtd,bhtkd->bhgtk", qg, keys) / d**0.5
-    lq = log_phi_q.to(dtype).view(B, Hk, G, T, 1, -1)
-    estimate = torch.logsumexp(lq + log_phi[:, :, None], dim=-1)  # (B, Hk, G, T, K): log K̂(q_i, k_j)
-    if log_mix is not None:
+    if log_phi_q is None or log_phi_k is None:  # no far term: nothing of the cached keys was in the normaliser
+        estimate = torch.full_like(exact, float("-inf"))
+    else:
+        lq = log_phi_q.to(dtype).view(B, Hk, G, T, 1, -1)
+        estimate = torch.logsumexp(lq + log_phi_k.to(dtype)[:, :, None], dim=-1)  # (B, Hk, G, T, K): log K̂(q_i, k_j)
+    if log_mix is not None and log_phi_q is not None:
         estimate = estimate + log_mix.to(dtype).view(1, Hk, G, 1, 1)
-    if far_decay is not None:
+    if far_decay is not None and log_phi_q is not None:
         beyond = positions.to(dtype)[:, None] - window - cached.to(dtype)  # (B, Hk, T, K)
         estimate = estimate - far_decay.to(dtype).view(1, Hk, 1, 1, 1) * beyond[:, :, None]
     mask = ~valid[:, :, None]
@@ -245,7 +251,7 @@ def decode_step(prev, q: Tensor, keys: Tensor, valid: Tensor, log_z: Tensor, P: 
             cache,
             prev.keys[:, :, 0],
             prev.values[:, :, 0],
-            prev.log_phi_k[:, :, 0],
+            prev.keys[:, :, 0, :0] if prev.log_phi_k is None else prev.log_phi_k[:, :, 0],
             cache.window_mass[:, :, 0],
             P - window,
             prev.valid[:, 0],
