@@ -1,8 +1,9 @@
 """The shipped configuration files (``configs/`` of the repository, the package ``lit_dof.configs`` once installed).
 
-The YAML recipes (``quickstart.yaml``, ``models/*.yaml``, ``methods/*.yaml``, ``trainer/*.yaml`` …) and the
-architecture files of ``lit-dof plan`` (``models/<name>/config.json``) live in ``configs/`` at the repository
-root, where commands and documents name them (``lit-dof fit --config configs/quickstart.yaml``). A wheel
+The YAML recipes (``quickstart.yaml``; ``base.yaml`` with ``methods/*.yaml`` composed over it; ``models/*.yaml``,
+``trainer/*.yaml`` …) and the architecture files of ``lit-dof plan`` (``models/<name>/config.json``) live in
+``configs/`` at the repository root, where commands and documents name them (``lit-dof fit --config
+configs/quickstart.yaml``). A wheel
 ships the same directory as the package ``lit_dof.configs`` (setup.py maps that package to ``configs/``),
 so an installed lit-dof finds them through :mod:`importlib.resources`.
 

@@ -94,38 +94,53 @@ def test_wheel_ships_the_configs_and_resolves_them_installed(tmp_path):
     assert [line.split()[0] for line in listed.splitlines()] == shipped_configs()
 
 
-def test_configs_that_choose_an_attention_state_every_window_option_the_quickstart_sets():
-    """Method and hybrid files are composed after configs/quickstart.yaml: a file that sets ``sliding_window``
-    must override every option the quickstart sets, or the quickstart's far-term choices leak into it (a pure
-    linear method with the quickstart's far decay is refused; a window recipe would silently change)."""
+def _model_init_args(path):
     import yaml
 
-    def window_keys(path):
-        init = ((yaml.safe_load(path.read_text()) or {}).get("model") or {}).get("init_args") or {}
-        return set(init["sliding_window"]) if "sliding_window" in init else None
-
-    quickstart = window_keys(REPO / "configs" / "quickstart.yaml")
-    assert {"window", "sink_tokens"} <= quickstart
-    composed = [p for p in [*(REPO / "configs").rglob("*.yaml"), *(REPO / "tests" / "pipeline").glob("*.yaml")]
-                if p.name != "quickstart.yaml" and window_keys(p) is not None]  # fmt: skip  # packed comprehension
-    assert len(composed) >= 10
-    missing = {p.relative_to(REPO).as_posix(): sorted(quickstart - window_keys(p)) for p in composed}
-    assert {name: keys for name, keys in missing.items() if keys} == {}
+    return ((yaml.safe_load(path.read_text()) or {}).get("model") or {}).get("init_args") or {}
 
 
-def test_configs_that_choose_an_attention_state_whether_they_train_lora():
-    """The quickstart trains a LoRA tail; a method or hybrid file that chooses its own attention was measured with
-    or without one and must say which (``lora: null`` or its settings), or the quickstart's would leak into it."""
-    import yaml
+def test_the_base_chooses_no_attention_and_no_shipped_file_undoes_one():
+    """configs/base.yaml sets no attention pattern and no LoRA, so that a method or hybrid file composed over it
+    only adds its one choice: none sets a ``sliding_window`` option to its default (window 0, no sinks, …) or
+    ``lora: null`` — an undo of something the base never did."""
+    from dataclasses import fields
 
-    def init_args(path):
-        return ((yaml.safe_load(path.read_text()) or {}).get("model") or {}).get("init_args") or {}
+    from lit_dof.attention import SlidingWindow
 
-    assert init_args(REPO / "configs" / "quickstart.yaml")["lora"]["rank"] == 8
-    choosing = [
-        p
-        for p in (REPO / "configs").rglob("*.yaml")
-        if p.name != "quickstart.yaml" and "sliding_window" in init_args(p)
-    ]
-    assert len(choosing) >= 10
-    assert sorted(p.relative_to(REPO).as_posix() for p in choosing if "lora" not in init_args(p)) == []
+    base = _model_init_args(REPO / "configs" / "base.yaml")
+    assert base and not {"sliding_window", "lora", "position_shift"} & set(base)
+    defaults = {f.name: f.default for f in fields(SlidingWindow)}
+    files = [*(REPO / "configs" / "methods").glob("*.yaml"), *(REPO / "configs" / "hybrid").glob("*.yaml")]
+    assert len(files) >= 20
+    undone = {}
+    for path in files:
+        init = _model_init_args(path)
+        window = init.get("sliding_window") or {}
+        resets = [f"sliding_window.{k}" for k, v in window.items() if v == defaults[k]]
+        resets += ["lora"] if "lora" in init and init["lora"] is None else []
+        if resets:
+            undone[path.relative_to(REPO).as_posix()] = resets
+    assert undone == {}
+
+
+def test_the_quickstart_is_the_composition_its_row_names():
+    """configs/quickstart.yaml, written out whole for the one-file command, composes to exactly what the
+    ``quickstart`` row of configs/compare/rows.yaml composes over configs/base.yaml (but for the logger's run
+    name): the file and its parts cannot drift apart."""
+    from lit_dof.comparison.rows import load_rows_file
+    from lit_dof.pipeline.cli import parse_fit_config
+
+    row = next(r for r in load_rows_file().rows if r.name == "quickstart")
+    assert row.configs == ("methods/swa_sink_linear_decay_norope.yaml", "methods/lora.yaml") and not row.args
+    parts = [REPO / "configs" / "base.yaml", *(REPO / "configs" / name for name in row.configs)]
+    composed = parse_fit_config([w for p in parts for w in ("--config", str(p))], instantiate=False).as_dict()
+    whole = parse_fit_config(["--config", str(REPO / "configs" / "quickstart.yaml")], instantiate=False).as_dict()
+    for config in (composed, whole):
+        config.pop("config")
+    assert composed["trainer"]["logger"]["init_args"].pop("name") == "lit-dof"
+    assert whole["trainer"]["logger"]["init_args"].pop("name") == "quickstart"
+    assert composed == whole
+    window = whole["model"]["init_args"]["sliding_window"]  # the composition is the quickstart's, not a default
+    assert (window["window"], window["sink_tokens"], window["far_decay"], window["far_rope"]) == (64, 4, 128, False)
+    assert whole["model"]["init_args"]["lora"]["rank"] == 8

@@ -5,7 +5,7 @@ A **cell** is (method row, budget, seed). Its directory ``<out>/C<budget>/<row>/
 ``<out>/C<budget>/seed<s>/<row>/`` holds, each written once and atomically, so a re-run skips whatever is
 finished:
 
-* the fit: ``lit-dof fit`` run as a subprocess *in the cell directory* (the quickstart config's relative
+* the fit: ``lit-dof fit`` run as a subprocess *in the cell directory* (the base config's relative
   log/checkpoint paths land there; a killed fit resumes with ``--ckpt_path last``); ``fit.json`` records
   its wall time (summed over attempts), steps, tokens seen, dims, λ, J and the validation curve;
 * ``eval/<task>.json``: zero-shot lm-eval results per task (:func:`~lit_dof.evaluation.harness.evaluate_model`);

@@ -42,7 +42,7 @@ class Comparison(EvaluationStages, FinetuneProtocol):
 
     Args:
         out: where the cell directories go.
-        base_config: the recipe every student shares (default: ``configs/quickstart.yaml``).
+        base_config: the setup every student shares, its rows composed over it (default: ``configs/base.yaml``).
         rows_file: the methods, a YAML list of rows (default: ``configs/compare/rows.yaml``, which says how to write
             one; lit_dof.comparison.rows.load_rows); read into :attr:`known_rows`.
         teacher: replaces the base config's teacher (alias, directory, ``.gguf`` file or hub id; default: the base
@@ -93,7 +93,7 @@ class Comparison(EvaluationStages, FinetuneProtocol):
     """
 
     out: Path = Path("runs/compare")
-    base_config: Path = REPO_CONFIGS / "quickstart.yaml"
+    base_config: Path = REPO_CONFIGS / "base.yaml"
     rows_file: Path = ROWS_FILE
     teacher: str | None = None
     corpus: str | None = None

@@ -21,7 +21,7 @@ def check_bank(bank: str | os.PathLike) -> None:
     """
     if not (Path(bank) / "config.json").is_file():
         raise FileNotFoundError(
-            f"no student at {bank}: run `lit-dof fit --config configs/quickstart.yaml "
+            f"no student at {bank}: run `lit-dof fit --config configs/base.yaml "
             "--config configs/hybrid/twins.yaml` and pass its version_*/student"
         )
 

@@ -2,7 +2,7 @@ r"""``lit-dof hybrid``: the command-line face of Distill-then-Replace's search o
 (:class:`~lit_dof.hybrid.run.HybridSearch`, which documents the stages), end to end and resumable. Its options
 are the fields of :class:`~lit_dof.hybrid.settings.SearchSettings`, declared there once.
 
-    lit-dof fit --config configs/quickstart.yaml --config configs/hybrid/twins.yaml     # 1. the twin bank
+    lit-dof fit --config configs/base.yaml --config configs/hybrid/twins.yaml           # 1. the twin bank
     lit-dof hybrid --bank runs/hybrid/twins/version_0/student --task arc_easy \
         --data_dir $LIT_DOF_DATA --out runs/hybrid/search                               # 2. search + report
 """

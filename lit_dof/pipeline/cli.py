@@ -263,10 +263,22 @@ class _ConfigOnlyCLI(LitDofCLI):
             raise _constructor_error(exc) from None
 
 
-def parse_fit_config(args: list[str]):
+class _ParseOnlyCLI(_ConfigOnlyCLI):
+    """:class:`_ConfigOnlyCLI` that instantiates nothing: ``config_init`` is the composed, parsed namespace."""
+
+    def instantiate_classes(self) -> None:
+        self.config_init = self.config
+
+
+def parse_fit_config(args: list[str], instantiate: bool = True):
     """Parse ``args`` as ``lit-dof fit`` would (the same ``--config`` files and overrides, no subcommand) and
     return the namespace with the model and data module instantiated by the same composition (no teacher is
     loaded, no trainer built: ``trainer`` holds its settings).
+
+    Args:
+        args: the ``lit-dof fit`` arguments (``--config`` files and overrides).
+        instantiate: ``False`` returns the composed namespace with nothing instantiated (``class_path`` +
+            ``init_args`` everywhere): what two compositions of config files are compared by.
 
     Raises:
         SystemExit: a parse error (jsonargparse prints it).
@@ -278,7 +290,7 @@ def parse_fit_config(args: list[str]):
         warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
         parser_kwargs = {"prog": f"{PROG} plan", **command_kwargs("plan")}
         import_phases()
-        cli = _ConfigOnlyCLI(
+        cli = (_ConfigOnlyCLI if instantiate else _ParseOnlyCLI)(
             L.LightningModule,
             L.LightningDataModule,
             subclass_mode_model=True,

@@ -614,7 +614,7 @@ def test_fit_commands_give_the_budget_and_seed_to_the_rows_planner(tmp_path):
     control = runner.fit_command(ROWS["swa_sink"], 16, resume=True, dof_report=tmp_path / "dof.json")
     assert f"{PLANNER_ARGS}.feature_dim=16" in control and seeded <= set(control)
     assert not [arg for arg in control if arg.startswith(PLANNER_ARGS) and "feature_dim" not in arg]
-    configs = [REPO / "configs" / name for name in ("quickstart.yaml", "methods/swa_sink.yaml", "methods/fix.yaml")]
+    configs = [REPO / "configs" / name for name in ("base.yaml", "methods/swa_sink.yaml", "methods/fix.yaml")]
     assert planner_class(configs[:1]) == "lit_dof.pipeline.planner.DoFPlanner"
     assert planner_class(configs[:2]) == "lit_dof.pipeline.planner.FixedPlanner"
     assert planner_class(configs) == "lit_dof.pipeline.planner.DoFPlanner"  # the last class named

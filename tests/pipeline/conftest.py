@@ -19,21 +19,21 @@ TINY_ARGS = [
 ]
 
 
-PURE_LINEAR = REPO / "tests" / "pipeline" / "pure_linear.yaml"
-"""Composed after the quickstart by :func:`fit_args`: pure linear attention, positions from 0."""
+BASE = REPO / "configs" / "base.yaml"
+"""The shared setup every recipe composes over: alone, pure linear attention (learned PRF, DoF dims), no LoRA."""
 
 TINY_DOF = REPO / "tests" / "pipeline" / "tiny_dof.yaml"
-"""Composed after :data:`PURE_LINEAR` by :func:`fit_args`: a DoF estimate of 64 samples per head from 2 batches."""
+"""Composed after :data:`BASE` by :func:`fit_args`: a DoF estimate of 64 samples per head from 2 batches."""
 
 SCHEDULE = REPO / "tests" / "pipeline" / "schedule.yaml"
 """Composed after :data:`TINY_DOF` by :func:`fit_args`: every batch captured, the last 30% of the steps end to end."""
 
 
 def fit_args(tmp_path, *configs: str, steps: int = 3, extra=()) -> list[str]:
-    """``lit-dof fit`` arguments: the quickstart config made pure linear (:data:`PURE_LINEAR`) with a tiny DoF
+    """``lit-dof fit`` arguments: the base config (:data:`BASE`, pure linear) with a tiny DoF
     estimate (:data:`TINY_DOF`) and the tests' schedule (:data:`SCHEDULE`), extra config files, tiny budgets,
     logs in tmp_path."""
-    args = ["fit", "--config", str(REPO / "configs" / "quickstart.yaml"), "--config", str(PURE_LINEAR)]
+    args = ["fit", "--config", str(BASE)]
     args += ["--config", str(TINY_DOF), "--config", str(SCHEDULE)]
     for config in configs:
         args += ["--config", str(REPO / "configs" / config)]

@@ -123,7 +123,7 @@ def test_sliding_window_methods_fit_and_export(tmp_path, method, sinks, far_term
 
 
 @pytest.mark.parametrize(
-    "method, window", [("methods/lolcats.yaml", 16), ("methods/lora.yaml", 0), ("methods/lora_tail.yaml", 16)]
+    "method, window", [("methods/lolcats.yaml", 16), ("methods/lora.yaml", 0), ("methods/lora.yaml", 16)]
 )
 def test_lora_recipes_train_adapters_in_the_tail_and_export_merged(tmp_path, method, window):
     """LoRA adapters stay zero through the layer-wise steps, train in the end-to-end tail, are kept in the

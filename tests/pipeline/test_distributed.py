@@ -26,8 +26,8 @@ STRATEGIES = {
     "ddp": ((), [*CPU, "--trainer.strategy=ddp"]),
     "fsdp2": (("trainer/fsdp.yaml",), [*CPU, "--trainer.precision=32-true"]),
     "fsdp2_bf16_true": (("trainer/fsdp.yaml",), CPU),  # the shipped precision
-    "ddp_lora": (("trainer/ddp.yaml", "methods/lora_tail.yaml"), [*CPU, "--trainer.precision=32-true"]),
-    "fsdp2_lora": (("trainer/fsdp.yaml", "methods/lora_tail.yaml"), [*CPU, "--trainer.precision=32-true"]),
+    "ddp_lora": (("trainer/ddp.yaml", "methods/lora.yaml"), [*CPU, "--trainer.precision=32-true"]),
+    "fsdp2_lora": (("trainer/fsdp.yaml", "methods/lora.yaml"), [*CPU, "--trainer.precision=32-true"]),
 }
 PROBE = "tests.pipeline.rank_probe.RankProbe"
 

@@ -14,7 +14,7 @@ from lit_dof.pipeline.cli import parse_fit_config, plan_main
 from lit_dof.pipeline.plan import GIB
 from lit_dof.pipeline.plan_report import plan_config
 from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
-from tests.pipeline.conftest import PURE_LINEAR
+from tests.pipeline.conftest import BASE
 
 LLAMA_FSDP = [
     "--config",
@@ -23,7 +23,7 @@ LLAMA_FSDP = [
     str(REPO / "configs/trainer/fsdp.yaml"),
 ]
 MEASURED = [  # a few layer-wise steps only: no DoF estimate, validation, tail or export
-    "--config", str(REPO / "configs/quickstart.yaml"), "--config", str(PURE_LINEAR),
+    "--config", str(BASE),
     f"--data.init_args.path={WIKIPEDIA}", "--model.init_args.planner=lit_dof.pipeline.planner.FixedPlanner",
     "--trainer.max_steps=2", "--trainer.limit_val_batches=0",
     "--model.init_args.export_dir=", "--model.init_args.finetune_fraction=0", "--trainer.enable_progress_bar=false",

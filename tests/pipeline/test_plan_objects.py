@@ -13,13 +13,11 @@ from lit_dof.pipeline.planner import StudentSpec
 from lit_dof.students.layer_losses import LayerLoss, LayerStep, LossBytes, SoftmaxRowLoss
 from lit_dof.teacher.sharded import empty_causal_lm
 from tests.conftest import REPO, TINYSTORIES
-from tests.pipeline.conftest import PURE_LINEAR
+from tests.pipeline.conftest import BASE
 
 TINY = [
     "--config",
-    str(REPO / "configs/quickstart.yaml"),
-    "--config",
-    str(PURE_LINEAR),
+    str(BASE),
     "--model.init_args.planner=lit_dof.pipeline.planner.FixedPlanner",
     f"--model.init_args.teacher={TINYSTORIES}",
     "--data.init_args.seq_len=256",
@@ -82,7 +80,7 @@ def test_plan_accepts_a_loss_defined_here_and_counts_its_memory_term(capsys, mon
 def test_plan_feature_dims_are_the_fit_planners(planner):
     """The plan's dims are what the fit's planner returns for the same command line (a DoF report to allocate
     from), so both come from one allocation; the report's own allocation (head-size budget, no min_dim) is not it."""
-    args = ["--config", str(REPO / "configs/quickstart.yaml"), "--config", str(PURE_LINEAR)]
+    args = ["--config", str(BASE)]
     args += [f"--model.init_args.planner.init_args.report_path={REPORT}", *planner]
     config = parse_fit_config(args)
     _, run, _ = plan_config(config)

@@ -21,7 +21,7 @@ from tests.conftest import REPO
 from tests.pipeline.conftest import fit_args
 
 STEPS = 6  # finetune_fraction 0.5: steps 0–2 layer-wise (captures at 0 and 2), 3–5 end to end
-CONFIGS = ("methods/lora_tail.yaml",)  # composed before the options below (fit_args puts configs first)
+CONFIGS = ("methods/lora.yaml",)  # composed before the options below (fit_args puts configs first)
 RECIPE = [
     "--model.init_args.sliding_window.window=16", "--model.init_args.sliding_window.sink_tokens=2",
     "--model.init_args.sliding_window.far_decay=32", "--model.init_args.sliding_window.far_rope=false",
