@@ -117,26 +117,32 @@ def test_killed_two_process_run_resumes_bit_equal(reference, tmp_path):
     """Killed after step 3 (last checkpoint: step 2, twins only), resumed with ``--ckpt_path last``: both ranks
     end bit-equal to the uninterrupted fit, and so does the exported student."""
     strategy, ref_run, _ = reference
-
-    def callbacks(kill_at: int) -> list[str]:
-        path = tmp_path / f"callbacks_{kill_at}.yaml"
-        checkpoint = {"dirpath": str(tmp_path / "ckpt"), "save_last": True, "every_n_train_steps": 2, "save_top_k": 0}
-        probe = {"out_dir": str(tmp_path / "probe"), "kill_at": kill_at}
-        path.write_text(yaml.safe_dump({"trainer": {"callbacks": [
-            {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": checkpoint},
-            {"class_path": PROBE, "init_args": probe}]}}))  # fmt: skip  # packed args
-        return ["--config", str(path)]
-
-    killed = _fit(tmp_path, strategy, callbacks(KILL_AT), check=False)
+    killed = _fit(tmp_path, strategy, _callbacks(tmp_path, KILL_AT), check=False)
     assert killed.returncode != 0 and f"killed after step {KILL_AT}" in killed.stderr, killed.stderr[-6000:]
     rank0, rank1 = _probe(tmp_path / "probe", "killed")
     _assert_equal_twins(rank0["twins"], rank1["twins"])
     _assert_twins_only_checkpoint(tmp_path / "ckpt" / "last.ckpt", step=2)
-    _fit(tmp_path, strategy, [*callbacks(0), "--ckpt_path=last"])
+    _fit(tmp_path, strategy, [*_callbacks(tmp_path, 0), "--ckpt_path=last"])
     for resumed, uninterrupted in zip(_probe(tmp_path / "probe", "end"), _probe(ref_run / "probe", "end")):
         assert resumed["step"] == uninterrupted["step"] == STEPS
         _assert_equal_twins(resumed["twins"], uninterrupted["twins"])
     _assert_equal_twins(_exported(tmp_path, version=1).state_dict(), _exported(ref_run, version=0).state_dict())
+
+
+def _callbacks(run: Path, kill_at: int, every: int = 2) -> list[str]:
+    """A config file of the fit's callbacks: checkpoints in ``run/ckpt`` every ``every`` steps (Lightning runs
+    them after the probe, so a kill after step s leaves the checkpoint of the step before) and the probe in
+    ``run/probe``, killing the run after ``kill_at`` (0: never)."""
+    path = run / f"callbacks_{kill_at}.yaml"
+    checkpoint = {"dirpath": str(run / "ckpt"), "save_last": True, "every_n_train_steps": every, "save_top_k": 0}
+    probe = {"out_dir": str(run / "probe"), "kill_at": kill_at}
+    callbacks = [
+        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": checkpoint},
+        {"class_path": PROBE, "init_args": probe},
+    ]
+    run.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}))
+    return ["--config", str(path)]
 
 
 def _assert_twins_only_checkpoint(path: Path, step: int) -> None:
@@ -230,3 +236,26 @@ def test_lora_tail_under_the_shipped_distributed_configs(tmp_path, strategy):
             teacher_key = base.removeprefix("model.") + ".weight"
             expected = teacher[teacher_key] + (16.0 / 8) * b @ a
             torch.testing.assert_close(exported[f"{base}.weight"], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_lora_tail_killed_inside_the_tail_under_fsdp2_resumes_bit_equal(tmp_path):
+    """Item 4's exact resume: the LoRA tail under the shipped fsdp.yaml, killed after the tail's second step (6
+    steps, the last 2 end to end; the checkpoint of step 5 holds one tail step's adapters and optimizer state),
+    resumed with ``--ckpt_path last``: both ranks end with the twins and adapters of the uninterrupted run, bit for
+    bit, and the exported (merged) students are equal."""
+    steps, kill_at = 6, 6
+    reference, run = tmp_path / "reference", tmp_path / "run"
+    _fit(reference, "fsdp2_lora", _callbacks(reference, 0, every=1), steps=steps)
+    killed = _fit(run, "fsdp2_lora", _callbacks(run, kill_at, every=1), steps=steps, check=False)
+    assert killed.returncode != 0 and f"killed after step {kill_at}" in killed.stderr, killed.stderr[-6000:]
+    assert torch.load(run / "ckpt" / "last.ckpt" / "meta.pt", weights_only=False)["global_step"] == kill_at - 1
+    rank0, _ = _probe(run / "probe", "killed")
+    assert rank0["phases"][-2:] == ["tail", "tail"]  # the checkpoint is inside the tail
+    _fit(run, "fsdp2_lora", [*_callbacks(run, 0, every=1), "--ckpt_path=last"], steps=steps)
+    ends = zip(_probe(run / "probe", "end"), _probe(reference / "probe", "end"))
+    for resumed, uninterrupted in ends:
+        assert resumed["step"] == uninterrupted["step"] == steps
+        _assert_equal_twins(resumed["twins"], uninterrupted["twins"])
+        _assert_equal_twins(resumed["lora"], uninterrupted["lora"])
+    _assert_equal_twins(_exported(run, version=1).state_dict(), _exported(reference, version=0).state_dict())
