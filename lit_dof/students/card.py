@@ -126,7 +126,8 @@ def _method_lines(config: dict, dims: list) -> list[str]:
         if options.far_term and options.far_memory == "delta":
             far += ", its values read from a delta-rule memory"
         if options.far_cache:
-            far += f", and {options.far_cache} far tokens per head kept exactly (the window's heaviest)"
+            rank = "the most novel keys" if options.far_cache_score == "novelty" else "the window's heaviest"
+            far += f", and {options.far_cache} far tokens per head kept exactly ({rank})"
         if options.far_term and not options.far_rope:
             far += " on un-rotated queries and keys (position-free)"
         lines.append(

@@ -11,6 +11,7 @@ import torch
 from lit_dof.attention.ops.sliding_window.far_cache import (
     banded_window_mass,
     cached_far_pairs,
+    key_novelty,
     running_top_k,
     window_mass_scores,
 )
@@ -184,9 +185,70 @@ def test_without_a_far_term_the_cache_is_window_sinks_and_heavy_hitters(dtype, w
         torch.testing.assert_close(y.double(), full, **tolerance)
 
 
+@pytest.mark.parametrize("window, chunk", [(5, 4), (1, 3), (9, 64)])
+def test_key_novelty_is_one_minus_the_best_cosine_before_it_in_its_window(window, chunk):
+    """Against a loop over keys; padding keys are never a neighbour; a key repeated within its window scores 0."""
+    _, k, _, _, _ = _inputs(T=29)
+    k[:, :, 12] = 3.0 * k[:, :, 10]  # the same direction two positions later
+    valid = torch.ones(2, 29, dtype=torch.bool)
+    valid[1, :4] = False  # left padding in the second row
+    got = key_novelty(k, window=window, valid=valid, chunk_size=chunk)
+    unit = torch.nn.functional.normalize(k.double(), dim=-1)
+    want = torch.ones(2, 2, 29, dtype=torch.float64)
+    for b in range(2):
+        for j in range(29):
+            before = [i for i in range(max(0, j - window + 1), j) if valid[b, i]]
+            if before:
+                want[b, :, j] = 1 - (unit[b, :, before] @ unit[b, :, j, :, None]).squeeze(-1).amax(-1)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    if window > 2:
+        assert got[:, :, 12].abs().max() < 1e-12
+
+
+def test_a_pooled_score_is_the_highest_of_the_token_and_the_r_after_it():
+    from lit_dof.attention.ops.sliding_window.far_cache import cache_scores
+
+    q, k, _, _, _ = _inputs(T=23)
+    valid = torch.ones(2, 23, dtype=torch.bool)
+    valid[0, :3] = False
+    ranked, raw = cache_scores("novelty", q, k, torch.zeros(2, 4, 23), valid, window=6, pool=3, chunk_size=5)
+    torch.testing.assert_close(raw, key_novelty(k, window=6, valid=valid).masked_fill(~valid[:, None], -float("inf")))
+    for j in range(23):
+        want = raw[:, :, j : j + 4].amax(-1).masked_fill(~valid[:, None, j], -float("inf"))
+        torch.testing.assert_close(ranked[:, :, j], want)
+    for bad in [dict(pool=6), dict(pool=-1)]:
+        with pytest.raises(ValueError, match="far_cache_pool"):
+            cache_scores("novelty", q, k, torch.zeros(2, 4, 23), valid, window=6, **bad)
+    with pytest.raises(ValueError, match="novelty score only"):
+        cache_scores("window_mass", q, k, torch.zeros(2, 4, 23), valid, window=6, pool=2)
+
+
+@pytest.mark.parametrize("far_term", [True, False])
+def test_the_kernel_with_a_novelty_cache_is_the_reference_with_those_pairs(far_term):
+    from lit_dof.attention.ops.sliding_window.chunked import sliding_window_linear_attention
+
+    q, k, v, lq, lk = (x.double() for x in _inputs(T=37))
+    lq, lk = (lq, lk) if far_term else (None, None)
+    kwargs = dict(window=5, sink_tokens=2, far_decay=torch.tensor([0.05, 0.2]).double() if far_term else None)
+    for pool in (0, 2):
+        y, _ = sliding_window_linear_attention(
+            q, k, v, lq, lk, **kwargs, far_cache=4, far_cache_score="novelty", far_cache_pool=pool, chunk_size=8
+        )
+        score = key_novelty(k, window=5)
+        score = torch.nn.functional.pad(score, (0, pool), value=-float("inf")).unfold(-1, pool + 1, 1).amax(-1)
+        cached = cached_far_pairs(score, window=5, sink_tokens=2, size=4)
+        want = naive_sliding_window_attention(q, k, v, lq, lk, **kwargs, far_cached=cached)
+        torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-6)
+    mass, _ = sliding_window_linear_attention(q, k, v, lq, lk, **kwargs, far_cache=4, chunk_size=8)
+    assert not torch.allclose(y, mass)  # another score, other tokens kept
+    with pytest.raises(ValueError, match="far_cache_score"):
+        sliding_window_linear_attention(q, k, v, lq, lk, **kwargs, far_cache=4, far_cache_score="surprise")
+
+
+@pytest.mark.parametrize("score, pool", [("window_mass", 0), ("novelty", 0), ("novelty", 3)])
 @pytest.mark.parametrize("far_term", [True, False])
 @pytest.mark.parametrize("prefill", [0, 1, 9, 30])
-def test_decoding_with_the_cache_continues_the_parallel_form(prefill, far_term):
+def test_decoding_with_the_cache_continues_the_parallel_form(prefill, far_term, score, pool):
     """A prefill of ``prefill`` tokens, then one token at a time, gives the outputs of one parallel pass over the
     sequence: the K-slot cache admits each token that leaves the window with its final mass, as the running top K
     would keep it (ties included: the scores are continuous here) — with the far term and without one."""
@@ -202,7 +264,7 @@ def test_decoding_with_the_cache_continues_the_parallel_form(prefill, far_term):
         )
 
     kwargs = dict(window=5, sink_tokens=2, far_decay=torch.tensor([0.05, 0.2]).double(), far_cache=3, chunk_size=8)
-    kwargs["log_mix"] = torch.tensor([0.3, -0.1, 0.0, 0.5]).double()
+    kwargs |= dict(log_mix=torch.tensor([0.3, -0.1, 0.0, 0.5]).double(), far_cache_score=score, far_cache_pool=pool)
     full, _ = attend(slice(None))
     state, outs = None, []
     if prefill:
@@ -227,6 +289,14 @@ def test_the_student_option_is_checked_and_the_windowed_softmax_loss_refuses_it(
 
     assert SlidingWindow(window=4, far_cache=2).far_cache == 2
     assert SlidingWindow(window=4, far_term=False, far_cache=2).far_cache == 2  # heavy hitters, nothing to train
+    assert SlidingWindow(window=4, far_cache=2, far_cache_score="novelty").far_cache_score == "novelty"
+    with pytest.raises(ValueError, match="far_cache_score must be 'window_mass' or 'novelty'"):
+        SlidingWindow(window=4, far_cache=2, far_cache_score="surprise")
+    assert SlidingWindow(window=4, far_cache=2, far_cache_score="novelty", far_cache_pool=3).far_cache_pool == 3
+    with pytest.raises(ValueError, match="novelty score only"):
+        SlidingWindow(window=4, far_cache=2, far_cache_pool=1)
+    with pytest.raises(ValueError, match="below the window"):
+        SlidingWindow(window=4, far_cache=2, far_cache_score="novelty", far_cache_pool=4)
     for bad, message in [
         (dict(window=4, far_cache=-1), "far_cache must be an integer >= 0"),
         (dict(window=4, far_cache=2, far_gate=True, far_decay=128.0), "additive far term without a gate"),

@@ -39,6 +39,9 @@ STUDENTS = {
     "pure-linear-per-query-head": dict(feature_dims=6, share_kv_maps=False),
     "window+sinks+exact-far-cache": dict(feature_dims=[8, 12, 4], sliding_window=replace(WINDOW, far_cache=3)),
     "window+sinks+heavy-hitters": dict(feature_dims=4, sliding_window=replace(WINDOW, far_term=False, far_cache=3)),
+    "window+sinks+linear+novel-keys": dict(
+        feature_dims=[8, 12, 4], sliding_window=replace(WINDOW, far_cache=3, far_cache_score="novelty")
+    ),
 }
 
 

@@ -278,6 +278,8 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             window_kernel=self.window_kernel,
             linear_kernel=self.linear_kernel,
             far_cache=self.sliding_window.far_cache,
+            far_cache_score=self.sliding_window.far_cache_score,
+            far_cache_pool=self.sliding_window.far_cache_pool,
         )
 
 

@@ -48,6 +48,11 @@ class SlidingWindow:
             far_cache`); the far term covers the rest. With the additive far term (no ``far_gate``, no
             ``"delta"``; no attention rows of the windowed softmax loss: train it with the output loss) or without
             a far term (``far_term: false``: window + sinks + the K heavy hitters, nothing to train).
+        far_cache_score: what ranks the far tokens the cache keeps: ``"window_mass"``, the attention mass the window
+            gave them (H2O), or ``"novelty"``, ``1 − max cos`` of a key with the keys before it in its window
+            (:func:`lit_dof.attention.ops.sliding_window.far_cache.key_novelty`).
+        far_cache_pool: r ≥ 0, with the novelty score: a token ranks by the highest novelty of itself and the r
+            tokens after it, so the run before a novel token is kept with it (r < window).
         far_rope: ``True``: the far term's feature maps see post-RoPE queries and keys, like the exact parts;
             ``False``: they see them with the rotary embedding undone (``lit_dof.attention.ops.rotary.unrotate``),
             so the far term depends on content alone, never on absolute positions (the window keeps RoPE).
@@ -71,6 +76,8 @@ class SlidingWindow:
     gate_min_decay: float = 16.0
     far_memory: str = "additive"
     far_cache: int = 0
+    far_cache_score: str = "window_mass"
+    far_cache_pool: int = 0
     far_rope: bool = True
 
     def __post_init__(self) -> None:
@@ -88,10 +95,8 @@ class SlidingWindow:
             raise ValueError(f"sliding_window.far_memory must be 'additive' or 'delta', got {self.far_memory!r}")
         if self.far_memory == "delta" and not self.far_term:
             raise ValueError("sliding_window.far_memory 'delta' needs the far term (far_term: true)")
-        cache = self.far_cache
-        if isinstance(cache, bool) or not isinstance(cache, int) or cache < 0:
-            raise ValueError(f"sliding_window.far_cache must be an integer >= 0, got {cache!r}")
-        if cache and self.far_term and (self.far_gate or self.far_memory != "additive"):
+        self._check_cache()
+        if self.far_cache and self.far_term and (self.far_gate or self.far_memory != "additive"):
             raise ValueError(
                 "sliding_window.far_cache needs the additive far term without a gate (far_gate: false, far_memory: "
                 "additive) or no far term (far_term: false): only there is a cached key's far share exactly removable"
@@ -103,6 +108,17 @@ class SlidingWindow:
                 "(window 0 is pure linear attention), or leave them at their defaults (compose a pure linear "
                 "method over configs/base.yaml, not over a windowed recipe such as configs/quickstart.yaml)"
             )
+
+    def _check_cache(self) -> None:
+        cache, score, pool = self.far_cache, self.far_cache_score, self.far_cache_pool
+        if isinstance(cache, bool) or not isinstance(cache, int) or cache < 0:
+            raise ValueError(f"sliding_window.far_cache must be an integer >= 0, got {cache!r}")
+        if score not in ("window_mass", "novelty"):
+            raise ValueError(f"sliding_window.far_cache_score must be 'window_mass' or 'novelty', got {score!r}")
+        if isinstance(pool, bool) or not isinstance(pool, int) or pool < 0 or (pool and score != "novelty"):
+            raise ValueError(f"sliding_window.far_cache_pool must be an integer >= 0, novelty score only: {pool!r}")
+        if pool and pool >= self.window:
+            raise ValueError(f"sliding_window.far_cache_pool {pool} must be below the window ({self.window} tokens)")
 
     def _check_gate(self) -> None:
         floor = self.gate_min_decay

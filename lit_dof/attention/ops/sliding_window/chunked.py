@@ -45,7 +45,7 @@ from lit_dof.attention.ops.delta_rule.far import delta_far_attention
 from lit_dof.attention.ops.linear.aligned import aligned_linear_attention
 from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE
 from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE, LinearAttentionState
-from lit_dof.attention.ops.sliding_window.far_cache import banded_window_mass, running_top_k
+from lit_dof.attention.ops.sliding_window.far_cache import cache_scores, check_cache_score, running_top_k
 from lit_dof.attention.ops.sliding_window.far_cache_state import (
     FarCache,
     apply_far_cache,
@@ -159,6 +159,8 @@ def sliding_window_linear_attention(
     window_kernel: str = "torch",
     linear_kernel: str = "torch",
     far_cache: int = 0,
+    far_cache_score: str = "window_mass",
+    far_cache_pool: int = 0,
 ) -> tuple[Tensor, SlidingWindowState]:
     """Causal sliding-window softmax + linear attention over T new tokens (training, prefill and decoding).
 
@@ -199,6 +201,9 @@ def sliding_window_linear_attention(
             sum covers the rest, or nothing without log-features: window + sinks + heavy hitters). With the
             additive, fixed-decay far term or none (no ``far_log_gates`` or ``far_write``); a fresh sequence, then
             one token at a time from its state.
+        far_cache_score: what ranks the far tokens (``far_cache.CACHE_SCORES``): ``"window_mass"``, the attention
+            mass the window gave them, or ``"novelty"``, how unlike the keys before it in its window a key is.
+        far_cache_pool: r, a novelty ranks the r tokens before it too (``far_cache.cache_scores``).
 
     Returns:
         ``(y, state)``: ``y`` ``(B, Hq, T, D)`` in v's dtype, computed in float32 (float64 for float64
@@ -208,7 +213,8 @@ def sliding_window_linear_attention(
     Raises:
         ValueError: inconsistent shapes, ``window < 1``, ``sink_tokens < 0``, only one of the log-features,
             ``far_decay`` not of shape ``(Hk,)``, ``far_log_gates`` or ``far_write`` not of shape ``(B, Hk, T)``, an
-            unknown ``window_kernel`` or ``linear_kernel``, or ``far_cache`` where it does not apply.
+            unknown ``window_kernel`` or ``linear_kernel``, ``far_cache`` where it does not apply, or an unknown
+            ``far_cache_score`` or a ``far_cache_pool`` outside [0, w) or not with the novelty score.
     """
     B, Hq, Hk, T, d = check_grouped_qkv(q, k, v)
     check_positive_int("window", window)
@@ -227,6 +233,7 @@ def sliding_window_linear_attention(
     for name, x in (("far_log_gates", far_log_gates), ("far_write", far_write)):
         if x is not None and tuple(x.shape) != (B, Hk, T):
             raise ValueError(f"{name} must have shape (B, Hk, T) = {(B, Hk, T)}, got {tuple(x.shape)}")
+    check_cache_score(far_cache_score, far_cache_pool, window)
     if far_cache and (far_log_gates is not None or far_write is not None):
         raise ValueError("far_cache needs the additive fixed-decay far term or none (no gates, no far_write)")
     if far_cache and state is not None and state.seen and (T != 1 or state.cache is None):
@@ -262,12 +269,13 @@ def sliding_window_linear_attention(
     o, log_z = o.reshape(B, Hq, T, -1), log_z.reshape(B, Hq, T)
     cached, cache = None, None
     if far_cache and P == 0:  # the far keys kept exact, ranked by the exact part's own rows (before the far term)
-        scores = banded_window_mass(q, k, log_z, window=window, chunk_size=chunk_size)
-        scores = scores.masked_fill(~valid_new[:, None, :], float("-inf"))  # padding is never cached
-        cached = running_top_k(scores, window=window, sink_tokens=sink_tokens, size=far_cache, chunk_size=chunk_size)
-        cache = cache_after(k, v, log_phi_k, scores, cached[:, :, -1], min(window, T))
+        ranked, raw = cache_scores(
+            far_cache_score, q, k, log_z, valid_new, window=window, pool=far_cache_pool, chunk_size=chunk_size
+        )
+        cached = running_top_k(ranked, window=window, sink_tokens=sink_tokens, size=far_cache, chunk_size=chunk_size)
+        cache = cache_after(k, v, log_phi_k, ranked, cached[:, :, -1], min(window, T), raw)
     elif far_cache:  # one decoding step: the token leaving the window competes for a slot, the window's masses grow
-        cache = decode_step(prev, q, keys, valid, log_z, P, window, sink_tokens)
+        cache = decode_step(prev, q, keys, valid, log_z, P, window, sink_tokens, far_cache_score, far_cache_pool)
 
     # Linear part: the key stream delayed by w tokens, sinks excluded (they stay exact).
     linear, log_phi, memory, write = prev.linear, None, prev.memory, None

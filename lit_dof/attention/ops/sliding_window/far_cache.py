@@ -1,7 +1,8 @@
 """The exact far cache (issue #45, item 3; design: docs/results/far_term/README.md): which far tokens a sliding-window
 + linear attention keeps exactly besides its window and sinks — per KV head, the ``K`` far tokens of highest score
 among those that have left the window — and the score that ranks them, the attention mass the window's queries
-gave a token while it was inside the window (the "heavy hitters" of H2O, Zhang et al. 2023, §3).
+gave a token while it was inside the window (the "heavy hitters" of H2O, Zhang et al. 2023, §3), or its novelty
+among the keys before it in its window (:func:`key_novelty`: a score that does not depend on who attends it).
 :func:`window_mass_scores` and :func:`cached_far_pairs` are quadratic references (:func:`running_top_k` gives the
 latter's pairs as indices in ``O(T·(K + chunk))``); :func:`cached_far_pairs` feeds
 :func:`~lit_dof.attention.ops.sliding_window.naive.naive_sliding_window_attention`, whose far sum then covers only
@@ -88,6 +89,90 @@ def banded_window_mass(q: Tensor, k: Tensor, log_z: Tensor, *, window: int, chun
         weights = (logits - lz[:, :, :, start:stop, None]).exp().masked_fill(~inside, 0.0)
         scores[:, :, lo:stop] += weights.sum(dim=(2, 3))
     return scores
+
+
+CACHE_SCORES = ("window_mass", "novelty")
+"""What ranks the far tokens a cache keeps: :func:`window_mass_scores` (H2O's heavy hitters) or :func:`key_novelty`."""
+
+
+def key_novelty(k: Tensor, *, window: int, valid: Tensor | None = None, chunk_size: int = 64) -> Tensor:
+    """Each key's novelty among the keys before it in its own window: ``1 − max cos(k_j, k_i)`` over
+    ``j − w < i < j`` (1 for a key with none), known when the key arrives and whoever attends it later — high for a
+    key unlike its neighbours (a random number in repetitive text), low for one the window already holds.
+
+    Args:
+        k: ``(B, Hk, T, d)`` keys.
+        window: w ≥ 1 (w = 1: every key scores 1).
+        valid: ``(B, T)`` bool, False for padding keys (never a neighbour), or ``None``.
+        chunk_size: keys per step (memory ``O(T·(chunk + w))``).
+
+    Returns:
+        ``(B, Hk, T)`` float64 scores in [0, 2].
+
+    Raises:
+        ValueError: ``window`` or ``chunk_size`` < 1.
+    """
+    if window < 1 or chunk_size < 1:
+        raise ValueError(f"window {window} and chunk_size {chunk_size} must be ≥ 1")
+    B, Hk, T, _ = k.shape
+    unit = torch.nn.functional.normalize(k.double(), dim=-1)
+    ok = torch.ones(B, T, dtype=torch.bool, device=k.device) if valid is None else valid.bool()
+    out = torch.ones(B, Hk, T, dtype=torch.float64, device=k.device)
+    for start in range(0, T, chunk_size):
+        stop = min(T, start + chunk_size)
+        lo = max(0, start - window + 1)  # every key some key of the chunk has before it in its window
+        cos = torch.einsum("bhtd,bhsd->bhts", unit[:, :, start:stop], unit[:, :, lo:stop])
+        i = torch.arange(start, stop, device=k.device)[:, None]
+        j = torch.arange(lo, stop, device=k.device)[None, :]
+        before = ((j < i) & (j > i - window))[None, None] & ok[:, None, None, lo:stop]
+        best = cos.masked_fill(~before, float("-inf")).amax(-1)
+        out[:, :, start:stop] = torch.where(best > float("-inf"), 1.0 - best, 1.0)
+    return out
+
+
+def check_cache_score(score: str, pool: int, window: int) -> None:
+    """Refuse an unknown cache score, or a pool outside [0, w) or with the window-mass score (ValueError)."""
+    if score not in CACHE_SCORES or not 0 <= pool < window or (pool and score != "novelty"):
+        raise ValueError(
+            f"far_cache_score {score!r} must be one of {CACHE_SCORES}; far_cache_pool {pool} in [0, w = {window}), "
+            "with the novelty score only"
+        )
+
+
+def cache_scores(
+    score: str, q: Tensor, k: Tensor, log_z: Tensor, valid: Tensor, *, window: int, pool: int = 0, chunk_size: int = 64
+) -> tuple[Tensor, Tensor]:
+    """The scores a fresh sequence's cache ranks its far tokens by, and the per-token scores a decoding state keeps.
+
+    Args:
+        score: ``"window_mass"`` (:func:`banded_window_mass`) or ``"novelty"`` (:func:`key_novelty`).
+        q: ``(B, Hq, T, d)`` queries.
+        k: ``(B, Hk, T, d)`` keys.
+        log_z: ``(B, Hq, T)`` the exact part's log normaliser.
+        valid: ``(B, T)`` bool, False for padding (never cached).
+        window: w.
+        pool: r ≥ 0 (novelty only, r < w): a token ranks by the highest novelty of itself and the r tokens after
+            it — known before it leaves the window — so a run of similar tokens just before a novel one (the digits
+            of a number before "Remember") is kept with it.
+        chunk_size: tokens per step.
+
+    Returns:
+        ``(ranked, raw)``, each ``(B, Hk, T)``: the ranking scores (−inf for padding) and the unpooled ones.
+
+    Raises:
+        ValueError: an unknown score, or ``pool`` outside [0, w) or with the window-mass score.
+    """
+    check_cache_score(score, pool, window)
+    if score == "novelty":
+        raw = key_novelty(k, window=window, valid=valid, chunk_size=chunk_size)
+    else:
+        raw = banded_window_mass(q, k, log_z, window=window, chunk_size=chunk_size)
+    raw = raw.masked_fill(~valid[:, None, :], float("-inf"))  # padding is never cached
+    if not pool:
+        return raw, raw
+    padded = torch.nn.functional.pad(raw, (0, pool), value=float("-inf"))
+    ranked = padded.unfold(-1, pool + 1, 1).amax(-1)  # max over tokens j … j + r
+    return ranked.masked_fill(~valid[:, None, :], float("-inf")), raw
 
 
 def cached_far_pairs(scores: Tensor, *, window: int, sink_tokens: int = 0, size: int) -> Tensor:

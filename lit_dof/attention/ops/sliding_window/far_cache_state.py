@@ -42,7 +42,9 @@ class FarCache:
         return FarCache(*(fn(t) for t in self.tensors()))
 
 
-def cache_after(k: Tensor, v: Tensor, log_phi_k: Tensor | None, scores: Tensor, last: Tensor, keep: int) -> FarCache:
+def cache_after(
+    k: Tensor, v: Tensor, log_phi_k: Tensor | None, scores: Tensor, last: Tensor, keep: int, raw: Tensor | None = None
+) -> FarCache:
     """The cache after a fresh sequence: the last query's kept keys and the running scores of the last ``keep``.
 
     Args:
@@ -52,6 +54,7 @@ def cache_after(k: Tensor, v: Tensor, log_phi_k: Tensor | None, scores: Tensor, 
         scores: ``(B, Hk, T)`` the window-mass scores.
         last: ``(B, Hk, K)`` the last query's kept positions (:func:`running_top_k`; −1: empty).
         keep: the window buffer's length.
+        raw: ``(B, Hk, T)`` the per-token scores a decoding state keeps when ``scores`` pools them (``None``: scores).
 
     Returns:
         The cache.
@@ -59,7 +62,8 @@ def cache_after(k: Tensor, v: Tensor, log_phi_k: Tensor | None, scores: Tensor, 
     empty, idx = last < 0, last.clamp_min(0)
     picked = scores.double().gather(-1, idx).masked_fill(empty, float("-inf"))
     rows = (_rows(x, idx) for x in (k, v, k[..., :0] if log_phi_k is None else log_phi_k))
-    return FarCache(*rows, picked, last, scores.double()[:, :, scores.shape[-1] - keep :])
+    window = (scores if raw is None else raw).double()
+    return FarCache(*rows, picked, last, window[:, :, window.shape[-1] - keep :])
 
 
 def _rows(x: Tensor, positions: Tensor) -> Tensor:
@@ -228,9 +232,22 @@ def cached_terms(
     return out, (top + denominator.log()).reshape(B, Hq, T)
 
 
-def decode_step(prev, q: Tensor, keys: Tensor, valid: Tensor, log_z: Tensor, P: int, window: int, sinks: int):
+def decode_step(
+    prev,
+    q: Tensor,
+    keys: Tensor,
+    valid: Tensor,
+    log_z: Tensor,
+    P: int,
+    window: int,
+    sinks: int,
+    score: str,
+    pool: int = 0,
+):
     """The far cache after one decoding step at position P: the token leaving the window (position P − w, not a sink,
-    not padding) admitted with its final mass, then every window key's mass grown by this query's exact softmax row.
+    not padding) admitted with its final score, then the window's scores updated — ``"window_mass"``: every window
+    key's mass grown by this query's exact softmax row; ``"novelty"``: the new key's novelty among the keys before it
+    in its window appended (:func:`~lit_dof.attention.ops.sliding_window.far_cache.key_novelty`).
 
     Args:
         prev: the :class:`~lit_dof.attention.ops.sliding_window.chunked.SlidingWindowState` before the step.
@@ -241,6 +258,8 @@ def decode_step(prev, q: Tensor, keys: Tensor, valid: Tensor, log_z: Tensor, P: 
         P: the query's position.
         window: w.
         sinks: s.
+        score: ``"window_mass"`` or ``"novelty"``.
+        pool: r: the leaving token ranks by the highest score of itself and the r tokens after it.
 
     Returns:
         The new :class:`FarCache`.
@@ -252,10 +271,18 @@ def decode_step(prev, q: Tensor, keys: Tensor, valid: Tensor, log_z: Tensor, P: 
             prev.keys[:, :, 0],
             prev.values[:, :, 0],
             prev.keys[:, :, 0, :0] if prev.log_phi_k is None else prev.log_phi_k[:, :, 0],
-            cache.window_mass[:, :, 0],
+            cache.window_mass[:, :, : pool + 1].amax(-1),
             P - window,
             prev.valid[:, 0],
         )
+    if score == "novelty":  # the new key against the w − 1 keys before it (padding excluded)
+        unit = torch.nn.functional.normalize(keys[:, :, -window:].double(), dim=-1)
+        cos = torch.einsum("bhd,bhld->bhl", unit[:, :, -1], unit[:, :, :-1])
+        cos = cos.masked_fill(~valid[:, None, -window:-1], float("-inf"))
+        best = torch.cat([cos, cos.new_full((*cos.shape[:-1], 1), -2.0)], -1).amax(-1, keepdim=True)  # −2: none before
+        new = torch.where(best > -2, 1 - best, 1.0)
+        mass = torch.cat([cache.window_mass, new.to(cache.window_mass.dtype)], 2)
+        return FarCache(cache.keys, cache.values, cache.log_phi, cache.scores, cache.positions, mass[:, :, -window:])
     B, Hq, _, d = q.shape
     Hk = keys.shape[1]
     inside = keys[:, :, -window:].to(log_z.dtype)  # (B, Hk, L, d): the window of query P, its own key last
