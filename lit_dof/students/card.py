@@ -136,9 +136,13 @@ def _method_lines(config: dict, dims: list) -> list[str]:
     else:
         lines.append("- Attention: linear (window 0, sink tokens 0)")
     lines.append(f"- Softmax layers: {', '.join(map(str, softmax)) if softmax else 'none'}")
+    kinds = (config.get("text_config") or {}).get("layer_types") or []
+    sliding = {i for i, kind in enumerate(kinds) if kind == "sliding_attention"}  # the teacher's own: stay softmax
     if dims:
         lines += ["", "| layer | M |", "|---|---|"]
-        lines += [f"| {i}{' (softmax)' if i in softmax else ''} | {m} |" for i, m in enumerate(dims)]
+        own = "– (the teacher's sliding window: softmax)"
+        for i, m in enumerate(dims):
+            lines.append(f"| {i}{' (softmax)' if i in softmax else ''} | {own if i in sliding else m} |")
         total = sum(layer_mean_dims(dims))
         lines += [
             "",

@@ -105,6 +105,21 @@ def test_sliding_window_card_names_window_and_sinks(tmp_path):
     assert "`PerformerFeatureMap`" in text and "sliding window of 4 tokens + 2 sink tokens" in text
 
 
+def test_card_marks_the_teachers_own_sliding_window_layers_as_softmax(tmp_path):
+    """Gemma 3's sliding-window layers stay softmax (never linearised): the card's M column says so, not a dim."""
+    student = linearize(tiny_model("gemma3_text"), LearnedPRF, [8, 12, 6, 10], sliding_window=SlidingWindow(window=4))
+    student.save_pretrained(tmp_path / "s")
+    lines = (tmp_path / "s" / "README.md").read_text().splitlines()
+    start = lines.index("| layer | M |") + 2
+    assert lines[start : start + 5] == [
+        "| 0 | – (the teacher's sliding window: softmax) |",
+        "| 1 | 12 |",
+        "| 2 | – (the teacher's sliding window: softmax) |",
+        "| 3 | 10 |",
+        "",
+    ]
+
+
 def test_card_reads_a_dof_report_and_measurements_tolerantly(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
