@@ -40,7 +40,7 @@ def test_a_csv_logger_run_gets_the_figures_the_metrics_file_and_tokens_per_secon
     steps = 10  # the quickstart's ThroughputMonitor averages rates over 10 steps
     cli = build_cli(fit_args(tmp_path, steps=steps, extra=[f"--trainer.logger={json.dumps(logger)}"]))
     run = Path(cli.trainer.log_dir)
-    assert run == tmp_path / "quickstart" / "version_0" and not list(run.glob("events.out.tfevents.*"))
+    assert run == tmp_path / "lit-dof" / "version_0" and not list(run.glob("events.out.tfevents.*"))
     assert _png_size(run / "figures" / "dof_heads.png")[0] == 600  # 6 in × 100 dpi
     assert _png_size(run / "figures" / "dof_feature_dims.png") == (700, 300)
     assert (run / "figures" / "dof_table.md").read_text().startswith("| layer | DoF | M |")
@@ -67,7 +67,7 @@ def test_tokens_count_fresh_teacher_passes_across_a_resume_and_compare_reads_the
     reuse = ["--model.init_args.teacher_reuse=2", "--model.init_args.finetune_fraction=0"]  # layer-wise only
     build_cli(fit_args(cell / "runs", steps=2, extra=reuse))
     build_cli(fit_args(cell / "runs", steps=4, extra=[*reuse, "--ckpt_path=last"]))
-    run = cell / "runs" / "quickstart" / "version_0"
+    run = cell / "runs" / "lit-dof" / "version_0"
     metrics = read_metrics(run / METRICS_FILE)
     assert metrics["train/tokens"] == [(s, float(BATCH * SEQ * (s // 2 + 1))) for s in range(4)]
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["lit_dof_tokens_seen"] == 2 * BATCH * SEQ

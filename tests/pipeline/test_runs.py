@@ -31,12 +31,12 @@ def test_no_shipped_config_fixes_a_checkpoint_folder():
 def test_two_experiments_in_one_directory_keep_their_own_checkpoints(tmp_path):
     first = _fit(tmp_path)
     second = _fit(tmp_path, extra=["--model.init_args.lr_z=0.05"])
-    runs = tmp_path / "quickstart"
+    runs = tmp_path / "lit-dof"
     assert Path(first.trainer.log_dir) == runs / "version_0" and Path(second.trainer.log_dir) == runs / "version_1"
     for version, lr_z in ((0, 0.02), (1, 0.05)):
         checkpoint = torch.load(runs / f"version_{version}" / "checkpoints" / "last.ckpt", weights_only=False)
         assert checkpoint["hyper_parameters"]["lr_z"] == lr_z and checkpoint["global_step"] == 2
-    assert not list(tmp_path.rglob("runs/quickstart/checkpoints"))  # the old shared folder (cwd-relative)
+    assert not list(tmp_path.rglob("runs/lit-dof/checkpoints"))  # the old shared folder (cwd-relative)
 
 
 def _bar_states(out: str) -> list[str]:
@@ -50,7 +50,7 @@ def test_resume_continues_in_the_same_version_directory(tmp_path, capsys):
     of the whole run (lit_dof.pipeline.console), after the resume too."""
     bar = ["--trainer.enable_progress_bar=true"]
     _fit(tmp_path, extra=bar)
-    run = tmp_path / "quickstart" / "version_0"
+    run = tmp_path / "lit-dof" / "version_0"
     states = _bar_states(capsys.readouterr().out)
     assert states[0] == f"run directory: {run}"
     assert states[-2:] == [f"run directory: {run}", f"student: {run / 'student'}"]
@@ -58,7 +58,7 @@ def test_resume_continues_in_the_same_version_directory(tmp_path, capsys):
     assert steps[0].startswith("step 0/2 [") and steps[-1].startswith("step 2/2 [")
     assert re.search(r"tok/s=[\d.]+k?, loss=[\d.]+", steps[-1]) and "val/ppl_student=" in steps[-1]
     assert not [state for state in states if "v_num" in state or "Epoch" in state]
-    (tmp_path / "quickstart" / "version_1").mkdir()  # a later run killed before its first checkpoint
+    (tmp_path / "lit-dof" / "version_1").mkdir()  # a later run killed before its first checkpoint
     planner = "--model.init_args.planner.init_args"
     extra = ["--ckpt_path=last", f"{planner}.num_samples=32", f"{planner}.report_path={run / 'dof.json'}", *bar]
     resumed = _fit(tmp_path, steps=4, extra=extra)
@@ -66,10 +66,10 @@ def test_resume_continues_in_the_same_version_directory(tmp_path, capsys):
     assert steps[0].startswith("step 2/4 [") and steps[-1].startswith("step 4/4 [")
     assert Path(resumed.trainer.log_dir) == run and resumed.trainer.global_step == 4
     assert Path(resumed.trainer.ckpt_path) == run / "checkpoints" / "last.ckpt"  # restored, not started afresh
-    assert sorted(p.name for p in (tmp_path / "quickstart").iterdir()) == ["version_0", "version_1"]
+    assert sorted(p.name for p in (tmp_path / "lit-dof").iterdir()) == ["version_0", "version_1"]
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 4
     assert (run / "student" / "config.json").is_file() and len(list(run.glob("events.out.tfevents.*"))) == 2
-    assert checkpointed_version(tmp_path / "quickstart") == 0
+    assert checkpointed_version(tmp_path / "lit-dof") == 0
 
 
 def test_resuming_another_experiments_checkpoint_is_refused(tmp_path):
@@ -90,7 +90,7 @@ def test_resuming_another_experiments_checkpoint_is_refused(tmp_path):
     assert "planner.budget: None in the checkpoint, 8 now" in message
     assert "num_workers" not in message  # free to change on resume
     assert "version_0/config.yaml" in message and "without --ckpt_path" in message
-    checkpoint = torch.load(tmp_path / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
+    checkpoint = torch.load(tmp_path / "lit-dof" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
     assert checkpoint["global_step"] == 2  # untouched
 
 

@@ -42,7 +42,7 @@ def test_the_payload_runs_under_an_unsafe_load(tmp_path):
 def test_a_malicious_checkpoint_is_refused_by_name_and_runs_nothing(tmp_path, layout):
     marker = tmp_path / "pwned"
     if layout == "planted_last":  # a run's own checkpoint folder, found by --ckpt_path last
-        evil = _malicious(tmp_path / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", marker)
+        evil = _malicious(tmp_path / "lit-dof" / "version_0" / "checkpoints" / "last.ckpt", marker)
         ckpt_path = "last"
     elif layout == "sharded_folder":  # a DCP checkpoint's folder: its metadata is meta.pt
         evil = _malicious(tmp_path / "evil.ckpt" / "meta.pt", marker)

@@ -67,18 +67,18 @@ def test_a_run_whose_teacher_fails_to_load_leaves_no_version_directory(tmp_path)
     (tmp_path / "empty").mkdir()
     with pytest.raises(TeacherNotFoundError):
         build_cli(fit_args(tmp_path / "runs", extra=[f"--model.init_args.teacher={tmp_path / 'empty'}"]))
-    assert list((tmp_path / "runs" / "quickstart").iterdir()) == []
+    assert list((tmp_path / "runs" / "lit-dof").iterdir()) == []
 
 
 def test_a_setting_refused_in_configure_model_leaves_no_version_directory_and_others_alone(tmp_path):
     """After the callbacks' setup: LightningCLI wrote config.yaml too. An older version beside it is untouched."""
-    older = tmp_path / "runs" / "quickstart" / "version_0"
+    older = tmp_path / "runs" / "lit-dof" / "version_0"
     older.mkdir(parents=True)
     (older / "events.out.tfevents.1.otherhost.1.0").write_bytes(b"older run")
     missing = tmp_path / "nowhere" / "dof.json"
     with pytest.raises(FileNotFoundError, match="report_path"):
         build_cli(fit_args(tmp_path / "runs", extra=[f"--model.init_args.planner.init_args.report_path={missing}"]))
-    assert [p.name for p in (tmp_path / "runs" / "quickstart").iterdir()] == ["version_0"]
+    assert [p.name for p in (tmp_path / "runs" / "lit-dof").iterdir()] == ["version_0"]
     assert _files(older) == {"events.out.tfevents.1.otherhost.1.0": b"older run"}
 
 
@@ -252,7 +252,7 @@ def test_a_killed_run_outlives_a_failed_resume_and_its_resume_logs_each_step_onc
     cli.trainer.callbacks.append(_KillAt())
     with pytest.raises(_Killed):
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    run = tmp_path / "quickstart" / "version_0"
+    run = tmp_path / "lit-dof" / "version_0"
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
     killed = (run / METRICS_FILE).read_text().splitlines()
     assert {json.loads(line)["step"] for line in killed} == {0, 1, 2}  # step 2: its learning rates
@@ -267,7 +267,7 @@ def test_a_killed_run_outlives_a_failed_resume_and_its_resume_logs_each_step_onc
     assert {"checkpoints/last.ckpt", METRICS_FILE, "dof.json"} <= set(before)
     del before["config.yaml"]  # LightningCLI rewrites it at every start, a failed one included
     assert {name: after[name] for name in before} == before  # the rest as it was; our events file beside it
-    assert [p.name for p in (tmp_path / "quickstart").iterdir()] == ["version_0"]
+    assert [p.name for p in (tmp_path / "lit-dof").iterdir()] == ["version_0"]
 
     resumed_at = time.time()
     build_cli(args + ["--ckpt_path=last"])
