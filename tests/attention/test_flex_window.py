@@ -11,7 +11,7 @@ import torch
 from lit_dof.attention import SlidingWindow, SlidingWindowLinearAttention
 from lit_dof.attention.feature_maps import LearnedPRF
 from lit_dof.attention.ops.sliding_window.chunked import sliding_window_linear_attention
-from lit_dof.attention.ops.sliding_window.flex import flex_window_softmax, window_block_mask
+from lit_dof.attention.ops.sliding_window.flex import _shared_block_mask, flex_window_softmax, window_block_mask
 from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention, sliding_window_masks
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*flex_attention called without torch.compile")
@@ -57,6 +57,24 @@ def test_flex_refuses_a_cpu_backward_clearly():
     q, k, v = (x.requires_grad_() for x in _inputs(1, 2, 2, 12)[:3])
     with pytest.raises(NotImplementedError, match="does not support backward on CPU"):
         flex_window_softmax(q, k, v, window=4)
+
+
+def test_one_block_mask_serves_every_call_without_padding():
+    q, k, v = _inputs(2, 4, 2, 37)[:3]
+    fresh = flex_window_softmax(q, k, v, window=5, sink_tokens=3, block_mask=window_block_mask(37, 5, 3, "cpu"))
+    _shared_block_mask.cache_clear()
+    first = flex_window_softmax(q, k, v, window=5, sink_tokens=3)
+    again = flex_window_softmax(q, k, v, window=5, sink_tokens=3, key_padding_mask=torch.ones(2, 37, dtype=torch.bool))
+    info = _shared_block_mask.cache_info()
+    assert (info.misses, info.hits) == (1, 1)  # built once, reused by the unpadded batch given an all-True mask
+    for out in (first, again):
+        torch.testing.assert_close(out, fresh, rtol=0, atol=0)
+    flex_window_softmax(q, k, v, window=6, sink_tokens=3)
+    assert _shared_block_mask.cache_info().misses == 2  # other settings, another mask
+    mask = torch.ones(2, 37, dtype=torch.bool)
+    mask[1, :4] = False
+    flex_window_softmax(q, k, v, window=5, sink_tokens=3, key_padding_mask=mask)
+    assert _shared_block_mask.cache_info().misses == 2  # a padded batch builds its own, never the shared one
 
 
 def test_a_row_that_sees_no_key_is_empty_not_nan():

@@ -5,12 +5,14 @@ blocks."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from lit_dof.hybrid.recall_items import recall_blocks, recalled
 from lit_dof.hybrid.scoring import HybridScorer
-from tests.conftest import TINYSTORIES, WIKIPEDIA
+from tests.conftest import TINYSTORIES, WIKIPEDIA, load_script
 from tests.hybrid.test_cli import bank, needs_data  # noqa: F401  (the module-scoped bank fixture)
 
 
@@ -95,3 +97,28 @@ def test_a_search_on_recall_runs_and_verifies(bank, tmp_path):  # noqa: F811
     assert record.settings.metric == "recall" and record.settings.task is None
     assert "recall items" in record.items and 0 <= record.teacher_search_score <= 1
     assert record.verify.items == 2 and 0 <= record.verify.scores["teacher"].score <= 1
+
+
+@needs_data
+def test_the_tools_prompt_stops_at_the_question_and_points_at_the_facts_code():
+    tool, probe = load_script("far_cache_positions", "tools"), load_script("recall_probe", "tools")
+    tokenizer = _tokenizer()
+    item = recall_blocks(WIKIPEDIA, tokenizer, 96, 0, 3)[2][2]
+    ids, positions, code = tool.recall_prompt(tokenizer, WIKIPEDIA, 96, 2)
+    start, stop = item["answer"]
+    assert torch.equal(ids, item["input_ids"][:, :start])
+    assert code == tokenizer.decode(item["input_ids"][0, start:stop]).strip() and len(code) == 5
+    assert positions == list(range(positions[0], positions[-1] + 1)) and positions[-1] < start - 5
+    assert tokenizer.decode(ids[0, positions]).strip().removesuffix(".") == code  # the fact's own digits
+
+    class Oracle(torch.nn.Module):  # predicts every next token, or the token itself (a copy one step late)
+        def __init__(self, late):
+            super().__init__()
+            self.late = late
+
+        def forward(self, ids):
+            nxt = ids if self.late else torch.cat([ids[:, 1:], ids[:, -1:]], 1)
+            return SimpleNamespace(logits=torch.nn.functional.one_hot(nxt, tokenizer.vocab_size).float())
+
+    items = recall_blocks(WIKIPEDIA, tokenizer, 96, 0, 3)[2]
+    assert probe.recall(Oracle(False), items) == [True] * 3 and probe.recall(Oracle(True), items) == [False] * 3

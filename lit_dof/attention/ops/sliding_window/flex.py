@@ -12,7 +12,7 @@ PyTorch's reference implementation (every score materialised: tests and the CPU 
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 
 import torch
 from torch import Tensor
@@ -26,6 +26,13 @@ def _compiled_flex_attention():
     from torch.nn.attention.flex_attention import flex_attention
 
     return torch.compile(flex_attention, dynamic=False)
+
+
+@lru_cache(maxsize=16)
+def _shared_block_mask(T: int, window: int, sink_tokens: int, device: str):
+    """The padding-free mask of these settings, built once and shared by every layer and step that asks for it
+    (building one costs a pass over the T × T block grid: on a GPU it would otherwise run in every layer's forward)."""
+    return window_block_mask(T, window, sink_tokens, device)
 
 
 def window_block_mask(
@@ -87,8 +94,9 @@ def flex_window_softmax(
         sink_tokens: s ≥ 0.
         key_padding_mask: ``(B, T)`` bool, False for padding keys (a row that sees none gives ``o = 0``,
             ``log_z = -inf``).
-        block_mask: a mask from :func:`window_block_mask` for these settings, to reuse across calls and layers;
-            ``None`` builds one.
+        block_mask: a mask from :func:`window_block_mask` for these settings; ``None``: without padding, the one
+            mask of (T, w, s, device) shared by every call (built once per process and kept among the 16 most
+            recent); with padding, one built for this batch.
         compiled: run the compiled kernel (``None``: on CUDA only; the uncompiled one holds T × T scores).
 
     Returns:
@@ -102,7 +110,13 @@ def flex_window_softmax(
     from torch.nn.attention.flex_attention import AuxRequest, flex_attention
 
     _, Hq, Hk, T, _ = check_grouped_qkv(q, k, v)
-    if block_mask is None:
+    if key_padding_mask is not None and bool(key_padding_mask.all()):
+        key_padding_mask = None  # a batch without padding: the shared mask
+    if block_mask is None and key_padding_mask is None:
+        check_positive_int("window", window)
+        check_sink_tokens(sink_tokens)
+        block_mask = _shared_block_mask(T, window, sink_tokens, str(q.device))
+    elif block_mask is None:
         block_mask = window_block_mask(T, window, sink_tokens, q.device, key_padding_mask)
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     run = _compiled_flex_attention() if (q.is_cuda if compiled is None else compiled) else flex_attention
