@@ -27,6 +27,7 @@ from lit_dof.comparison.finetune_stage import FinetuneProtocol
 from lit_dof.comparison.rows import PLANNER_ARGS, REPO_CONFIGS, ROWS_FILE, Row, load_rows_file, planner_class
 from lit_dof.comparison.runner import CommandFailed, run_logged
 from lit_dof.comparison.stages import EvaluationStages
+from lit_dof.evaluation.recall import TASK as RECALL
 from lit_dof.evaluation.retrieval_data import RETRIEVAL_TASKS, RetrievalGrid
 from lit_dof.pipeline.fit_config import FitConfig
 from lit_dof.pipeline.planner import FixedPlanner
@@ -56,13 +57,15 @@ class Comparison(EvaluationStages, FinetuneProtocol):
         ppl_window: the perplexity's sliding window (tokens).
         ppl_stride: the perplexity window's stride (tokens).
         long_contexts: block lengths (tokens) of the ``long`` stage's perplexity by position.
-        ppl_split: the documents the ``ppl`` and ``long`` stages score: ``test`` (default; lit_dof.data.splits) or
-            ``validation`` (model selection; the records measured before the test split, kept reproducible). A
-            cell's record of the other split is refused, not re-measured (lit_dof.data.splits.check_record_split).
+        ppl_split: the documents the ``ppl`` and ``long`` stages and the ``recall`` task score: ``test`` (default;
+            lit_dof.data.splits) or ``validation`` (model selection; the records measured before the test split,
+            kept reproducible). A cell's record of the other split is refused, not re-measured
+            (lit_dof.data.splits.check_record_split).
         long_documents: documents of the ``long_documents`` stage (the first of the long-document test set;
             ``None``: all of them).
         retrieval_tasks: the tasks of the ``retrieval`` stage (lit_dof.evaluation.retrieval_data.RETRIEVAL_TASKS),
-            scored by greedy generation.
+            scored by greedy generation, and ``recall`` (lit_dof.evaluation.recall: a made-up fact in the
+            ``ppl_split`` documents, teacher-forced; the same grid).
         retrieval: where their examples sit: ``contexts`` (tokens), ``depths`` (0–1), ``trials`` per cell, ``seed``.
         eval_batch_size: loglikelihood requests per forward in the ``eval`` stage (results depend on it only
             through float rounding).
@@ -124,9 +127,10 @@ class Comparison(EvaluationStages, FinetuneProtocol):
             raise ValueError(f"seed {self.seed!r}: use an integer ≥ 0")
         if self.ppl_split not in ("test", "validation"):
             raise ValueError(f"ppl_split {self.ppl_split!r}: use test (the default) or validation")
-        unknown = sorted(set(self.retrieval_tasks) - set(RETRIEVAL_TASKS))
+        known = (*RETRIEVAL_TASKS, RECALL)
+        unknown = sorted(set(self.retrieval_tasks) - set(known))
         if unknown:
-            raise ValueError(f"unknown retrieval task(s) {unknown}; known: {', '.join(RETRIEVAL_TASKS)}")
+            raise ValueError(f"unknown retrieval task(s) {unknown}; known: {', '.join(known)}")
         self.retrieval_tasks, self.fit_args = tuple(self.retrieval_tasks), tuple(self.fit_args)
         self.finetune_lrs, self.finetune_args = tuple(self.finetune_lrs), tuple(self.finetune_args)
         # Fits and fine-tuning runs are subprocesses *in the cell directory*: relative paths given on the

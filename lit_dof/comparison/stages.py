@@ -95,18 +95,22 @@ class EvaluationStages:
             ``{task: retrieval/<task>.json's content}``.
         """
         from lit_dof.evaluation.harness import evaluate_model
+        from lit_dof.evaluation.recall import TASK as RECALL
         from lit_dof.evaluation.retrieval import beyond_exact, exact_positions, heatmap
 
         def measure(model, tokenizer, task: str, cache: Path) -> dict:
-            result = evaluate_model(
-                model,
-                tokenizer,
-                [task],
-                batch_size=self.retrieval_batch_size,
-                retrieval=self.retrieval,
-                cache_dir=cache,
-            )
-            entry = {**result["tasks"][task], "provenance": result["provenance"]}
+            if task == RECALL:  # natural-text recall, teacher-forced (no generation, no request cache)
+                entry = self._recall(model, tokenizer)
+            else:
+                result = evaluate_model(
+                    model,
+                    tokenizer,
+                    [task],
+                    batch_size=self.retrieval_batch_size,
+                    retrieval=self.retrieval,
+                    cache_dir=cache,
+                )
+                entry = {**result["tasks"][task], "provenance": result["provenance"]}
             entry["provenance"]["exact_positions"] = exact_positions(model)
             options = getattr(model.config, "window_options", None) or {}
             if options.get("window"):  # which needles lie beyond its window
@@ -115,7 +119,38 @@ class EvaluationStages:
             heatmap(entry["cells"], cache.parent / f"{task}.png", title=f"{task}: {row.name} (C={budget})")
             return entry
 
-        return self._per_task(row, budget, "retrieval", self.retrieval_tasks, measure)
+        records = self._per_task(row, budget, "retrieval", self.retrieval_tasks, measure)
+        if RECALL in records:  # its documents are a split: a record of the other one is refused, not reused
+            where = self.cell_dir(row, budget) / "retrieval" / f"{RECALL}.json"
+            check_record_split(records[RECALL], self.ppl_split, where)
+        return records
+
+    def _recall(self, model, tokenizer) -> dict:
+        """The ``recall`` task's record (:func:`lit_dof.evaluation.recall.recall_record`) on the retrieval grid,
+        its filler from the ``ppl_split`` documents of the corpus."""
+        import dataclasses
+
+        from lit_dof.evaluation.harness import provenance
+        from lit_dof.evaluation.recall import recall_record
+
+        corpus = self.corpus or os.environ.get("LIT_DOF_CORPUS")
+        if not corpus:
+            raise FileNotFoundError("no corpus for the recall task: pass --corpus or set LIT_DOF_CORPUS")
+        grid = self.retrieval
+        entry = recall_record(
+            model,
+            tokenizer,
+            corpus,
+            contexts=grid.contexts,
+            depths=grid.depths,
+            trials=grid.trials,
+            split=self.ppl_split,
+            seed=grid.seed,
+        )
+        settings = {**dataclasses.asdict(grid), "contexts": list(grid.contexts), "depths": list(grid.depths)}
+        where = {"tasks": ["recall"], "seconds": entry.pop("seconds"), "device": self.device_label()}
+        entry["provenance"] = provenance(**where, retrieval=settings, split=self.ppl_split)
+        return entry
 
     def _per_task(self, row: Row, budget: int, name: str, tasks: Sequence[str], measure) -> dict:
         """The cell's ``<name>/<task>.json`` records: each missing one is ``measure(model, tokenizer, task, cache)``

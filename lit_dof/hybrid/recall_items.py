@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -30,7 +31,7 @@ DEPTHS = (0.1, 0.9)
 """The fact lies uniformly between these fractions of the filler."""
 
 
-def _item(filler: torch.Tensor, tokenizer, rng: random.Random) -> dict:
+def _item(filler: torch.Tensor, tokenizer, rng: random.Random, depth: float | None = None) -> dict:
     name, code = rng.choice(NAMES), str(rng.randint(10000, 99999))
     encode = lambda text: torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     fact = encode(f" The locker code of {name} is {code}.")
@@ -38,9 +39,14 @@ def _item(filler: torch.Tensor, tokenizer, rng: random.Random) -> dict:
     keep = filler.numel() - fact.numel() - question.numel() - answer.numel()
     if keep < 2:
         raise ValueError(f"blocks of {filler.numel()} tokens leave no filler around the fact: use a larger block")
-    at = int(keep * rng.uniform(*DEPTHS))
+    at = int(keep * (rng.uniform(*DEPTHS) if depth is None else depth))
     ids = torch.cat([filler[:at], fact, filler[at:keep], question, answer])
-    return {"input_ids": ids[None], "answer": (ids.numel() - answer.numel(), ids.numel()), "depth": at / keep}
+    return {
+        "input_ids": ids[None],
+        "answer": (ids.numel() - answer.numel(), ids.numel()),
+        "depth": at / keep,
+        "fact": at,
+    }
 
 
 def recall_blocks(
@@ -67,8 +73,8 @@ def recall_blocks(
         skip: blocks of filler passed over first (the verification items come after every other one).
 
     Returns:
-        ``(search, confirm, heldout, where)``: items ``{"input_ids": (1, block), "answer": (start, stop), "depth"}``
-        (the answer's token positions) and a sentence saying where they come from.
+        ``(search, confirm, heldout, where)``: items ``{"input_ids": (1, block), "answer": (start, stop), "depth",
+        "fact"}`` (the answer's token positions; the fact's first token) and a sentence saying where they come from.
 
     Raises:
         ValueError: too few held-out tokens for that many items, or a block too short for its fact.
@@ -85,6 +91,48 @@ def recall_blocks(
     )
     h = search_items + heldout_items
     return items[:search_items], items[h:], items[search_items:h], where
+
+
+def placed_items(
+    corpus: str | os.PathLike,
+    tokenizer,
+    block: int,
+    depths: Sequence[float],
+    trials: int,
+    split: str = "validation",
+    seed: int = 0,
+) -> list[dict]:
+    """Recall items of ``block`` tokens with the fact at fixed depths (a retrieval grid's row): ``trials`` items per
+    depth, each its own block of the ``split`` documents of ``corpus``, in order depth by depth.
+
+    Args:
+        corpus: a text corpus (WikiExtractor or plain text).
+        tokenizer: the model's tokenizer.
+        block: tokens per item.
+        depths: where the fact starts, as a fraction of the filler in [0, 1].
+        trials: items per depth.
+        split: the documents the filler comes from (lit_dof.data.splits; ``test`` to report, ``validation`` to
+            choose).
+        seed: the facts' names and codes.
+
+    Returns:
+        items ``{"input_ids": (1, block), "answer": (start, stop), "depth", "fact" (its first token)}``.
+
+    Raises:
+        ValueError: an unknown split, too few tokens in it, or a block too short for its fact.
+    """
+    from lit_dof.data.sources import split_documents
+
+    total = len(depths) * trials
+    tokens = text_tokens(split_documents(corpus, split), tokenizer, max_tokens=block * total)
+    if tokens.numel() < block * total:
+        raise ValueError(
+            f"the {split} documents of {corpus} give only {tokens.numel() // block} blocks of {block} "
+            f"tokens; ask for fewer trials or contexts"
+        )
+    rng = random.Random(f"recall/{seed}/{split}/{block}")
+    cells = [d for d in depths for _ in range(trials)]
+    return [_item(tokens[i * block : (i + 1) * block], tokenizer, rng, d) for i, d in enumerate(cells)]
 
 
 def recalled(logits: torch.Tensor, item: dict) -> bool:

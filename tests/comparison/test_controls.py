@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import fields
 
 import pytest
 import torch
 from transformers import AutoConfig
 
 from lit_dof.comparison.beyond_window import seed_pairs
+from lit_dof.comparison.cells import Comparison
 from lit_dof.comparison.records import Report
 from lit_dof.comparison.rows import ROWS, control_rows
+from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.retrieval_data import RetrievalGrid
 from lit_dof.generation import teacher_kv_nbytes
+from lit_dof.hybrid.recall_items import placed_items
 from tests.comparison.test_comparison import DATA, TINY_FIT, run_compare
 from tests.conftest import TINYSTORIES, WIKIPEDIA
 
@@ -32,6 +36,7 @@ def controlled(tmp_path_factory):
     kwargs.update(stages=["fit", "ppl", "long_documents", "retrieval", "eval"], seeds=[0, 1], ppl_tokens=300)
     kwargs.update(long_documents=2, tasks=["wsc273", "mmlu_5shot"], eval_limit=4)
     kwargs.update(retrieval=RetrievalGrid(contexts=(256, 512), depths=(0.5,), trials=2))
+    kwargs.update(retrieval_tasks=["passkey", "recall"])
     return out, kwargs, run_compare(**kwargs)
 
 
@@ -85,6 +90,7 @@ def test_retrieval_and_long_documents_are_reported_and_paired_over_seeds(control
     # over seeds: student / control, the geometric mean of the per-seed ratios of the ppl.json records
     pairs = {(p.student, p.other): p for p in seed_pairs(Report.from_json(report))}
     assert set(pairs) == {("quickstart", f"quickstart:{n}") for n in ROWS_CONTROLS}
+    assert set(pairs[("quickstart", "quickstart:equal_state")].retrieval) == {"passkey", "recall"}
     records = {}
     for seed, student_dir in ((0, out / "C16" / "quickstart"), (1, out / "C16" / "seed1" / "quickstart")):
         control = json.loads((student_dir / "controls" / "equal_state" / "control.json").read_text())
@@ -94,6 +100,33 @@ def test_retrieval_and_long_documents_are_reported_and_paired_over_seeds(control
     assert pairs[("quickstart", "quickstart:equal_state")].ppl["ratio"] == pytest.approx(expected, rel=1e-12)
     bucket = pairs[("quickstart", "quickstart:tail_only")].long_documents["0-63"]
     assert bucket["n"] == 2 and bucket["ratio"] > 0
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
+def test_recall_is_the_answers_argmax_on_facts_placed_in_the_test_documents(controlled):
+    out, kwargs, report = controlled
+    teacher, tokenizer = load_model(str(TINYSTORIES))
+    record = json.loads((out / "C16" / "teacher" / "retrieval" / "recall.json").read_text())
+    assert record["split"] == "test" and record["n"] == 4 and set(record["cells"]) == {"256", "512"}
+    expected, guesses = [], []
+    for context in (256, 512):  # independently: the fact in the test documents at depth 0.5, the code's argmax
+        for item in placed_items(WIKIPEDIA, tokenizer, context, [0.5], 2, split="test"):
+            start, stop = item["answer"]
+            with torch.no_grad():
+                guess = teacher(item["input_ids"]).logits[0, start - 1 : stop - 1].argmax(-1)
+            expected.append(float(torch.equal(guess, item["input_ids"][0, start:stop])))
+            guesses.append(tokenizer.decode(guess))
+            fact = tokenizer.decode(item["input_ids"][0, item["fact"] : item["fact"] + 8])
+            assert abs(item["depth"] - 0.5) < 0.01 and fact.lstrip().startswith("The locker code")
+    assert record["items"]["exact_match"] == expected and record["exact_match"] == sum(expected) / 4
+    assert [e["generation"] for e in record["examples"]] == guesses  # the tiny teacher recalls none: its argmax
+    student = json.loads((out / "C16" / "quickstart" / "retrieval" / "recall.json").read_text())
+    assert all(e["beyond_window"] for e in student["examples"])  # depth 0.5 of 256+ tokens, window 16 + 2 sinks
+    assert "`recall`:" in (out / "comparison.md").read_text()
+    names = {f.name for f in fields(Comparison)}
+    validation = Comparison(**{**{k: v for k, v in kwargs.items() if k in names}, "ppl_split": "validation"})
+    with pytest.raises(ValueError, match="measured the test split, not the validation split"):
+        validation.retrieval_stage(ROWS["teacher"], 16)
 
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
