@@ -193,6 +193,10 @@ def _checked(directory: Path) -> Path:
 
 
 def _load_tokenizer(source):
+    # A student's folder says model_type "lit_dof": without the registration, AutoTokenizer reads its config.json
+    # as remote code and asks on stdin whether to run it. Importing the student module registers the type.
+    import lit_dof.students.modeling  # noqa: F401
+
     try:
         return AutoTokenizer.from_pretrained(source)
     except ValueError as exc:  # transformers' message when no tokenizer file is there

@@ -172,3 +172,25 @@ def test_gguf_cache_is_keyed_by_content_not_path_or_mtime(tmp_path):
     assert loading.gguf_cache_target(second, tmp_path / "cache") != target
     second.write_bytes(b"GGUF")
     assert loading.gguf_fingerprint(second) != loading.gguf_fingerprint(first)
+
+
+def test_a_students_tokenizer_loads_without_asking_to_run_its_code(tmp_path):
+    """A student saved with a tokenizer whose class transformers resolves through the model's config (a GGUF
+    teacher's ``TokenizersBackend``) loads by :func:`load_tokenizer` in a process where transformers came in before
+    the ``lit_dof`` model type was registered — no question on stdin about remote code, no failure."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.evaluation.students import save_window_student
+
+    student = save_window_student(tmp_path / "student")
+    config = json.loads((student / "tokenizer_config.json").read_text())
+    (student / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "TokenizersBackend"}))
+    code = "import lit_dof.hybrid.recall_items\nfrom lit_dof.teacher.loading import load_tokenizer\n"
+    code += f"print(load_tokenizer({str(student)!r})('Once upon a time').input_ids)"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stderr
+    assert "custom code" not in run.stderr and "trust_remote_code" not in run.stderr
+    _, tokenizer = load_teacher(str(TINYSTORIES))
+    assert run.stdout.strip() == str(tokenizer("Once upon a time").input_ids)
