@@ -128,29 +128,21 @@ class EvaluationStages:
     def _recall(self, model, tokenizer) -> dict:
         """The ``recall`` task's record (:func:`lit_dof.evaluation.recall.recall_record`) on the retrieval grid,
         its filler from the ``ppl_split`` documents of the corpus."""
-        import dataclasses
-
         from lit_dof.evaluation.harness import provenance
         from lit_dof.evaluation.recall import recall_record
 
+        grid = self.retrieval.settings()
+        entry = recall_record(model, tokenizer, self._corpus("the recall task"), **grid, split=self.ppl_split)
+        where = {"tasks": ["recall"], "seconds": entry.pop("seconds"), "device": self.device_label()}
+        entry["provenance"] = provenance(**where, retrieval=grid, split=self.ppl_split)
+        return entry
+
+    def _corpus(self, what: str) -> str:
+        """``--corpus`` or ``$LIT_DOF_CORPUS``; FileNotFoundError naming ``what`` needs it where neither is set."""
         corpus = self.corpus or os.environ.get("LIT_DOF_CORPUS")
         if not corpus:
-            raise FileNotFoundError("no corpus for the recall task: pass --corpus or set LIT_DOF_CORPUS")
-        grid = self.retrieval
-        entry = recall_record(
-            model,
-            tokenizer,
-            corpus,
-            contexts=grid.contexts,
-            depths=grid.depths,
-            trials=grid.trials,
-            split=self.ppl_split,
-            seed=grid.seed,
-        )
-        settings = {**dataclasses.asdict(grid), "contexts": list(grid.contexts), "depths": list(grid.depths)}
-        where = {"tasks": ["recall"], "seconds": entry.pop("seconds"), "device": self.device_label()}
-        entry["provenance"] = provenance(**where, retrieval=settings, split=self.ppl_split)
-        return entry
+            raise FileNotFoundError(f"no corpus for {what}: pass --corpus or set LIT_DOF_CORPUS")
+        return corpus
 
     def _per_task(self, row: Row, budget: int, name: str, tasks: Sequence[str], measure) -> dict:
         """The cell's ``<name>/<task>.json`` records: each missing one is ``measure(model, tokenizer, task, cache)``
@@ -171,9 +163,7 @@ class EvaluationStages:
         if path.is_file():
             record = json.loads(path.read_text())
             return record if name == "long_documents.json" else check_record_split(record, self.ppl_split, path)
-        corpus = self.corpus or os.environ.get("LIT_DOF_CORPUS")
-        if not corpus:
-            raise FileNotFoundError(f"no corpus for {name}: pass --corpus or set LIT_DOF_CORPUS")
+        corpus = self._corpus(name)
         model, tokenizer = self.load(row, budget)
         start = time.time()
         result = measure(model, tokenizer, corpus)

@@ -19,7 +19,6 @@ batch size, refuses any other, and refuses a cache file holding anything but pla
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import platform
 import time
@@ -186,8 +185,7 @@ def evaluate_model(
         device=device,
     )
     if any(task in RETRIEVAL_TASKS for task in tasks):
-        grid = retrieval or RetrievalGrid()
-        info["retrieval"] = {**dataclasses.asdict(grid), "contexts": list(grid.contexts), "depths": list(grid.depths)}
+        info["retrieval"] = (retrieval or RetrievalGrid()).settings()
     return {"tasks": results, "provenance": info}
 
 

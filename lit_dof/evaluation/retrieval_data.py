@@ -56,6 +56,10 @@ class RetrievalGrid:
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
             raise ValueError(f"retrieval.trials must be an integer >= 1, got {self.trials!r}")
 
+    def settings(self) -> dict:
+        """The grid as a record's provenance holds it: ``{"contexts": [...], "depths": [...], "trials", "seed"}``."""
+        return {"contexts": list(self.contexts), "depths": list(self.depths), "trials": self.trials, "seed": self.seed}
+
     def metadata(self) -> dict:
         """The grid as lm-eval task metadata (``retrieval_contexts``, …; read by the task hooks)."""
         return {
