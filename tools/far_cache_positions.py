@@ -41,20 +41,19 @@ def passkey_prompt(tokenizer, context: int, depth: float, trial: int) -> tuple[t
 def recall_prompt(tokenizer, corpus: str, block: int, index: int) -> tuple[torch.Tensor, list[int], str]:
     """The ``index``-th held-out recall item up to its question: ``(ids (1, T), the fact's code positions, code)``.
 
-    The code's positions are the tokens whose text overlaps the code's digits where the fact states it (the first
-    "<name> is <code>" in the tokens' concatenated texts, whichever way the tokenizer splits or merges them)."""
+    The code's positions are the tokens of the fact (from its first token, which the item records) whose text
+    overlaps the code's digits, whichever way the tokenizer splits or merges them."""
     item = recall_blocks(corpus, tokenizer, block, 0, index + 1)[2][index]
     start, stop = item["answer"]
     ids, code = item["input_ids"][:, :start], tokenizer.decode(item["input_ids"][0, start:stop]).strip()
-    pieces = [tokenizer.decode([t]) for t in ids[0].tolist()]
+    pieces = [tokenizer.decode([t]) for t in ids[0, item["fact"] : item["fact"] + 48].tolist()]  # the fact and more
     text, ends = "", []
     for piece in pieces:
         text += piece
         ends.append(len(text))
-    name = text.rsplit("locker code of ", 1)[1].split()[0]
-    begin = text.index(code, text.index(f"{name} is"))
+    begin = text.index(code)
     finish = begin + len(code)
-    positions = [j for j, end in enumerate(ends) if end > begin and end - len(pieces[j]) < finish]
+    positions = [item["fact"] + j for j, end in enumerate(ends) if end > begin and end - len(pieces[j]) < finish]
     return ids, positions, code
 
 

@@ -112,9 +112,7 @@ def flex_window_softmax(
     _, Hq, Hk, T, _ = check_grouped_qkv(q, k, v)
     if key_padding_mask is not None and bool(key_padding_mask.all()):
         key_padding_mask = None  # a batch without padding: the shared mask
-    if block_mask is None and key_padding_mask is None:
-        check_positive_int("window", window)
-        check_sink_tokens(sink_tokens)
+    if block_mask is None and key_padding_mask is None:  # window_block_mask checks the settings (errors: no entry)
         block_mask = _shared_block_mask(T, window, sink_tokens, str(q.device))
     elif block_mask is None:
         block_mask = window_block_mask(T, window, sink_tokens, q.device, key_padding_mask)
