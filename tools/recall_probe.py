@@ -7,7 +7,8 @@ at the end; teacher-forced exact match of the answer's tokens), beside the stude
 tests whether a far cache's score, not a repetitive haystack, finds the fact (issue #45, item 3). Validation only:
 it may be used to choose.
 
-Usage: python tools/recall_probe.py STUDENT [STUDENT ...] [--corpus PATH] [--block 2048] [--items 20]
+Usage: python tools/recall_probe.py STUDENT [STUDENT ...] [--corpus PATH] [--block 2048] [--items 20] [--skip 0]
+    [--no_controls [--teacher]]
 """
 
 from __future__ import annotations
@@ -37,21 +38,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--corpus", default=os.environ.get("LIT_DOF_CORPUS"), help="corpus (its validation docs)")
     parser.add_argument("--block", type=int, nargs="+", default=[2048], help="tokens per item")
     parser.add_argument("--items", type=int, default=20, help="items per block length")
-    parser.add_argument("--no_controls", action="store_true", help="score the students only")
+    parser.add_argument("--skip", type=int, default=0, help="blocks passed over first (e.g. a search's own items)")
+    parser.add_argument("--no_controls", action="store_true", help="score the students only (and --teacher)")
+    parser.add_argument("--teacher", action="store_true", help="with --no_controls: score the teacher too")
     parser.add_argument("--json", help="write the per-item results here")
     args = parser.parse_args(argv)
     first = load_student(args.students[0]).eval()
     tokenizer = load_tokenizer(args.students[0])
     models = {}
+    if args.teacher or not args.no_controls:
+        models["teacher"] = load_teacher(first.config.teacher)[0].eval()
     if not args.no_controls:
-        teacher = load_teacher(first.config.teacher)[0].eval()
-        controls = control_models(first, teacher, tail=False)
-        models = {"teacher": teacher, "window_sinks": controls["window_sinks"], "equal_state": controls["equal_state"]}
+        controls = control_models(first, models["teacher"], tail=False)
+        models |= {"window_sinks": controls["window_sinks"], "equal_state": controls["equal_state"]}
     for path in args.students:
         models[path] = first if path == args.students[0] else load_student(path).eval()
     results = {}
     for block in args.block:
-        _, _, items, where = recall_blocks(args.corpus, tokenizer, block, 0, args.items)
+        _, _, items, where = recall_blocks(args.corpus, tokenizer, block, 0, args.items, skip=args.skip)
         print(f"{where}; {len(items)} items")
         for name, model in models.items():
             start = time.time()
