@@ -60,8 +60,9 @@ def ordering_costs(record: SearchRecord) -> dict[str, OrderingCost]:
     return costs
 
 
-def winners(record: SearchRecord) -> tuple[dict[int, list[str]], str | None]:
-    """Best ordering(s) at each count, and the ordering with the best mean over the counts all of them reach."""
+def winners(record: SearchRecord) -> tuple[dict[int, list[str]], list[str]]:
+    """Best ordering(s) at each count, and the ordering(s) with the best mean over the counts all of them reach
+    (every ordering tied at that mean; empty when no count is shared)."""
     tolerance, curves = record.settings.rule, record.curves
     per_count = {}
     for k in record.counts:
@@ -71,10 +72,10 @@ def winners(record: SearchRecord) -> tuple[dict[int, list[str]], str | None]:
             per_count[k] = [name for name, v in scores.items() if v == best]
     shared = [k for k in record.counts if all(k in c for c in curves.values())]
     if not shared:
-        return per_count, None
+        return per_count, []
     mean = {name: sum(c[k] for k in shared) / len(shared) for name, c in curves.items()}
-    overall = tolerance.best(mean, key=mean.get)
-    return per_count, overall
+    best = mean[tolerance.best(mean, key=mean.get)]
+    return per_count, [name for name, v in mean.items() if v == best]
 
 
 def markdown(record: SearchRecord) -> str:
@@ -210,13 +211,14 @@ def _ordering_lines(record: SearchRecord, fmt) -> list[str]:
     lines += [f"- {NAMES[name]}: {order}" for name, order in record.orders.items()]
     lines += ["", "Winner per count: " + "; ".join(f"{k} linear: {', '.join(v)}" for k, v in per_count.items()) + "."]
     if overall:
-        lines += [f"Best mean over the counts: **{NAMES[overall]}**."]
+        tied = " (tied)" if len(overall) > 1 else ""
+        lines += [f"Best mean over the counts: **{', '.join(NAMES[name] for name in overall)}**{tied}."]
     if record.settings.metric != "perplexity":
-        p, n = record.teacher_heldout, record.settings.heldout_items
+        n = record.settings.heldout_items
         lines += [
-            f"One held-out item is {1 / n:.4f}; the binomial standard error of one score is "
-            f"≈ {(p * (1 - p) / n) ** 0.5:.4f}, so smaller differences between orderings are "
-            "not resolved."
+            f"One held-out item is {1 / n:.4f}; a score p has the binomial standard error √(p(1 − p)/n), at most "
+            f"{0.5 / n**0.5:.4f} (p = 0.5), so differences between orderings smaller than about twice that are not "
+            "resolved."
         ]
     return lines
 

@@ -84,6 +84,12 @@ def test_a_record_from_disk_is_validated_and_builds_only_its_types(tmp_path):
     assert SearchRecord.from_json(hostile).heldout == {"teacher": Measured(1.0, 0.0)}  # extra keys are dropped
 
 
+def test_the_far_term_retrieval_search_renders_into_its_committed_report_byte_for_byte():
+    records = REPO / "docs/results/far_term/records"
+    record = SearchRecord.load(records / "retrieval_layers_search.json")
+    assert markdown(record) == (records / "retrieval_layers_hybrid.md").read_text()
+
+
 def test_the_committed_record_renders_into_its_committed_report_byte_for_byte():
     record = SearchRecord.load(COMMITTED / "hybrid.json")
     assert record.teacher == DEFAULT_TEACHER  # written before the record named it: upgraded on load
@@ -98,3 +104,13 @@ def test_the_report_names_the_teacher_the_bank_was_made_from():
     assert markdown(record).startswith("# Hybrid models: Distill-then-Replace on the embedded SmolLM2-135M-Instruct\n")
     other = replace(record, teacher="models/TinyStories-656K")
     assert markdown(other).startswith("# Hybrid models: Distill-then-Replace on `models/TinyStories-656K`\n")
+
+
+def test_the_report_names_every_ordering_tied_for_the_best_mean_and_bounds_one_scores_error():
+    record = SearchRecord.load(COMMITTED / "hybrid.json")
+    tied = replace(record, curves={**record.curves, "greedy": dict(record.curves["uniform"])})
+    text = markdown(tied)
+    assert "Best mean over the counts: **greedy search, uniform interleaving** (tied)." in text
+    n = record.settings.heldout_items
+    assert f"at most {0.5 / n**0.5:.4f} (p = 0.5)" in text  # the widest binomial SE, whatever the teacher scored
+    assert "Best mean over the counts: **uniform interleaving**." in markdown(record)  # no tie: one name
