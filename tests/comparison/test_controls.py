@@ -14,14 +14,16 @@ from transformers import AutoConfig
 
 from lit_dof.comparison.beyond_window import seed_pairs
 from lit_dof.comparison.cells import Comparison
+from lit_dof.comparison.control_cells import describe_controls
 from lit_dof.comparison.records import Report
-from lit_dof.comparison.rows import ROWS, control_rows
+from lit_dof.comparison.rows import ROWS, Row, control_rows
 from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.retrieval_data import RetrievalGrid
 from lit_dof.generation import teacher_kv_nbytes
 from lit_dof.hybrid.recall_items import placed_items
 from tests.comparison.test_comparison import DATA, TINY_FIT, run_compare
 from tests.conftest import TINYSTORIES, WIKIPEDIA
+from tests.evaluation.students import save_window_student
 
 ROWS_CONTROLS = ("window_sinks", "equal_state", "tail_only", "far_only")
 WINDOW = ["--model.init_args.sliding_window.window=16", "--model.init_args.sliding_window.sink_tokens=2"]
@@ -161,3 +163,25 @@ def test_tasks_say_which_examples_reach_past_the_window_and_5_shot_mmlu_is_a_col
     cells = {(c["row"], c["seed"]): c for c in report["cells"]}
     assert cells[("quickstart", 0)]["average"] is None  # two of the seven tasks: no average
     assert set(cells[("quickstart:window_sinks", 1)]["vs_reference"]) == {"wsc273", "mmlu_5shot"}  # paired per task
+
+
+def test_a_hybrids_teacher_weight_controls_keep_its_softmax_layers_and_records_of_their_own(tmp_path, monkeypatch):
+    """(a) of a student with layers kept softmax is another model than (a) of one without at the same window + sinks:
+    it must not read (or write) the other's shared records."""
+    students = {
+        "plain": save_window_student(tmp_path / "plain"),
+        "hybrid": save_window_student(tmp_path / "hybrid", softmax_layers=(1,)),
+    }
+    monkeypatch.setattr(Comparison, "model_source", lambda self, row, budget: str(students[row.name]))
+    comparison = Comparison(out=tmp_path / "cells", teacher=str(TINYSTORIES))
+    folders = {}
+    for name in students:
+        row = Row(name=name)
+        records = describe_controls(comparison, row, 16)
+        for control in ("window_sinks", "equal_state"):
+            assert (records[control].control.window > 0) and records[control].control.weights == "teacher"
+            own = comparison.cell_dir(row, 16) / "controls" / control
+            folders[name, control] = (own / records[control].records).resolve().name
+    assert folders["plain", "window_sinks"] == "teacher_window16_sinks2"
+    assert folders["hybrid", "window_sinks"] == "teacher_window16_sinks2_softmax1"
+    assert folders["hybrid", "equal_state"].endswith("_softmax1") and "softmax" not in folders["plain", "equal_state"]

@@ -8,7 +8,9 @@ from pathlib import Path
 from tests.conftest import TINYSTORIES
 
 
-def save_window_student(folder: Path, window: int = 16, sink_tokens: int = 2, feature_dim: int = 8) -> Path:
+def save_window_student(
+    folder: Path, window: int = 16, sink_tokens: int = 2, feature_dim: int = 8, softmax_layers: tuple[int, ...] = ()
+) -> Path:
     """Linearise the TinyStories teacher (window + sinks + far term, seed 0) and save it with its tokenizer.
 
     Args:
@@ -16,6 +18,7 @@ def save_window_student(folder: Path, window: int = 16, sink_tokens: int = 2, fe
         window: w, tokens attended exactly.
         sink_tokens: s, first tokens attended exactly.
         feature_dim: M of every layer's far term.
+        softmax_layers: layers kept with the teacher's full softmax attention.
 
     Returns:
         ``folder``.
@@ -26,6 +29,7 @@ def save_window_student(folder: Path, window: int = 16, sink_tokens: int = 2, fe
 
     teacher, tokenizer = load_teacher(str(TINYSTORIES))
     options = SlidingWindow(window=window, sink_tokens=sink_tokens)
-    linearize(teacher, LearnedPRF, feature_dim, sliding_window=options, seed=0).save_pretrained(folder)
+    student = linearize(teacher, LearnedPRF, feature_dim, sliding_window=options, softmax_layers=softmax_layers, seed=0)
+    student.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
