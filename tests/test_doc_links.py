@@ -45,3 +45,17 @@ def test_relative_links_resolve(document):
         elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
             broken.append(f"{target} (no such heading)")
     assert not broken, f"{document.relative_to(ROOT)}: broken links {broken}"
+
+
+def test_committed_records_name_no_path_of_the_machine_that_made_them():
+    """Records and reports under docs/ name runs and data relative to the checkout (``runs/…``, ``../shared/…``),
+    never the absolute folders of one machine."""
+    machine = re.compile(r"(?<![\w.])/(?:work|root|home|tmp)/[\w.-]+/")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "docs").rglob("*"))
+        if path.suffix in (".md", ".json", ".txt", ".sh")
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if machine.search(line)
+    ]
+    assert not found, f"machine-specific paths committed: {found[:10]}"
