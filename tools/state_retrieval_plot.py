@@ -2,10 +2,13 @@
 
 For each retrieval task in the reports (passkey, recall), one panel: x = the row's decode state per sequence at
 ``--context`` tokens (fp32 bytes, log scale), y = its exact match, the mean over its seeds (the number of seeds in
-the label). A model with full softmax attention (the teacher, a tail-only control) keeps a KV cache that grows
-with the context: its bytes at the report's scored context are scaled to ``--context`` (a KV cache is linear in
-tokens); every other state has stopped growing by then (window + sinks + a constant far state). Dashed lines: 25%
-and 10% of the teacher's KV cache at that context (the issue's bar and aim).
+the label). The state record of each cell (`lit-dof compare`'s perplexity stage) holds its bytes at the scored
+context T0 and its growth per further token — the KV caches of its softmax layers (all of a teacher's or a tail-only
+control's, a hybrid's exact layers); the linear layers' window + sinks + far state are full by T0 — so the bytes at
+``--context`` are ``bytes + growth · (context − T0)``. Records written before the growth was recorded (re-running
+the stage adds it) fall back to: full softmax attention scaled linearly, every other state constant (a hybrid's
+exact layers then undercounted; a warning says so). Dashed lines: 25% and 10% of the teacher's KV cache at that
+context (the issue's bar and aim).
 
 Usage: python tools/state_retrieval_plot.py REPORT.json [REPORT.json ...] --out FIGURE.png [--context 4096]
 """
@@ -18,6 +21,22 @@ from collections import defaultdict
 from pathlib import Path
 
 
+def state_at(cell: dict, state: dict, context: int) -> float:
+    """A cell's decode state at ``context`` tokens (bytes) from its record at ``state["context"]`` (see above).
+
+    Raises:
+        SystemExit: ``context`` below the recorded context (a window's state may not be full there).
+    """
+    if context < state["context"]:
+        raise SystemExit(f"--context {context} is below the recorded context {state['context']}: ask for ≥ it")
+    if "growth" in state:
+        return state["bytes"] + state["growth"] * (context - state["context"])
+    full = cell.get("kind") == "teacher" or (cell.get("control") or {}).get("window", 0) is None
+    if not full:
+        print(f"warning: {cell['row']}: no growth recorded, its state held constant (re-run compare's ppl stage)")
+    return state["bytes"] * context / state["context"] if full else state["bytes"]
+
+
 def points(reports: list[dict], context: int) -> dict[str, dict[str, tuple[float, float, int]]]:
     """``{task: {row: (state bytes at context, mean exact match, seeds)}}`` over the reports' cells."""
     found: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
@@ -26,8 +45,7 @@ def points(reports: list[dict], context: int) -> dict[str, dict[str, tuple[float
             state = cell.get("state") or {}
             if not state.get("bytes"):
                 continue
-            full = cell.get("kind") == "teacher" or (cell.get("control") or {}).get("window", 0) is None
-            nbytes = state["bytes"] * context / state["context"] if full else state["bytes"]
+            nbytes = state_at(cell, state, context)
             for task, entry in (cell.get("retrieval") or {}).items():
                 if entry and entry.get("exact_match") is not None:
                     found[task][cell["row"]].append((nbytes, entry["exact_match"]))

@@ -15,6 +15,7 @@ from lit_dof.data.splits import check_record_split
 from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.task_data import TASKS
 from lit_dof.io import atomic_write_json, portable
+from lit_dof.students.state_bytes import state_growth
 
 
 class EvaluationStages:
@@ -162,7 +163,13 @@ class EvaluationStages:
         path = self.cell_dir(row, budget) / name
         if path.is_file():
             record = json.loads(path.read_text())
-            return record if name == "long_documents.json" else check_record_split(record, self.ppl_split, path)
+            if name == "long_documents.json":
+                return record
+            record = check_record_split(record, self.ppl_split, path)
+            if "growth" not in record.get("state", {"growth": None}):  # written before the growth was recorded
+                record["state"]["growth"] = state_growth(self.load(row, budget)[0], record["state"]["context"])
+                atomic_write_json(path, record)
+            return record
         corpus = self._corpus(name)
         model, tokenizer = self.load(row, budget)
         start = time.time()
@@ -201,8 +208,10 @@ class EvaluationStages:
             stride=self.ppl_stride,
             split=self.ppl_split,
         )
-        # what decoding keeps per sequence at the scored context (a teacher's KV cache; a student's state)
-        result["state"] = {"context": self.ppl_window, "bytes": prefill_cache_nbytes(model, self.ppl_window)}
+        # what decoding keeps per sequence at the scored context (a teacher's KV cache; a student's state), and what
+        # it grows per further token (the softmax layers' KV caches): its bytes at any longer context
+        nbytes, growth = prefill_cache_nbytes(model, self.ppl_window), state_growth(model, self.ppl_window)
+        result["state"] = {"context": self.ppl_window, "bytes": nbytes, "growth": growth}
         return result
 
     def long_context(self, row: Row, budget: int) -> dict:

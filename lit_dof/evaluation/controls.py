@@ -35,6 +35,7 @@ from lit_dof.students.state_bytes import (
     decode_state_bytes,
     equal_state_window,
     full_state_context,
+    state_growth,
     student_window,
     window_for_bytes,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "equal_state_window",
     "far_only_model",
     "full_state_context",
+    "state_growth",
     "tail_only_model",
     "tuned_parameters",
 ]

@@ -2,7 +2,8 @@
 window whose teacher KV cache holds a student's bytes.
 
 :func:`decode_state_bytes` measures it through the real cache (:func:`closed_form_state_bytes` counts it from the
-shapes); :func:`full_state_context` is the context from which a student's state stops growing;
+shapes); :func:`full_state_context` is the context from which a student's linear layers stop growing, and
+:func:`state_growth` what the state still grows per token from there (the KV caches of softmax layers);
 :func:`equal_state_window` gives the window W' whose teacher KV cache (W' + s tokens) fits in the student's bytes
 (the equal-state control, :mod:`lit_dof.evaluation.controls`).
 """
@@ -144,6 +145,27 @@ def decode_state_bytes(model: nn.Module, context: int | None = None, *, measure:
     short = min(context, full_state_context(model))
     growth = closed_form_state_bytes(model, context) - closed_form_state_bytes(model, short)
     return prefill_cache_nbytes(model, short) + growth
+
+
+def state_growth(model: nn.Module, context: int | None = None) -> int:
+    """Bytes the decode state grows per further token once the linear layers' state is full: the KV cache of every
+    softmax layer (a teacher's, a hybrid's exact layers), 0 for a student with none (closed form, in the model's
+    dtype; :func:`closed_form_state_bytes`). With it, the state at any context T ≥ T0 is
+    ``bytes(T0) + growth · (T − T0)`` for T0 ≥ max(``context``, :func:`full_state_context`).
+
+    Args:
+        model: a student, or any causal LM of a supported family.
+        context: the context (tokens) from which the growth is counted (default :func:`full_state_context`; a
+            teacher-side sliding layer stops growing at its window).
+
+    Returns:
+        bytes per token.
+
+    Raises:
+        ValueError: ``context`` < 1.
+    """
+    start = max(counted_context(model, context), full_state_context(model))
+    return closed_form_state_bytes(model, start + 1) - closed_form_state_bytes(model, start)
 
 
 def student_window(student: LitDofForCausalLM) -> SlidingWindow:

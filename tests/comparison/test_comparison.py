@@ -67,7 +67,8 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     assert set(by_position["buckets"]) == {"0-63", "64-255", "256-299"}  # one short block
     assert "Perplexity by token position (1 disjoint block of 300" in (tmp_path / "cells" / "comparison.md").read_text()
     teacher_config = AutoConfig.from_pretrained(TINYSTORIES)  # its KV cache at the scored context, closed form
-    assert record["state"] == {"context": 512, "bytes": teacher_kv_nbytes(teacher_config, 512, torch.float32)}
+    kv = [teacher_kv_nbytes(teacher_config, t, torch.float32) for t in (512, 513)]
+    assert record["state"] == {"context": 512, "bytes": kv[0], "growth": kv[1] - kv[0]}  # bytes at any longer context
     assert (tmp_path / "cells" / "C16" / "teacher" / "eval" / "cache" / "model.json").is_file()  # resumable tasks
     assert cells["teacher"]["gap_closed"] == pytest.approx(1.0)
     assert cells["performer"]["gap_closed"] == pytest.approx(0.0)
@@ -101,6 +102,12 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     again = run_compare(**kwargs)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert json.dumps(again, sort_keys=True) == json.dumps(report, sort_keys=True)
+    # a record written before the state's growth was recorded gets it when read back (the model loaded, no forward)
+    path = tmp_path / "cells" / "C16" / "dof" / "ppl.json"
+    old = json.loads(path.read_text())
+    path.write_text(json.dumps({**old, "state": {k: v for k, v in old["state"].items() if k != "growth"}}))
+    assert json.dumps(run_compare(**kwargs), sort_keys=True) == json.dumps(report, sort_keys=True)
+    assert json.loads(path.read_text())["state"] == old["state"] and old["state"]["growth"] == 0  # pure linear
     with pytest.raises(ValueError, match="unknown row"):
         run_compare(**{**kwargs, "rows": ["softmax"]})
     with pytest.raises(ValueError, match="unknown task"):

@@ -1,6 +1,6 @@
-"""tools/state_retrieval_plot.py: a full-attention row's KV cache is scaled to the asked context (linear in tokens),
-a windowed row's state is kept, seeds are averaged, rows without retrieval or state are left out; the figure is
-written."""
+"""tools/state_retrieval_plot.py: a recorded growth per token carries a row's state to the asked context (a hybrid's
+exact layers); without one a full-attention row's KV cache is scaled (linear in tokens), a windowed row's state
+kept; seeds are averaged, rows without retrieval or state are left out; the figure is written."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ def test_points_scale_full_attention_and_average_seeds(tmp_path):
             _cell("s", "student", 310, 0.5, seed=1, recall=0.25),
             _cell("s:tail_only", "control", 1000, 0.7, window=None),
             _cell("s:equal_state", "control", 299, 0.1),
+            {**_cell("hybrid", "student", 300, 0.5), "state": {"context": 512, "bytes": 300, "growth": 2}},
             {"row": "x", "kind": "student", "seed": 0, "state": None, "control": None, "retrieval": {"passkey": {}}},
         ]
     }
@@ -42,6 +43,9 @@ def test_points_scale_full_attention_and_average_seeds(tmp_path):
     assert found["passkey"]["teacher"] == (8000.0, 0.75, 1) and found["passkey"]["s:tail_only"] == (8000.0, 0.7, 1)
     assert found["passkey"]["s"] == (305.0, 0.25, 2) and found["passkey"]["s:equal_state"] == (299, 0.1, 1)
     assert "x" not in found["passkey"] and found["recall"] == {"teacher": (8000.0, 0.9, 1), "s": (310, 0.25, 1)}
+    assert found["passkey"]["hybrid"] == (300 + 2 * (4096 - 512), 0.5, 1)  # its softmax layers' KV caches grow
+    with pytest.raises(SystemExit, match="below the recorded context 512"):
+        tool.points([report], 256)
     path = tmp_path / "report.json"
     path.write_text(json.dumps(report))
     tool.main([str(path), "--out", str(tmp_path / "fig.png")])

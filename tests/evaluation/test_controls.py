@@ -21,6 +21,7 @@ from lit_dof.evaluation.controls import (
     decode_state_bytes,
     equal_state_window,
     full_state_context,
+    state_growth,
     tail_only_model,
     tuned_parameters,
 )
@@ -82,12 +83,28 @@ def test_state_depends_on_dtype_and_stops_growing_once_the_window_is_full():
     assert closed_form_state_bytes(student, 20, dtype=torch.bfloat16) == decode_state_bytes(half, 20)
 
 
+@torch.no_grad()
+@pytest.mark.parametrize("variant", list(STUDENTS))
+def test_state_growth_is_what_the_measured_cache_adds_per_token(variant):
+    student = _student(**STUDENTS[variant])
+    full = full_state_context(student)
+    measured = [prefill_cache_nbytes(student, t) for t in (full, full + 1, 40, 41)]
+    assert state_growth(student) == measured[1] - measured[0] == measured[3] - measured[2]
+    assert state_growth(student, 40) == measured[3] - measured[2]
+    config = student.config.text_config  # the hybrid's one softmax layer keeps its KV cache: 2 · Hk · d fp32 numbers
+    kv = 2 * config.num_key_value_heads * (config.hidden_size // config.num_attention_heads) * 4
+    assert state_growth(student) == (kv if STUDENTS[variant].get("softmax_layers") else 0)
+
+
 @pytest.mark.parametrize("family", ["llama", "gemma3_text"])
 def test_a_teachers_state_is_its_kv_cache(family):
     teacher = tiny_model(family)  # gemma3_text: sliding layers hold at most sliding_window - 1 tokens
     for context in (3, 40):
         assert decode_state_bytes(teacher, context) == teacher_kv_nbytes(teacher.config, context, torch.float32)
     assert decode_state_bytes(teacher, 40) == prefill_cache_nbytes(teacher, 40)
+    assert state_growth(teacher, 40) == teacher_kv_nbytes(teacher.config, 41, torch.float32) - teacher_kv_nbytes(
+        teacher.config, 40, torch.float32
+    )  # gemma3_text: the global layers only, past the local window
 
 
 @pytest.mark.parametrize("variant", ["window+sinks+linear", "pure-linear"])
