@@ -121,6 +121,7 @@ def load_script(name: str, folder: str = "scripts"):
 
     spec = importlib.util.spec_from_file_location(name, REPO / folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as an import would (dataclasses look their module up there)
     spec.loader.exec_module(module)
     return module
 

@@ -46,6 +46,7 @@ def _item(filler: torch.Tensor, tokenizer, rng: random.Random, depth: float | No
         "answer": (ids.numel() - answer.numel(), ids.numel()),
         "depth": at / keep,
         "fact": at,
+        "fact_end": at + fact.numel(),
     }
 
 
@@ -74,7 +75,8 @@ def recall_blocks(
 
     Returns:
         ``(search, confirm, heldout, where)``: items ``{"input_ids": (1, block), "answer": (start, stop), "depth",
-        "fact"}`` (the answer's token positions; the fact's first token) and a sentence saying where they come from.
+        "fact", "fact_end"}`` (the answer's token positions; the fact's first token and the one after its last)
+        and a sentence saying where they come from.
 
     Raises:
         ValueError: too few held-out tokens for that many items, or a block too short for its fact.

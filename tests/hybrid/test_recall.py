@@ -39,6 +39,8 @@ def test_items_hold_one_fact_and_end_in_its_question_and_answer():
         owner = text[: text.rindex(" The locker code of")].rsplit(" The locker code of ", 1)  # the fact, then filler
         assert f" is {code}." in owner[1] and tokenizer.decode(ids[:start]).endswith("is")
         assert 0.1 <= item["depth"] <= 0.9
+        fact = tokenizer.decode(ids[item["fact"] : item["fact_end"]])
+        assert fact.strip().startswith("The locker code of") and fact.endswith(f" is {code}.")  # the fact's tokens
         fillers.add(tokenizer.decode(ids[:8]))
     assert len(fillers) == len(items)  # every item its own block of filler
     again = recall_blocks(WIKIPEDIA, tokenizer, 96, 3, 2, confirm_items=1, seed=4)[0]
