@@ -22,7 +22,7 @@ exact (18 KV heads of SmolLM2's 90); this probe asks whether 18 KV heads spread 
 
 Validation only: it may be used to choose. Usage: python tools/retrieval_heads_probe.py [--teacher NAME]
     [--corpus PATH] [--layers 7 8 14 18 20 23] [--heads 18] [--window 64] [--sinks 4] [--contexts 2048 4096]
-    [--depths 0.25 0.5 0.75] [--trials 2] [--json OUT]
+    [--depths 0.25 0.5 0.75] [--trials 2] [--arms full window layers heads] [--json OUT]
 """
 
 from __future__ import annotations
@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--contexts", type=int, nargs="+", default=[2048, 4096])
     parser.add_argument("--depths", type=float, nargs="+", default=[0.25, 0.5, 0.75])
     parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument("--arms", nargs="+", default=["full", "window", "layers", "heads"], help="which arms to run")
     parser.add_argument("--json", help="write the scores, arms and per-item results here")
     args = parser.parse_args(argv)
     teacher, tokenizer = load_teacher(args.teacher)
@@ -156,10 +157,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"scored {scores.numel()} KV heads on {len(score_items)} items in {time.time() - start:.0f} s")
     kv_heads = scores.shape[1]
     arms = {"full": None, "window": HeadWindows(args.window, args.sinks)}
-    if args.layers:
+    arms = {name: spec for name, spec in arms.items() if name in args.arms}
+    if args.layers and "layers" in args.arms:
         exact = {layer: frozenset(range(kv_heads)) for layer in args.layers}
         arms["layers"] = HeadWindows(args.window, args.sinks, exact)
-    for k in args.heads:
+    for k in args.heads if "heads" in args.arms else ():
         arms[f"heads{k}"] = HeadWindows(args.window, args.sinks, top_heads(scores, k))
     results: dict[str, dict] = {name: {} for name in arms}
     for context in args.contexts:

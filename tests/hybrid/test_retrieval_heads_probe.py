@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
 
 import pytest
 import torch
@@ -75,11 +76,16 @@ def test_scores_are_attention_masses_and_the_probe_records_every_arm(tmp_path):
             stop == item["input_ids"].shape[1] and tokenizer.decode(item["input_ids"][0, start:stop]).strip().isdigit()
         )
     out = tmp_path / "probe.json"
-    tool.main(["--teacher", str(TINYSTORIES), "--corpus", str(WIKIPEDIA), "--layers", "1", "--heads", "2", "4",
-               "--window", "8", "--sinks", "2", "--score_block", "96", "--score_items", "2", "--skip", "0",
-               "--contexts", "256", "--depths", "0.5", "--trials", "1", "--json", str(out)])  # fmt: skip  # CLI
+    common = f"--teacher {TINYSTORIES} --corpus {WIKIPEDIA} --score_block 96 --skip 0 --contexts 256 --depths 0.5"
+    tool.main(
+        shlex.split(f"{common} --layers 1 --heads 2 4 --window 8 --sinks 2 --score_items 2 --trials 1 --json {out}")
+    )
     record = json.loads(out.read_text())
     assert set(record["arms"]) == {"full", "window", "layers", "heads2", "heads4"}
     assert record["arms"]["layers"] == {"1": [0, 1, 2, 3]} and sum(map(len, record["arms"]["heads4"].values())) == 4
-    assert all(set(r) == {"recall@256", "passkey@256"} and all(len(v) == 1 for v in r.values())
-               for r in record["results"].values())  # fmt: skip  # one check
+    assert all(
+        set(r) == {"recall@256", "passkey@256"} and all(len(v) == 1 for v in r.values())
+        for r in record["results"].values()
+    )
+    tool.main(shlex.split(f"{common} --layers 1 --heads 4 --arms layers heads --score_items 1 --trials 1 --json {out}"))
+    assert set(json.loads(out.read_text())["arms"]) == {"layers", "heads4"}
