@@ -39,10 +39,12 @@ class FinetuneScore:
 
 @dataclass
 class StateBytes:
-    """A model's decoding state: ``bytes`` per sequence after ``context`` tokens."""
+    """A model's decoding state: ``bytes`` per sequence after ``context`` tokens, and the bytes it grows per further
+    token (``growth``: the KV caches of its softmax layers; ``None`` in records written before it was recorded)."""
 
     context: int
     bytes: int
+    growth: int | None = None
 
 
 @dataclass

@@ -69,6 +69,7 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     teacher_config = AutoConfig.from_pretrained(TINYSTORIES)  # its KV cache at the scored context, closed form
     kv = [teacher_kv_nbytes(teacher_config, t, torch.float32) for t in (512, 513)]
     assert record["state"] == {"context": 512, "bytes": kv[0], "growth": kv[1] - kv[0]}  # bytes at any longer context
+    assert cells["teacher"]["state"] == record["state"]  # the report carries it (tools/state_retrieval_plot.py)
     assert (tmp_path / "cells" / "C16" / "teacher" / "eval" / "cache" / "model.json").is_file()  # resumable tasks
     assert cells["teacher"]["gap_closed"] == pytest.approx(1.0)
     assert cells["performer"]["gap_closed"] == pytest.approx(0.0)
