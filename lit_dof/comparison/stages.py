@@ -163,13 +163,7 @@ class EvaluationStages:
         path = self.cell_dir(row, budget) / name
         if path.is_file():
             record = json.loads(path.read_text())
-            if name == "long_documents.json":
-                return record
-            record = check_record_split(record, self.ppl_split, path)
-            if "growth" not in record.get("state", {"growth": None}):  # written before the growth was recorded
-                record["state"]["growth"] = state_growth(self.load(row, budget)[0], record["state"]["context"])
-                atomic_write_json(path, record)
-            return record
+            return record if name == "long_documents.json" else check_record_split(record, self.ppl_split, path)
         corpus = self._corpus(name)
         model, tokenizer = self.load(row, budget)
         start = time.time()
@@ -193,7 +187,12 @@ class EvaluationStages:
         Raises:
             FileNotFoundError: no corpus (``--corpus`` or ``$LIT_DOF_CORPUS``).
         """
-        return self._measured(row, budget, "ppl.json", self._perplexity)
+        record = self._measured(row, budget, "ppl.json", self._perplexity)
+        state = record.get("state")
+        if state is not None and "growth" not in state:  # written before the state's growth was recorded
+            state["growth"] = state_growth(self.load(row, budget)[0], state["context"])
+            atomic_write_json(self.cell_dir(row, budget) / "ppl.json", record)
+        return record
 
     def _perplexity(self, model, tokenizer, corpus: str) -> dict:
         from lit_dof.evaluation.position_perplexity import heldout_perplexity
