@@ -13,6 +13,9 @@ perplexity, lm-eval) with a :class:`Control` record.
 Pure linear students (window 0): (a) would be the teacher attending to nothing, so it is left out; (b) is the
 teacher behind W' tokens and the student's 0 sinks, unless ``sink_tokens`` asks for some (StreamingLLM's 4
 sinks make a stronger control at the same bytes).
+
+A student with exact KV heads (feature dim 0 in a per-head layer) keeps them exact in (a) and (b) as it keeps its
+softmax layers: the controls differ from it only where it is linear.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from lit_dof.students.state_bytes import (
     student_window,
     window_for_bytes,
 )
+from lit_dof.students.surgery import exact_heads
 from lit_dof.teacher.loading import load_teacher
 
 __all__ = [
@@ -127,7 +131,8 @@ def _window_control(
     record: dict,
     name: str = "window_sinks",
 ) -> nn.Module:
-    """The teacher behind an exact window + sinks, no far term (the student's softmax layers stay softmax)."""
+    """The teacher behind an exact window + sinks, no far term (the student's softmax layers stay softmax, its
+    exact KV heads exact)."""
     control = linearize(
         _shared_copy(teacher),
         LearnedPRF,
@@ -136,6 +141,7 @@ def _window_control(
         softmax_layers=student.config.softmax_layers,
         chunk_size=student.config.chunk_size,
         seed=0,
+        exact_heads=exact_heads(student.model),
     )  # LearnedPRF(M=1) is never called without a far term
     text = f"teacher, exact window {window} + {sinks} sinks: {note}"
     return _labelled(

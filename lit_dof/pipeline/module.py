@@ -30,8 +30,10 @@ from lit_dof.students.card import write_model_card
 from lit_dof.students.kernels import Kernels
 from lit_dof.students.lora import LoRA, add_lora, check_targets, has_adapters, merged_state_dict
 from lit_dof.students.modeling import LitDofForCausalLM, linearize
+from lit_dof.students.surgery import with_exact_heads
 from lit_dof.students.trainable import trainable_parameters
 from lit_dof.teacher import DEFAULT_TEACHER
+from lit_dof.teacher.families import attention_layers
 
 
 class StudentModule(L.LightningModule):
@@ -45,6 +47,9 @@ class StudentModule(L.LightningModule):
             a ``class_path``): ``DoFPlanner`` (default: the DoF estimate and the ``dof`` allocation) or
             ``FixedPlanner`` (one M everywhere, no estimate).
         softmax_layers: layers kept softmax (hybrids).
+        exact_heads: ``{layer: [KV head, …]}`` kept exact inside linearised layers (full causal softmax, a growing
+            KV cache; DuoAttention's retrieval heads): their feature dim becomes 0 after the planner's allocation
+            (lit_dof.students.surgery.with_exact_heads); in YAML ``exact_heads: {18: [2], 20: [1, 2]}``.
         share_kv_maps: one map per KV head (default) or per query head.
         chunk_size: chunk size of the linear-attention kernel.
         sliding_window: window 0 (default) for pure linear attention; a window w ≥ 1 for sliding-window +
@@ -81,6 +86,7 @@ class StudentModule(L.LightningModule):
         feature_map: FeatureMapFactory = LearnedPRF,
         planner: FeatureDimPlanner = DoFPlanner(),  # settings only: one instance serves every module
         softmax_layers: Sequence[int] = (),
+        exact_heads: dict[int, list[int]] | None = None,
         share_kv_maps: bool = True,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         sliding_window: SlidingWindow = SlidingWindow(),
@@ -98,6 +104,7 @@ class StudentModule(L.LightningModule):
         self.feature_map = feature_map
         self.planner = planner
         self.softmax_layers = list(softmax_layers)
+        self.exact_heads = {int(i): [int(h) for h in heads] for i, heads in (exact_heads or {}).items()}
         self.share_kv_maps, self.chunk_size, self.seq_len = share_kv_maps, chunk_size, seq_len
         self.lora = lora
         self.sliding_window = sliding_window
@@ -148,7 +155,8 @@ class StudentModule(L.LightningModule):
 
         Raises:
             ValueError: LoRA ``target_modules`` the teacher does not have (before the DoF estimate).
-            ValueError: the planner's settings do not fit the student (before the teacher loads).
+            ValueError: the planner's settings do not fit the student (before the teacher loads); ``exact_heads``
+                outside the teacher's layers or KV heads (before the DoF estimate).
         """
         if self.student is not None:
             return
@@ -159,6 +167,8 @@ class StudentModule(L.LightningModule):
         self.planner.check(spec)
         teacher = self._load_teacher(mesh)
         self.check_teacher(teacher)
+        kv_heads = [a.num_kv_heads for a in attention_layers(teacher)]
+        with_exact_heads([1] * len(kv_heads), self.exact_heads, kv_heads)  # bad indices: before the DoF estimate
         self.plan = self.planner.plan(teacher, trainer, spec)
         if mesh is not None:
             from lit_dof.teacher.sharded import reshard
@@ -170,6 +180,7 @@ class StudentModule(L.LightningModule):
             self.feature_map,
             self.plan.feature_dims,
             softmax_layers=self.softmax_layers,
+            exact_heads=self.exact_heads,
             share_kv_maps=self.share_kv_maps,
             chunk_size=self.chunk_size,
             seed=seed,

@@ -136,6 +136,10 @@ def _method_lines(config: dict, dims: list) -> list[str]:
     else:
         lines.append("- Attention: linear (window 0, sink tokens 0)")
     lines.append(f"- Softmax layers: {', '.join(map(str, softmax)) if softmax else 'none'}")
+    exact = {i: [h for h, x in enumerate(m) if x == 0] for i, m in enumerate(dims) if isinstance(m, list) and 0 in m}
+    if exact:  # M = 0: full causal softmax in those KV heads (lit_dof.attention.layers.exact)
+        heads = "; ".join(f"layer {i}: {', '.join(map(str, h))}" for i, h in exact.items())
+        lines.append(f"- Exact KV heads (M = 0: full softmax attention, a growing KV cache): {heads}")
     kinds = (config.get("text_config") or {}).get("layer_types") or []
     sliding = {i for i, kind in enumerate(kinds) if kind == "sliding_attention"}  # the teacher's own: stay softmax
     if dims:

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from lit_dof.attention import CausalLinearAttention, SlidingWindowLinearAttention
+from lit_dof.attention.layers.exact import ExactAttention
 from lit_dof.attention.layers.grouped import HeadGroupedAttention
 from lit_dof.attention.ops.rotary import Rotary
 from lit_dof.attention.ops.sliding_window.naive import sliding_window_masks
@@ -122,18 +123,22 @@ def attention_distillation_loss(
     Raises:
         ValueError: unknown ``kind``, ``l2`` for a sliding-window twin, a sliding-window twin without a far
             term, one that needs ``rotary`` without it, a gated one without ``values``, or one with a delta-rule
-            far memory (no attention rows).
+            far memory (no attention rows); a per-head layer whose every KV head is exact.
         FloatingPointError: a non-finite loss (names the layer's inputs).
     """
     if kind not in ("softmax", "l2"):
         raise ValueError(f"loss kind must be 'softmax' or 'l2', got {kind!r}")
-    if isinstance(twin, HeadGroupedAttention):  # per-head dims: each group on its heads, weighted by heads
+    if isinstance(twin, HeadGroupedAttention):  # per-head dims: each linear group on its heads, weighted by heads
         options = {"kind": kind, "query_rows": query_rows, "generator": generator, "rotary": rotary}
-        total = 0.0
+        total, counted = 0.0, 0
         for layer, qg, kg, *vg, heads in twin.split(q, k, *(() if values is None else (values,))):
+            if isinstance(layer, ExactAttention):
+                continue  # the exact heads are the teacher's: nothing to distil
             part = attention_distillation_loss(layer, qg, kg, key_padding, values=next(iter(vg), None), **options)
-            total = total + part * len(heads)
-        return total / twin.num_heads
+            total, counted = total + part * len(heads), counted + len(heads)
+        if not counted:
+            raise ValueError("every KV head of this layer is exact (feature dim 0): it has nothing to distil")
+        return total / counted
     windowed = isinstance(twin, SlidingWindowLinearAttention)
     if windowed and kind == "l2":
         raise ValueError("the l2 kernel loss is not defined for sliding-window twins: use loss 'softmax' or 'output'")
@@ -238,7 +243,17 @@ def output_error_sums(
     rotary: Rotary | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Σ‖ŷ − y‖² and Σ‖y‖² over the valid rows and heads of one block (shapes as :func:`attention_output_loss`),
-    as 0-d float32 tensors: the loss is their ratio; sums over several batches give the pooled ratio."""
+    as 0-d float32 tensors: the loss is their ratio; sums over several batches give the pooled ratio. A per-head
+    layer's exact heads (the teacher's own attention) are left out of both sums."""
+    if isinstance(twin, HeadGroupedAttention) and twin.exact_heads:
+        sums = [
+            output_error_sums(layer, qg, kg, vg, out.index_select(2, heads), key_padding, rotary)
+            for layer, qg, kg, vg, heads in twin.split(q, k, v)
+            if not isinstance(layer, ExactAttention)
+        ]
+        if not sums:
+            raise ValueError("every KV head of this layer is exact (feature dim 0): it has nothing to distil")
+        return sum(e for e, _ in sums), sum(n for _, n in sums)
     q, k, v = (upcast(t.detach()) for t in (q, k, v))  # the twin returns y in v's dtype: float32 here
     y, _ = twin(q, k, v, key_padding_mask=key_padding, rotary=rotary)  # (B, Hq, T, D)
     target = out.detach().transpose(1, 2).float()
@@ -279,6 +294,7 @@ def attention_output_loss(
         a 0-d float32 tensor.
 
     Raises:
+        ValueError: a per-head layer whose every KV head is exact.
         FloatingPointError: a non-finite loss.
     """
     err, norm = output_error_sums(twin, q, k, v, out, key_padding, rotary)

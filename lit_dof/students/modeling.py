@@ -27,7 +27,7 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -53,6 +53,7 @@ from lit_dof.students.surgery import (
     linear_modules,
     resolve_feature_dims,
     set_softmax_layers,
+    with_exact_heads,
 )
 from lit_dof.teacher.families import attention_layers, check_supported
 
@@ -293,6 +294,7 @@ def linearize(
     seed: int | None = None,
     share_kv_maps: bool = True,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    exact_heads: Mapping[int, Sequence[int]] | None = None,
 ) -> LitDofForCausalLM:
     """Replace every softmax attention layer of ``model`` by linear attention (paper §3; METHOD.md §1).
 
@@ -311,19 +313,24 @@ def linearize(
         seed: makes the twins' initial values independent of the global RNG, one seed per layer.
         share_kv_maps: one φ per KV head (default) or one per query head.
         chunk_size: chunk size of the parallel form.
+        exact_heads: ``{layer: [KV head, …]}`` kept exact — full causal softmax, a growing KV cache — inside
+            otherwise linearised layers (:func:`~lit_dof.students.surgery.with_exact_heads`: their M becomes 0);
+            needs ``share_kv_maps``.
 
     Returns:
         :class:`LitDofForCausalLM`.
 
     Raises:
         UnsupportedModelError: the model's family is not supported (the message lists the supported ones).
-        ValueError: a feature dim ≤ 0, a wrong number of dims, or a layer index out of range; a model that is
-            already a student.
+        ValueError: a feature dim ≤ 0 (< 0 for a KV head), a wrong number of dims, a layer index or exact KV head
+            out of range; a model that is already a student.
     """
     if isinstance(model, LitDofForCausalLM):
         raise ValueError("model is already a lit-dof student; pass its teacher or use set_softmax_layers()")
     layers = attention_layers(model)
     dims = resolve_feature_dims(feature_dims, len(layers))
+    if exact_heads:
+        dims = with_exact_heads(dims, exact_heads, [a.num_kv_heads for a in layers])
     config = LitDofConfig(
         text_config=model.config.get_text_config(decoder=True),
         feature_dims=dims,
@@ -334,7 +341,9 @@ def linearize(
         window_options=sliding_window,
     )
     student = LitDofForCausalLM(config, teacher=model, feature_map_factory=feature_map_factory, seed=seed)
-    twins = [t.groups[0] if isinstance(t, HeadGroupedAttention) else t for t in student.linear_modules().values()]
+    twins = [
+        g for t in student.linear_modules().values() for g in (t.twins if isinstance(t, HeadGroupedAttention) else [t])
+    ]
     if twins:  # record what the factory built (class + behaviour kwargs), so load_student can rebuild it
         student.config.feature_map = feature_map_spec(twins[0].feature_map)
     return student

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from lit_dof.attention import CausalLinearAttention, SlidingWindow, SlidingWindowLinearAttention
+from lit_dof.attention.layers.exact import ExactAttention
 from lit_dof.attention.layers.grouped import HeadGroupedAttention
 from lit_dof.students.cache import prefill_cache_nbytes
 from lit_dof.students.modeling import LitDofForCausalLM
@@ -28,6 +29,11 @@ def _inner(model: nn.Module) -> nn.Module:
 
 def _groups(twin: nn.Module) -> list[CausalLinearAttention]:
     return list(twin.groups) if isinstance(twin, HeadGroupedAttention) else [twin]
+
+
+def _exact_heads(twin: nn.Module) -> list[int]:
+    """The KV heads a layer's twin keeps exact (M = 0; none unless it has per-head dims)."""
+    return twin.exact_heads if isinstance(twin, HeadGroupedAttention) else []
 
 
 def full_state_context(model: nn.Module) -> int:
@@ -63,6 +69,9 @@ def _twin_bytes(twin: nn.Module, tokens: int, head_dim: int, kv_size: int, featu
     """One linear layer's decode state per sequence after ``tokens`` tokens (bytes; see the closed form)."""
     total = 0
     for group in _groups(twin):
+        if isinstance(group, ExactAttention):  # exact KV heads: their keys and values, a bool flag per token
+            total += group.num_kv_heads * tokens * 2 * head_dim * kv_size + tokens
+            continue
         heads, features = group.feature_map.num_heads, group.feature_map.feature_dim  # H (Hk, or Hq unshared), M
         linear = heads * features * (head_dim + 2) * 4  # kv (H, M, D) + k_sum, log_scale (H, M): float32
         if not isinstance(group, SlidingWindowLinearAttention):
@@ -90,6 +99,8 @@ def closed_form_state_bytes(model: nn.Module, context: int | None = None, *, dty
       token (b + s'), and with a far term the window's key log-features H·b·M·4 (8 for float64) plus the linear
       state once a key has left the window (T > w + s); with an exact far cache of K slots, H·(K·(2d·e + 4M + 16)
       + 8b) more (the slots, and each window token's running score; M = 0 without a far term);
+    * exact KV heads of a per-head layer (feature dim 0), Hk_exact of them: their KV cache Hk_exact·T·2d·e and a
+      bool flag per token (T);
     * softmax layer (a hybrid's, a teacher-side sliding layer, every layer of a plain model): the KV cache
       2·Hk·d·held·e, held = T (min(T, sliding_window − 1) in a teacher-side sliding layer).
 
@@ -219,14 +230,16 @@ def equal_state_window(
 
 
 def window_for_bytes(student: LitDofForCausalLM, state: int, context: int, dtype: torch.dtype, sinks: int) -> int:
-    """W' for ``state`` bytes: n tokens of teacher KV in the linear layers, softmax layers as at ``context``."""
+    """W' for ``state`` bytes: n tokens of teacher KV in the linear layers' heads, softmax layers and exact KV heads
+    as at ``context``."""
     if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
         raise ValueError(f"sink_tokens must be an integer >= 0, got {sinks!r}")
     inner, size = _inner(student), torch.empty((), dtype=dtype).element_size()
-    held, linear = _kv_held(text_config(inner), context), linear_layer_mask(inner)
-    kv = {layer.index: 2 * layer.num_kv_heads * layer.head_dim * size for layer in attention_layers(inner)}  # /token
-    per_token = sum(b for i, b in kv.items() if linear[i])
-    fixed = sum(b * held[i] for i, b in kv.items() if not linear[i])
+    held, linear, twins = _kv_held(text_config(inner), context), linear_layer_mask(inner), linear_modules(inner)
+    kv = {layer.index: (layer.num_kv_heads, 2 * layer.head_dim * size) for layer in attention_layers(inner)}
+    exact = {i: len(_exact_heads(twins[i])) if linear[i] else n for i, (n, _) in kv.items()}  # KV heads kept whole
+    per_token = sum(b * (n - exact[i]) for i, (n, b) in kv.items() if linear[i])
+    fixed = sum(b * exact[i] * held[i] for i, (_, b) in kv.items())  # softmax layers' and exact heads' KV caches
     if per_token == 0:
         raise ValueError("the student has no linear layers (every layer runs softmax): it has no equal-state window")
     window = max(0, state - fixed) // per_token - sinks

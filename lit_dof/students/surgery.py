@@ -10,7 +10,7 @@ No modeling file is copied or patched.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -53,23 +53,58 @@ def feature_map_class(spec: dict) -> type[FeatureMap]:
 
 def resolve_feature_dims(feature_dims: int | Sequence[int | Sequence[int]], num_layers: int) -> list[int | list[int]]:
     """Feature dimensions per layer from an int (uniform) or a length-L sequence whose entries are an int
-    (M_s for the layer) or a list of ints (M_h per KV head: per-head dims, ``dof_head``).
+    (M_s for the layer) or a list of ints (M_h per KV head: per-head dims, ``dof_head``; 0 keeps that KV head
+    exact, :class:`~lit_dof.attention.layers.exact.ExactAttention`).
 
     Raises:
-        ValueError: wrong length, or a dimension that is not a positive integer.
+        ValueError: wrong length, a layer's dimension that is not a positive integer, or a KV head's that is not
+            an integer ≥ 0.
     """
     dims = [feature_dims] * num_layers if isinstance(feature_dims, int) else list(feature_dims)
     if len(dims) != num_layers:
         raise ValueError(f"feature_dims has {len(dims)} entries but the model has {num_layers} attention layers")
     out = []
     for i, m in enumerate(dims):
-        values = list(m) if isinstance(m, (list, tuple)) else [m]
-        if not values or any(isinstance(x, bool) or not isinstance(x, int) or x <= 0 for x in values):
+        per_head = isinstance(m, (list, tuple))
+        values, least = (list(m), 0) if per_head else ([m], 1)
+        if not values or any(isinstance(x, bool) or not isinstance(x, int) or x < least for x in values):
             raise ValueError(
-                f"feature dim of layer {i} must be a positive integer (or one per KV head), got {m!r}; use a DoF "
-                "allocation (lit_dof.dof.allocate_feature_dims) or the head size"
+                f"feature dim of layer {i} must be a positive integer (or one integer >= 0 per KV head, 0: exact), "
+                f"got {m!r}; use a DoF allocation (lit_dof.dof.allocate_feature_dims) or the head size"
             )
-        out.append(values if isinstance(m, (list, tuple)) else m)
+        out.append(values if per_head else m)
+    return out
+
+
+def with_exact_heads(
+    feature_dims: Sequence[int | Sequence[int]], exact_heads: Mapping[int, Sequence[int]], num_kv_heads: Sequence[int]
+) -> list[int | list[int]]:
+    """``feature_dims`` with the listed KV heads exact (M = 0): a layer with exact heads gets one M per KV head,
+    its other heads keeping the layer's M (or their own, for per-head dims). DuoAttention's split of retrieval
+    and streaming heads (arXiv 2410.10819, §3) in lit-dof's per-head dims.
+
+    Args:
+        feature_dims: per layer, M or one M per KV head (as :func:`resolve_feature_dims` returns them).
+        exact_heads: ``{layer index: [KV head, …]}``.
+        num_kv_heads: Hk of every layer.
+
+    Returns:
+        the new per-layer dims (``feature_dims`` itself is not changed).
+
+    Raises:
+        ValueError: a layer index outside 0..L−1 or a KV head outside 0..Hk−1, or dims of another length.
+    """
+    if len(feature_dims) != len(num_kv_heads):
+        raise ValueError(f"feature_dims has {len(feature_dims)} entries for {len(num_kv_heads)} layers")
+    out = [list(m) if isinstance(m, (list, tuple)) else m for m in feature_dims]
+    for index, heads in exact_heads.items():
+        _check_indices([index], len(out))
+        kv = num_kv_heads[index]
+        if any(isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < kv for h in heads):
+            raise ValueError(f"exact_heads of layer {index} must be KV heads in 0..{kv - 1}, got {list(heads)!r}")
+        m = out[index]
+        per_head = m if isinstance(m, list) else [m] * kv
+        out[index] = [0 if h in heads else x for h, x in enumerate(per_head)]
     return out
 
 
@@ -219,6 +254,13 @@ def linear_modules(model: nn.Module) -> dict[int, CausalLinearAttention | HeadGr
         if isinstance(slot, AttentionSlot) and slot.linear is not None:
             out[layer.index] = slot.linear
     return out
+
+
+def exact_heads(model: nn.Module) -> dict[int, list[int]]:
+    """``{layer index: the KV heads its twin keeps exact}`` for every layer with exact heads (feature dim 0 in a
+    per-head layer; :func:`with_exact_heads`)."""
+    twins = linear_modules(model)
+    return {i: t.exact_heads for i, t in twins.items() if isinstance(t, HeadGroupedAttention) and t.exact_heads}
 
 
 def _check_indices(indices: Iterable[int], num_layers: int) -> set[int]:

@@ -44,7 +44,7 @@ def _single_head(grouped: HeadGroupedAttention, kv_head: int, window=0) -> Causa
 def test_head_groups_sort_by_dimension():
     assert head_groups([16, 8, 16, 4]) == [(4, [3]), (8, [1]), (16, [0, 2])]
     with pytest.raises(ValueError, match="KV head 1"):
-        head_groups([4, 0])
+        head_groups([4, -1])
 
 
 @pytest.mark.parametrize("window", [0, 4], ids=["linear", "window4"])

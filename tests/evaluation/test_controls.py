@@ -30,6 +30,7 @@ from lit_dof.interface import MODEL_CACHE_ARGUMENT
 from lit_dof.students import linearize
 from lit_dof.students.cache import cache_nbytes, prefill_cache_nbytes
 from lit_dof.students.lora import LoRA, add_lora, merged_state_dict
+from lit_dof.students.surgery import exact_heads
 from tests.conftest import REPO, TINYSTORIES, tiny_model
 
 WINDOW = SlidingWindow(window=6, sink_tokens=2)
@@ -43,6 +44,7 @@ STUDENTS = {
     "window+sinks+linear+novel-keys": dict(
         feature_dims=[8, 12, 4], sliding_window=replace(WINDOW, far_cache=3, far_cache_score="novelty")
     ),
+    "window+exact-kv-heads": dict(feature_dims=[8, 12, 4], sliding_window=WINDOW, exact_heads={0: [1], 2: [0, 1]}),
 }
 
 
@@ -91,9 +93,13 @@ def test_state_growth_is_what_the_measured_cache_adds_per_token(variant):
     measured = [prefill_cache_nbytes(student, t) for t in (full, full + 1, 40, 41)]
     assert state_growth(student) == measured[1] - measured[0] == measured[3] - measured[2]
     assert state_growth(student, 40) == measured[3] - measured[2]
-    config = student.config.text_config  # the hybrid's one softmax layer keeps its KV cache: 2 · Hk · d fp32 numbers
+    config = student.config.text_config  # a softmax layer keeps its KV cache: 2 · Hk · d fp32 numbers per token
     kv = 2 * config.num_key_value_heads * (config.hidden_size // config.num_attention_heads) * 4
-    assert state_growth(student) == (kv if STUDENTS[variant].get("softmax_layers") else 0)
+    exact = STUDENTS[variant].get("exact_heads", {})  # an exact KV head: 2 · d numbers, a flag per layer
+    growth = kv * len(STUDENTS[variant].get("softmax_layers", ())) + sum(
+        kv * len(heads) // config.num_key_value_heads + 1 for heads in exact.values()
+    )
+    assert state_growth(student) == growth
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma3_text"])
@@ -185,6 +191,27 @@ def test_window_controls_are_the_masked_teacher_and_the_student_without_far_term
     assert info.window == equal_state_window(student) > WINDOW.window and info.sink_tokens == WINDOW.sink_tokens
     assert info.state_bytes <= info.student_state_bytes == decode_state_bytes(student)
     assert control_info(double["window_sinks"]).window == WINDOW.window
+
+
+@torch.no_grad()
+def test_window_controls_keep_the_students_exact_heads():
+    """(a) and (b) keep the student's exact KV heads; (b)'s window
+    is the largest whose KV cache — its windowed heads' W' + s tokens, the exact heads' whole context — fits in the
+    student's bytes."""
+    options = STUDENTS["window+exact-kv-heads"]
+    student = _student(**options)
+    controls = control_models(student, tiny_model("llama"))
+    for name in ("window_sinks", "equal_state"):
+        assert exact_heads(controls[name].model) == options["exact_heads"]
+    info = control_info(controls["equal_state"])
+    assert info.student_state_bytes == decode_state_bytes(student, info.context)
+    head = 2 * 16 * 4  # one KV head's key and value per token, float32 (d = 16)
+    windowed, exact = 3 * 2 - 3, 3  # KV heads of the 3 layers × 2 that keep a window, and the exact ones
+
+    def kv_bytes(window):
+        return head * (windowed * (window + WINDOW.sink_tokens) + exact * info.context)
+
+    assert kv_bytes(info.window) <= info.student_state_bytes < kv_bytes(info.window + 1)
 
 
 @torch.no_grad()

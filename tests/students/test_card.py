@@ -103,6 +103,12 @@ def test_sliding_window_card_names_window_and_sinks(tmp_path):
     student.save_pretrained(tmp_path / "s")
     text = (tmp_path / "s" / "README.md").read_text()
     assert "`PerformerFeatureMap`" in text and "sliding window of 4 tokens + 2 sink tokens" in text
+    assert "Exact KV heads" not in text
+    exact = linearize(tiny_model("llama"), LearnedPRF, 8, sliding_window=SlidingWindow(window=4), exact_heads={2: [1]})
+    exact.save_pretrained(tmp_path / "e")
+    text = (tmp_path / "e" / "README.md").read_text()
+    assert "- Exact KV heads (M = 0: full softmax attention, a growing KV cache): layer 2: 1" in text
+    assert "| 2 | [8, 0] |" in text
 
 
 def test_card_marks_the_teachers_own_sliding_window_layers_as_softmax(tmp_path):

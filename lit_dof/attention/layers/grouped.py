@@ -6,6 +6,11 @@ equal M form a group, each group is an ordinary linear-attention layer (pure or 
 KV heads and their query heads, and the groups run one after another: compute and state bytes follow
 Σ_h M_h, at the price of one kernel call per distinct M (allocate with ``multiple_of`` to keep that number
 small).
+
+A KV head with M = 0 is exact: the group of such heads is an
+:class:`~lit_dof.attention.layers.exact.ExactAttention` (full causal softmax, its state a growing KV cache), so
+``[0, 32, 32]`` keeps a layer's first KV head exact and linearises the other two (DuoAttention's split of
+retrieval heads and streaming heads, arXiv 2410.10819).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
+from lit_dof.attention.layers.exact import ExactAttention
 from lit_dof.attention.layers.linear import CausalLinearAttention
 from lit_dof.attention.ops.rotary import Rotary
 from lit_dof.precision import Float32Parameters
@@ -42,15 +48,16 @@ class GroupedState:
 
 
 def head_groups(head_dims: Sequence[int]) -> list[tuple[int, list[int]]]:
-    """``[(M, [KV heads with that M]), …]`` in increasing M; heads keep their order within a group.
+    """``[(M, [KV heads with that M]), …]`` in increasing M (M = 0, the exact heads, first); heads keep their order
+    within a group.
 
     Raises:
-        ValueError: an M that is not a positive integer.
+        ValueError: an M that is not an integer ≥ 0.
     """
     groups: dict[int, list[int]] = {}
     for head, m in enumerate(head_dims):
-        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-            raise ValueError(f"feature dim of KV head {head} must be a positive integer, got {m!r}")
+        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+            raise ValueError(f"feature dim of KV head {head} must be an integer >= 0 (0: exact), got {m!r}")
         groups.setdefault(m, []).append(head)
     return sorted(groups.items())
 
@@ -61,7 +68,7 @@ class HeadGroupedAttention(Float32Parameters):
     Args:
         build: ``(num_heads, num_kv_heads, feature_dim) -> CausalLinearAttention`` — builds one group's layer
             (its feature map has ``num_kv_heads`` heads, shared by their query heads).
-        head_dims: M_h per KV head, length Hk.
+        head_dims: M_h per KV head, length Hk; 0 keeps the head exact (:class:`ExactAttention`, no ``build``).
         num_heads: Hq (a multiple of Hk).
 
     Raises:
@@ -83,7 +90,10 @@ class HeadGroupedAttention(Float32Parameters):
         self.groups = nn.ModuleList()
         self._kv_index, self._q_index = [], []
         for m, heads in head_groups(self.head_dims):
-            self.groups.append(build(len(heads) * group, len(heads), m))
+            layer = (
+                ExactAttention(len(heads) * group, len(heads)) if m == 0 else build(len(heads) * group, len(heads), m)
+            )
+            self.groups.append(layer)
             self._kv_index.append(heads)
             self._q_index.append([h * group + g for h in heads for g in range(group)])
 
@@ -92,9 +102,20 @@ class HeadGroupedAttention(Float32Parameters):
         return f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, head_dims={self.head_dims}"
 
     @property
+    def exact_heads(self) -> list[int]:
+        """The KV heads kept exact (M = 0), in increasing order."""
+        return [h for h, m in enumerate(self.head_dims) if m == 0]
+
+    @property
+    def twins(self) -> list[CausalLinearAttention]:
+        """The linear groups (every group but the exact one), in group order."""
+        return [layer for layer in self.groups if not isinstance(layer, ExactAttention)]
+
+    @property
     def far_term(self) -> bool:
-        """False when the groups are sliding windows without a far term (nothing to distil)."""
-        return all(getattr(layer, "far_term", True) for layer in self.groups)
+        """False when nothing is left to distil: every head exact, or the linear groups are sliding windows without
+        a far term."""
+        return bool(self.twins) and all(getattr(layer, "far_term", True) for layer in self.twins)
 
     @property
     def needs_rotary(self) -> bool:
@@ -108,7 +129,8 @@ class HeadGroupedAttention(Float32Parameters):
 
     @property
     def feature_dim_total(self) -> int:
-        """Σ_h M_h over the KV heads: the features (and, × (D + 2), the state floats per batch row) of the layer."""
+        """Σ_h M_h over the KV heads (0 for an exact head): the features (and, × (D + 2), the linear state floats
+        per batch row) of the layer."""
         return sum(self.head_dims)
 
     def split(self, q: Tensor, k: Tensor, *rest: Tensor):
