@@ -5,8 +5,8 @@ weights, decode-state bytes beside the student's), or why the student has none.
 A control's folder is ``<student cell>/controls/<name>/``. The controls with the teacher's own weights — (a) the
 teacher behind the student's window + sinks, (b) the teacher behind the equal-state window + sinks — depend only on
 that window, those sinks and the layers kept softmax, so their records are measured once in
-``<out>/controls/teacher_window<W>_sinks<S>[_softmax<layers>]/`` and shared by every seed, row and budget with the same
-window and softmax layers (``control.json`` names the folder). (c), the student's
+``<out>/controls/teacher_window<W>_sinks<S>[_softmax<layers>][_exact<heads>]/`` and shared by every seed, row and
+budget with the same window, softmax layers and exact KV heads (``control.json`` names the folder). (c), the student's
 own LoRA-merged weights with full attention, keeps its records in its own folder.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from lit_dof.comparison.cell_records import ControlRecord
 from lit_dof.comparison.rows import CONTROLS, Row
@@ -74,22 +74,35 @@ def records_folder(comparison: Comparison, row: Row, budget: int, seed: int | No
     return Path(os.path.normpath(own / info.records)) if info and info.records else own
 
 
-def shared_folder(comparison: Comparison, window: int, sinks: int, softmax_layers: Sequence[int] = ()) -> Path:
+def shared_folder(
+    comparison: Comparison,
+    window: int,
+    sinks: int,
+    softmax_layers: Sequence[int] = (),
+    exact_heads: Mapping[int, Sequence[int]] | None = None,
+) -> Path:
     """``<out>/controls/teacher_window<W>_sinks<S>``: the records of the teacher behind that window + sinks, with
-    ``_softmax<i>-<j>-…`` appended when the student keeps layers softmax (a hybrid's controls keep them too, so they
-    are other models than the same window's controls of a student without them).
+    ``_softmax<i>-<j>-…`` appended when the student keeps layers softmax and ``_exact<layer>.<head>.…-…`` when it
+    keeps KV heads exact (its controls keep both, so they are other models than the same window's controls of a
+    student without them).
 
     Args:
         comparison: the comparison.
         window: exactly attended tokens besides the sinks.
         sinks: sink tokens.
         softmax_layers: the student's layers with full softmax attention (``config.softmax_layers``).
+        exact_heads: ``{layer: [KV head, …]}`` the student keeps exact (:func:`lit_dof.students.surgery.exact_heads`).
 
     Returns:
         The folder (not created).
     """
     layers = f"_softmax{'-'.join(str(i) for i in sorted(softmax_layers))}" if softmax_layers else ""
-    return Path(comparison.out) / "controls" / f"teacher_window{window}_sinks{sinks}{layers}"
+    heads = "-".join(".".join(map(str, [i, *sorted(h)])) for i, h in sorted((exact_heads or {}).items()) if h)
+    return (
+        Path(comparison.out)
+        / "controls"
+        / f"teacher_window{window}_sinks{sinks}{layers}{'_exact' + heads if heads else ''}"
+    )
 
 
 def describe_controls(comparison: Comparison, student_row: Row, budget: int) -> dict[str, ControlRecord]:
@@ -110,6 +123,7 @@ def describe_controls(comparison: Comparison, student_row: Row, budget: int) -> 
         return found
     from lit_dof.evaluation.controls import control_info, control_models
     from lit_dof.evaluation.loading import load_model
+    from lit_dof.students.surgery import exact_heads
 
     student, _ = load_model(comparison.model_source(student_row, budget), device=comparison.device)
     models = control_models(student)
@@ -118,7 +132,8 @@ def describe_controls(comparison: Comparison, student_row: Row, budget: int) -> 
         control = control_info(model) if model is not None else None
         records = None
         if control is not None and control.weights == "teacher":
-            shared = shared_folder(comparison, control.window, control.sink_tokens, student.config.softmax_layers)
+            softmax, exact = student.config.softmax_layers, exact_heads(student.model)
+            shared = shared_folder(comparison, control.window, control.sink_tokens, softmax, exact)
             records = os.path.relpath(shared, folder)
         why = None if model is not None else _absent_reason(name)
         found[name] = ControlRecord(control, why, records)

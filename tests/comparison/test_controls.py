@@ -166,11 +166,12 @@ def test_tasks_say_which_examples_reach_past_the_window_and_5_shot_mmlu_is_a_col
 
 
 def test_a_hybrids_teacher_weight_controls_keep_its_softmax_layers_and_records_of_their_own(tmp_path, monkeypatch):
-    """(a) of a student with layers kept softmax is another model than (a) of one without at the same window + sinks:
-    it must not read (or write) the other's shared records."""
+    """(a) of a student with layers kept softmax (or KV heads kept exact) is another model than (a) of one without at
+    the same window + sinks: it must not read (or write) the other's shared records."""
     students = {
         "plain": save_window_student(tmp_path / "plain"),
         "hybrid": save_window_student(tmp_path / "hybrid", softmax_layers=(1,)),
+        "heads": save_window_student(tmp_path / "heads", exact_heads={0: [1], 1: [0, 1]}),
     }
     monkeypatch.setattr(Comparison, "model_source", lambda self, row, budget: str(students[row.name]))
     comparison = Comparison(out=tmp_path / "cells", teacher=str(TINYSTORIES))
@@ -185,3 +186,5 @@ def test_a_hybrids_teacher_weight_controls_keep_its_softmax_layers_and_records_o
     assert folders["plain", "window_sinks"] == "teacher_window16_sinks2"
     assert folders["hybrid", "window_sinks"] == "teacher_window16_sinks2_softmax1"
     assert folders["hybrid", "equal_state"].endswith("_softmax1") and "softmax" not in folders["plain", "equal_state"]
+    assert folders["heads", "window_sinks"] == "teacher_window16_sinks2_exact0.1-1.0.1"
+    assert folders["heads", "equal_state"].endswith("_exact0.1-1.0.1")

@@ -9,7 +9,12 @@ from tests.conftest import TINYSTORIES
 
 
 def save_window_student(
-    folder: Path, window: int = 16, sink_tokens: int = 2, feature_dim: int = 8, softmax_layers: tuple[int, ...] = ()
+    folder: Path,
+    window: int = 16,
+    sink_tokens: int = 2,
+    feature_dim: int = 8,
+    softmax_layers: tuple[int, ...] = (),
+    exact_heads: dict[int, list[int]] | None = None,
 ) -> Path:
     """Linearise the TinyStories teacher (window + sinks + far term, seed 0) and save it with its tokenizer.
 
@@ -19,6 +24,7 @@ def save_window_student(
         sink_tokens: s, first tokens attended exactly.
         feature_dim: M of every layer's far term.
         softmax_layers: layers kept with the teacher's full softmax attention.
+        exact_heads: ``{layer: [KV head, …]}`` kept exact inside linear layers.
 
     Returns:
         ``folder``.
@@ -29,7 +35,15 @@ def save_window_student(
 
     teacher, tokenizer = load_teacher(str(TINYSTORIES))
     options = SlidingWindow(window=window, sink_tokens=sink_tokens)
-    student = linearize(teacher, LearnedPRF, feature_dim, sliding_window=options, softmax_layers=softmax_layers, seed=0)
+    student = linearize(
+        teacher,
+        LearnedPRF,
+        feature_dim,
+        sliding_window=options,
+        softmax_layers=softmax_layers,
+        seed=0,
+        exact_heads=exact_heads,
+    )
     student.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

@@ -11,11 +11,13 @@
 # The quickstart's study's protocol (docs/results/test_split) with a second trial per cell, recall, and no 8k cell
 # (one 8k prompt takes the teacher ≈ 70 s on 2 cores; the bars are at 2k and 4k).
 # Resumable: each pass skips finished records. Env: LIT_DOF_CORPUS (the corpus file), OUT (cells; default
-# runs/far_term_test), REPORT_DIR (default: docs/results/far_term/retrieval_test), SEEDS (default '[0, 1, 2]').
+# runs/far_term_test), REPORT_DIR (default: docs/results/far_term/retrieval_test), SEEDS (default '[0, 1, 2]'),
+# ROW (default quickstart_retrieval; quickstart_heads runs the same protocol for the exact-KV-head candidate).
 set -u
 cd "$(dirname "$0")/../../.." && source .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-common=(--rows '[teacher, quickstart_retrieval]' --controls '[quickstart_retrieval]' --seeds "${SEEDS:-[0, 1, 2]}"
+row=${ROW:-quickstart_retrieval}
+common=(--rows "[teacher, $row]" --controls "[$row]" --seeds "${SEEDS:-[0, 1, 2]}"
         --out "${OUT:-runs/far_term_test}" --report_dir "${REPORT_DIR:-docs/results/far_term/retrieval_test}"
         --long_documents 12 --retrieval_tasks '[passkey, recall]' --retrieval.contexts '[1024, 2048, 4096]'
         --retrieval.depths '[0.0, 0.25, 0.5, 0.75, 1.0]' --retrieval.trials 2)
