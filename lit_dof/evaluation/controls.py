@@ -171,7 +171,8 @@ def tail_only_model(student: LitDofForCausalLM, teacher: nn.Module) -> nn.Module
 def far_only_model(student: LitDofForCausalLM) -> LitDofForCausalLM:
     """The student with its window cut to the query's own token and no sinks: everything else comes from its far
     term — what the far term carries alone (the check against a student that bypasses its linear part, arXiv
-    2510.05901). Its weight tensors are the student's (no copy).
+    2510.05901). Softmax layers and exact KV heads are not windows and stay as they are. Its weight tensors are the
+    student's (no copy).
 
     Args:
         student: a sliding-window student with a far term.
