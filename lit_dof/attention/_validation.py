@@ -27,6 +27,29 @@ def check_rank(name: str, tensor: Tensor, rank: int, layout: str) -> None:
         raise ValueError(f"{name} must have shape {layout}, got a {tensor.dim()}-d tensor {tuple(tensor.shape)}")
 
 
+def check_attention_call(
+    q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, num_heads: int, num_kv_heads: int
+) -> int:
+    """Validate an attention layer's call — q ``(B, Hq, T, d)``, k ``(B, Hk, Tk, d)``, v ``(B, Hk, Tk, D)``, a
+    ``(B, Tk)`` padding mask — against the layer's Hq and Hk; returns Tk.
+
+    Raises:
+        ValueError: q/k/v of the wrong rank or head counts, Tk < T, or a padding mask that is not ``(B, Tk)``.
+    """
+    check_rank("q", q, 4, "(B, Hq, T, d)")
+    check_rank("k", k, 4, "(B, Hk, Tk, d)")
+    B, Hq, T, _ = q.shape
+    Tk = k.shape[2]
+    if Hq != num_heads or k.shape[1] != num_kv_heads or v.shape[1] != num_kv_heads or Tk < T:
+        raise ValueError(
+            f"expected q with {num_heads} heads and k, v with {num_kv_heads} and at least as many tokens as q, got "
+            f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, Tk):
+        raise ValueError(f"key_padding_mask must have shape (B, Tk) = {(B, Tk)}, got {tuple(key_padding_mask.shape)}")
+    return Tk
+
+
 def check_finite(name: str, tensor: Tensor) -> None:
     """Raise ``ValueError`` if ``tensor`` holds NaN (or +inf).
 

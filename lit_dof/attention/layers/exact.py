@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lit_dof.attention._validation import check_rank
+from lit_dof.attention._validation import check_attention_call
 from lit_dof.precision import upcast
 
 
@@ -105,19 +105,8 @@ class ExactAttention(nn.Module):
             ValueError: head counts that do not match the group, Tk < T, or a padding mask that is not
                 ``(B, Tk)``.
         """
-        check_rank("q", q, 4, "(B, Hq, T, d)")
-        check_rank("k", k, 4, "(B, Hk, Tk, d)")
+        Tk = check_attention_call(q, k, v, key_padding_mask, self.num_heads, self.num_kv_heads)
         B, Hq, T, _ = q.shape
-        Tk = k.shape[2]
-        if Hq != self.num_heads or k.shape[1] != self.num_kv_heads or v.shape[1] != self.num_kv_heads or Tk < T:
-            raise ValueError(
-                f"expected q with {self.num_heads} heads and k, v with {self.num_kv_heads} and at least as many "
-                f"tokens as q, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-            )
-        if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, Tk):
-            raise ValueError(
-                f"key_padding_mask must have shape (B, Tk) = {(B, Tk)}, got {tuple(key_padding_mask.shape)}"
-            )
         valid = torch.ones(B, Tk, dtype=torch.bool, device=k.device) if key_padding_mask is None else key_padding_mask
         if state is not None:
             k, v = torch.cat([state.keys, k], dim=2), torch.cat([state.values, v], dim=2)

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from lit_dof.attention._validation import check_positive_int, check_rank
+from lit_dof.attention._validation import check_attention_call, check_positive_int
 from lit_dof.attention.feature_maps.base import FeatureMap
 from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE, accumulate_state, chunked_linear_attention
 from lit_dof.attention.ops.linear.recurrent import recurrent_linear_attention
@@ -154,20 +154,7 @@ class CausalLinearAttention(Float32Parameters):
         Raises:
             ValueError: q/k/v of the wrong rank or head counts, Tk < T, or a padding mask that is not ``(B, Tk)``.
         """
-        check_rank("q", q, 4, "(B, Hq, T, d)")
-        check_rank("k", k, 4, "(B, Hk, Tk, d)")
-        B, Hq, T, _ = q.shape
-        Tk = k.shape[2]
-        if Hq != self.num_heads or k.shape[1] != self.num_kv_heads or v.shape[1] != self.num_kv_heads or Tk < T:
-            raise ValueError(
-                f"expected q with {self.num_heads} heads and k, v with {self.num_kv_heads} and at least as many "
-                f"tokens as q, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-            )
-        if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, Tk):
-            raise ValueError(
-                f"key_padding_mask must have shape (B, Tk) = {(B, Tk)}, got {tuple(key_padding_mask.shape)}"
-            )
-        return Tk
+        return check_attention_call(q, k, v, key_padding_mask, self.num_heads, self.num_kv_heads)
 
     @property
     def needs_rotary(self) -> bool:
