@@ -200,13 +200,13 @@ class RetrievalSummary:
 @dataclass
 class FitSummary:
     """A cell's ``fit.json`` (:func:`~lit_dof.comparison.artefacts.summarise_fit`): the exported ``student`` (relative
-    to the cell), its feature dims (per layer, or per layer and KV head) and their total Σ M (per-head dims count as
-    their layer mean), optimizer steps, tokens seen, wall time (seconds, over ``attempts``), the fit's command, the
-    validation curve ``[(step, perplexity)]``, the allocation strategy and the DoF estimate's λ, its rule, what it is
-    relative to and J; the device. A hand-made or partial record leaves the rest ``None``."""
+    to the cell), its feature dims (per layer an M, or one M per KV head, 0 for an exact head) and their total Σ M
+    (per-head dims count as their layer mean), optimizer steps, tokens seen, wall time (seconds, over ``attempts``),
+    the fit's command, the validation curve ``[(step, perplexity)]``, the allocation strategy and the DoF estimate's
+    λ, its rule, what it is relative to and J; the device. A hand-made or partial record leaves the rest ``None``."""
 
     student: str | None = None
-    feature_dims: list[int] | list[list[int]] | None = None
+    feature_dims: list[int | list[int]] | None = None
     total_features: int | float | None = None
     steps: int | None = None
     tokens: int | None = None

@@ -8,9 +8,16 @@ import json
 from dataclasses import replace
 
 from lit_dof.comparison.artefacts import read_cell, retrieval_summary, task_score
-from lit_dof.comparison.cell_records import ControlRecord, EvalRecord, FitAttempt, load_attempts, save_attempts
+from lit_dof.comparison.cell_records import (
+    ControlRecord,
+    EvalRecord,
+    FitAttempt,
+    FitSummary,
+    load_attempts,
+    save_attempts,
+)
 from lit_dof.evaluation.control_record import Control
-from lit_dof.records import parse_record
+from lit_dof.records import load_record, parse_record
 
 
 def test_an_evaluation_record_gives_the_primary_metric_its_items_and_device(tmp_path):
@@ -62,6 +69,14 @@ def test_attempts_and_control_records_round_trip(tmp_path):
     (tmp_path / "control.json").write_text(json.dumps(record.to_json()))
     assert ControlRecord.load(tmp_path / "control.json") == record
     assert parse_record(ControlRecord, {"control": None, "why": "no window"}) == ControlRecord(None, "no window")
+
+
+def test_a_fit_record_holds_per_layer_per_head_and_exact_dims_together(tmp_path):
+    """A student with exact KV heads (M = 0) in some layers has an int for the others: one list of both kinds."""
+    dims = [8, [0, 16], [12, 12], 4]
+    (tmp_path / "fit.json").write_text(json.dumps({"student": "s", "feature_dims": dims, "total_features": 28.0}))
+    summary = load_record(FitSummary, tmp_path / "fit.json")
+    assert summary.feature_dims == dims and summary.total_features == 28.0
 
 
 def test_rows_are_data_and_a_bad_rows_file_is_refused_by_name(tmp_path):
