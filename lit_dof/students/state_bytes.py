@@ -18,7 +18,7 @@ from lit_dof.attention.layers.exact import ExactAttention
 from lit_dof.attention.layers.grouped import HeadGroupedAttention
 from lit_dof.students.cache import prefill_cache_nbytes
 from lit_dof.students.modeling import LitDofForCausalLM
-from lit_dof.students.surgery import linear_layer_mask, linear_modules
+from lit_dof.students.surgery import exact_heads, linear_layer_mask, linear_modules
 from lit_dof.teacher.families import attention_layers, text_config
 
 
@@ -29,11 +29,6 @@ def _inner(model: nn.Module) -> nn.Module:
 
 def _groups(twin: nn.Module) -> list[CausalLinearAttention]:
     return list(twin.groups) if isinstance(twin, HeadGroupedAttention) else [twin]
-
-
-def _exact_heads(twin: nn.Module) -> list[int]:
-    """The KV heads a layer's twin keeps exact (M = 0; none unless it has per-head dims)."""
-    return twin.exact_heads if isinstance(twin, HeadGroupedAttention) else []
 
 
 def full_state_context(model: nn.Module) -> int:
@@ -235,9 +230,9 @@ def window_for_bytes(student: LitDofForCausalLM, state: int, context: int, dtype
     if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
         raise ValueError(f"sink_tokens must be an integer >= 0, got {sinks!r}")
     inner, size = _inner(student), torch.empty((), dtype=dtype).element_size()
-    held, linear, twins = _kv_held(text_config(inner), context), linear_layer_mask(inner), linear_modules(inner)
+    held, linear, whole = _kv_held(text_config(inner), context), linear_layer_mask(inner), exact_heads(inner)
     kv = {layer.index: (layer.num_kv_heads, 2 * layer.head_dim * size) for layer in attention_layers(inner)}
-    exact = {i: len(_exact_heads(twins[i])) if linear[i] else n for i, (n, _) in kv.items()}  # KV heads kept whole
+    exact = {i: len(whole.get(i, ())) if linear[i] else n for i, (n, _) in kv.items()}  # KV heads kept whole
     per_token = sum(b * (n - exact[i]) for i, (n, b) in kv.items() if linear[i])
     fixed = sum(b * exact[i] * held[i] for i, (_, b) in kv.items())  # softmax layers' and exact heads' KV caches
     if per_token == 0:
