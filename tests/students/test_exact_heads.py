@@ -62,12 +62,25 @@ def test_with_exact_heads_zeroes_the_listed_heads_and_names_bad_ones():
         resolve_feature_dims([8, 0], 2)  # a whole layer exact is a softmax layer: softmax_layers says so
 
 
-def test_a_fit_with_exact_heads_exports_them(tmp_path):
+GATED_CUT = [
+    "--model.init_args.sliding_window.far_decay=128",
+    "--model.init_args.sliding_window.far_gate=true",
+    "--model.init_args.window_dropout.rate=1.0",
+    "--model.init_args.window_dropout.window=2",
+]  # every layer-wise step cut to a 2-token window
+
+
+@pytest.mark.parametrize("more", [[], GATED_CUT], ids=["plain", "gated-window-dropout"])
+def test_a_fit_with_exact_heads_exports_them(tmp_path, more):
+    """Also with a gated far memory and every layer-wise step's window cut (window dropout): the recipe of
+    ``quickstart_heads_gate_dropout`` in configs/compare/rows.yaml."""
     from tests.pipeline.test_cli import _run
 
-    extra = ["--model.init_args.exact_heads={1: [0]}"]
+    extra = ["--model.init_args.exact_heads={1: [0]}", *more]
     cli, log_dir = _run(tmp_path, "methods/swa_sink_linear.yaml", steps=2, extra=extra)
     student = load_student(log_dir / "student")
     assert exact_heads(student.model) == {1: [0]} and student.feature_dims[1][0] == 0
     assert all(isinstance(m, int) for i, m in enumerate(student.feature_dims) if i != 1)
     assert torch.isfinite(cli.trainer.callback_metrics["val/ppl_student"])
+    gated = {type(m).__name__: m.far_gated for m in student.model.modules() if hasattr(m, "far_gated")}
+    assert gated and all(gated[name] == bool(more) for name in gated if name != "ExactAttention")
