@@ -60,7 +60,18 @@ def _kv_held(config, tokens: int) -> list[int]:
     return [min(tokens, window - 1) if kind == "sliding_attention" and window else tokens for kind in layer_types]
 
 
-def _twin_bytes(twin: nn.Module, tokens: int, head_dim: int, kv_size: int, feature_size: int) -> int:
+def _rotary_dim(config, head_dim: int) -> int:
+    """r, the dims of a head RoPE turns: ``head_dim`` × the partial rotary factor (transformers 5 keeps it in
+    ``rope_parameters``; older configs as ``partial_rotary_factor`` or GPT-NeoX's ``rotary_pct``; default 1)."""
+    params = getattr(config, "rope_parameters", None)
+    factor = params.get("partial_rotary_factor") if isinstance(params, dict) else None
+    for name in ("partial_rotary_factor", "rotary_pct"):
+        factor = getattr(config, name, None) if factor is None else factor
+    dims = int(head_dim * (1.0 if factor is None else factor))
+    return dims - dims % 2
+
+
+def _twin_bytes(twin: nn.Module, tokens: int, head_dim: int, kv_size: int, feature_size: int, rotary_dim: int) -> int:
     """One linear layer's decode state per sequence after ``tokens`` tokens (bytes; see the closed form)."""
     total = 0
     for group in _groups(twin):
@@ -74,8 +85,8 @@ def _twin_bytes(twin: nn.Module, tokens: int, head_dim: int, kv_size: int, featu
             continue
         window, sinks = min(group.window, tokens), min(group.sink_tokens, tokens)
         total += heads * (window + sinks) * 2 * head_dim * kv_size + window + sinks  # keys, values; bool flags
-        if group.far_term:  # the window's key log-features, and the far keys' linear state once there is one
-            total += heads * window * features * feature_size
+        if group.far_term:  # the window keys' rotation angles (r/2 + 1 float32), the linear state once it has a key
+            total += window * (rotary_dim // 2 + 1) * 4 if group.needs_rotary else 0
             total += linear if tokens > group.window + group.sink_tokens else 0
         cache = group.sliding_window.far_cache  # K slots (key, value, log-features, score and position: 8 + 8)
         slot_features = features * feature_size if group.far_term else 0
@@ -91,9 +102,11 @@ def closed_form_state_bytes(model: nn.Module, context: int | None = None, *, dty
 
     * pure linear layer: the linear state (H, M, D) + 2 × (H, M) in float32, H·M·(D + 2)·4;
     * sliding-window layer: the window's and sinks' keys and values H·(b + s')·2d·e, a bool flag per buffered
-      token (b + s'), and with a far term the window's key log-features H·b·M·4 (8 for float64) plus the linear
-      state once a key has left the window (T > w + s); with an exact far cache of K slots, H·(K·(2d·e + 4M + 16)
-      + 8b) more (the slots, and each window token's running score; M = 0 without a far term);
+      token (b + s'), and with a far term the linear state once a key has left the window (T > w + s) and, when
+      the far term sees un-rotated keys, each window key's rotation b·(r/2 + 1)·4 (r the rotary dims: the key
+      log-features are recomputed when a key leaves the window, not kept); with an exact far cache of K slots,
+      H·(K·(2d·e + 4M + 16) + 8b) more (the slots, and each window token's running score; M = 0 without a far
+      term);
     * exact KV heads of a per-head layer (feature dim 0), Hk_exact of them: their KV cache Hk_exact·T·2d·e and a
       bool flag per token (T);
     * softmax layer (a hybrid's, a teacher-side sliding layer, every layer of a plain model): the KV cache
@@ -116,9 +129,10 @@ def closed_form_state_bytes(model: nn.Module, context: int | None = None, *, dty
     context = counted_context(model, context)
     inner, dtype = _inner(model), dtype or model.dtype
     kv_size, feature_size = torch.empty((), dtype=dtype).element_size(), 8 if dtype == torch.float64 else 4
-    held, twins, linear = _kv_held(text_config(inner), context), linear_modules(inner), linear_layer_mask(inner)
+    config = text_config(inner)
+    held, twins, linear = _kv_held(config, context), linear_modules(inner), linear_layer_mask(inner)
     return sum(
-        _twin_bytes(twins[a.index], context, a.head_dim, kv_size, feature_size)
+        _twin_bytes(twins[a.index], context, a.head_dim, kv_size, feature_size, _rotary_dim(config, a.head_dim))
         if linear[a.index]
         else 2 * a.num_kv_heads * a.head_dim * held[a.index] * kv_size
         for a in attention_layers(inner)
@@ -197,8 +211,8 @@ def equal_state_window(
     bytes and for W' + 1 + s more (rounded down). With softmax layers in the student, W' + s counts its linear
     layers only (the control keeps those softmax layers' KV cache as the student does).
 
-    E.g. the quickstart student (SmolLM2-135M, window 64 + 4 sinks) holds 6,150,960 bytes: the float32 teacher
-    KV cache of 133 tokens (46,080 bytes each), W' = 129.
+    E.g. the quickstart student (SmolLM2-135M, window 64 + 4 sinks) holds 4,919,856 bytes: the float32 teacher
+    KV cache of 106 tokens (46,080 bytes each), W' = 102 (closed form on its committed feature dims).
 
     Args:
         student: the student.

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from lit_dof.attention import LearnedPRF, SlidingWindow, SlidingWindowLinearAttention
-from lit_dof.attention.ops.rotary import unrotate
+from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE
+from lit_dof.attention.ops.rotary import rotary_from_angles, rotation_angles, unrotate
 from lit_dof.attention.ops.sliding_window.naive import naive_sliding_window_attention
 from lit_dof.students import linearize, load_student
 from lit_dof.students.layer_losses import SoftmaxRowLoss
@@ -44,6 +45,47 @@ def test_unrotate_inverts_transformers_rope(family):
     torch.testing.assert_close(unrotate(rotated, (cos.double(), sin.double())), x, rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="rotary cos/sin"):
         unrotate(rotated[:, :, :5], (cos, sin))
+    packed = rotation_angles((1.3 * cos, 1.3 * sin))  # what a decoding state keeps, with a YaRN-like scale
+    assert packed.shape == (2, 9, cos.shape[-1] // 2 + 1)
+    for rebuilt, original in zip(rotary_from_angles(packed), (1.3 * cos, 1.3 * sin)):
+        torch.testing.assert_close(rebuilt, original, rtol=0, atol=1e-6)
+
+
+def test_decoding_keeps_the_window_keys_angles_not_their_features():
+    """Between calls a far term on un-rotated keys keeps each window key's rotation (r/2 + 1 numbers), not its
+    log-features (M per map head): they are recomputed when the key leaves the window, and decoding token by token
+    from that state equals one pass, per-row positions and a rotary scale included."""
+    torch.manual_seed(0)
+    B, Hq, Hk, d, T, w = 2, 4, 2, 8, 13, 3
+    fm = LearnedPRF(d, Hk, 6, seed=1)
+    layer = SlidingWindowLinearAttention(
+        fm, Hq, Hk, sliding_window=SlidingWindow(window=w, sink_tokens=1, far_rope=False)
+    )
+    q, k, v = torch.randn(B, Hq, T, d), torch.randn(B, Hk, T, d), torch.randn(B, Hk, T, 3)
+    angle = torch.rand(B, T, d // 2) * 6.0
+    rotary = (1.3 * torch.cat([angle.cos()] * 2, -1), 1.3 * torch.cat([angle.sin()] * 2, -1))
+
+    def at(start: int, stop: int):  # the rotary of positions start … stop − 1
+        return rotary[0][:, start:stop], rotary[1][:, start:stop]
+
+    whole, _ = layer(q, k, v, rotary=rotary)
+    y, state = layer(q[:, :, :7], k[:, :, :7], v[:, :, :7], rotary=at(0, 7))
+    steps = [y]
+    for t in range(7, T):
+        assert state.log_phi_k is None and state.rotary.shape == (B, w, d // 2 + 1)
+        held = unrotate(state.keys, at(t - w, t))  # the window's keys, un-rotated by their own cos/sin
+        torch.testing.assert_close(layer.window_log_features(state), fm.log_features(held), rtol=1e-5, atol=1e-5)
+        oldest = layer.window_log_features(state, leaving=1)  # what one decoded token moves out: the others empty
+        torch.testing.assert_close(oldest[:, :, :1], fm.log_features(held)[:, :, :1], rtol=1e-5, atol=1e-5)
+        assert bool((oldest[:, :, 1:] == EMPTY_LOG_SCALE).all())
+        y, state = layer(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state, rotary=at(t, t + 1))
+        steps.append(y)
+    torch.testing.assert_close(torch.cat(steps, 2), whole, rtol=1e-5, atol=1e-5)
+    features = B * Hk * w * fm.feature_dim * 4  # what the log-features took
+    assert state.rotary.numel() * 4 == B * w * (d // 2 + 1) * 4 < features
+    rope = SlidingWindowLinearAttention(fm, Hq, Hk, sliding_window=SlidingWindow(window=w, sink_tokens=1))
+    _, state = rope(q, k, v)
+    assert state.log_phi_k is None and state.rotary is None  # post-RoPE features: the keys alone suffice
 
 
 def test_layer_matches_the_reference_on_unrotated_features():

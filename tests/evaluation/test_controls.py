@@ -1,6 +1,6 @@
 """Controls of a student: its decode-state bytes in closed form equal the bytes its real cache holds (prefill and
 generate, before and after the window fills); the equal-state window is the largest whose teacher KV cache fits
-in them (the quickstart's committed 6,150,960 bytes give 129 + 4 float32 tokens); control (a) is the student with
+in them (the quickstart's 4,919,856 bytes give 102 + 4 float32 tokens); control (a) is the student with
 its far term weighted to zero and a float64 masked-softmax teacher; (c) is the student in teacher mode, or the
 teacher itself without a LoRA tail; every control runs forward and ``generate`` with and without a cache."""
 
@@ -45,6 +45,7 @@ STUDENTS = {
         feature_dims=[8, 12, 4], sliding_window=replace(WINDOW, far_cache=3, far_cache_score="novelty")
     ),
     "window+exact-kv-heads": dict(feature_dims=[8, 12, 4], sliding_window=WINDOW, exact_heads={0: [1], 2: [0, 1]}),
+    "window+unrotated-far-term": dict(feature_dims=[8, 12, 4], sliding_window=replace(WINDOW, far_rope=False)),
 }
 
 
@@ -58,9 +59,12 @@ def _ids(length, seed=1):
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("variant", list(STUDENTS))
-def test_closed_form_equals_the_measured_cache(variant):
-    student = _student(**STUDENTS[variant])
+@pytest.mark.parametrize(
+    "variant, family",
+    [(v, "llama") for v in STUDENTS] + [("window+unrotated-far-term", "gpt_neox")],  # partial rotary: r < d
+)
+def test_closed_form_equals_the_measured_cache(variant, family):
+    student = _student(family, **STUDENTS[variant])
     for context in (4, 37):  # before the window (6 + 2 sinks) is full, and well after
         expected = closed_form_state_bytes(student, context)
         assert prefill_cache_nbytes(student, context) == expected
@@ -126,9 +130,12 @@ def test_equal_state_window_is_the_largest_that_fits(variant, dtype):
         equal_state_window(student, 50, sink_tokens=window + sinks)
 
 
-def test_quickstart_record_is_133_float32_teacher_tokens():
+def test_quickstart_state_follows_from_its_record():
     """A SmolLM2-135M-shaped student (built on the meta device: shapes only) with the quickstart's window, sinks,
-    far term and committed feature dims holds the committed state bytes, the float32 KV cache of 129 + 4 tokens."""
+    far term and committed feature dims. Its committed state (6,150,960 bytes, measured when the window kept its
+    keys' log-features, 3 KV heads × 64 tokens × M float32 per layer) less those log-features plus the window
+    keys' rotation angles kept instead (64 tokens × (32 + 1) float32 per layer) is what it holds now: the float32
+    KV cache of 102 + 4 tokens (was 129 + 4)."""
     import transformers as tf
 
     fit = json.loads((REPO / "docs/results/sliding_window/records/quickstart_lora_fit.json").read_text())
@@ -139,10 +146,12 @@ def test_quickstart_record_is_133_float32_teacher_tokens():
         teacher = tf.AutoModelForCausalLM.from_config(config)
     window = SlidingWindow(window=64, sink_tokens=4, far_decay=128, far_rope=False)
     student = linearize(teacher, LearnedPRF, fit["feature_dims"], sliding_window=window)
-    assert closed_form_state_bytes(student, record["context"]) == record["bytes"] == 6_150_960
-    assert decode_state_bytes(student, measure=False) == record["bytes"]  # the same at any full context
-    assert equal_state_window(student, record["context"], dtype=torch.float32, measure=False) == 129
-    assert equal_state_window(student, measure=False, dtype=torch.bfloat16) == 262
+    features, angles = 3 * 64 * sum(fit["feature_dims"]) * 4, 30 * 64 * (64 // 2 + 1) * 4
+    assert record["bytes"] == 6_150_960
+    assert closed_form_state_bytes(student, record["context"]) == record["bytes"] - features + angles == 4_919_856
+    assert decode_state_bytes(student, measure=False) == 4_919_856  # the same at any full context
+    assert equal_state_window(student, record["context"], dtype=torch.float32, measure=False) == 102
+    assert equal_state_window(student, measure=False, dtype=torch.bfloat16) == 209
 
 
 def _masked_teacher_logits(monkeypatch, ids, window, sinks):

@@ -9,16 +9,19 @@ pure linear layer; ``window = 0`` in the student configuration means that pure l
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lit_dof.attention.feature_maps.base import FeatureMap
 from lit_dof.attention.layers.linear import CausalLinearAttention
 from lit_dof.attention.layers.window_options import SlidingWindow
 from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE
-from lit_dof.attention.ops.rotary import Rotary, unrotate
+from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE
+from lit_dof.attention.ops.rotary import Rotary, rotary_from_angles, rotation_angles, unrotate
 from lit_dof.attention.ops.sliding_window.chunked import SlidingWindowState, sliding_window_linear_attention
 
 
@@ -260,7 +263,10 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         gates = self.far_log_gates(v) if self.far_term else None
         write = self.far_write_strengths(v) if self.far_term else None
-        return sliding_window_linear_attention(
+        if self.far_term and state is not None and state.log_phi_k is None and state.keys.shape[2]:
+            leaving = state.keys.shape[2] + T - self.window  # the held keys this call moves into the far memory
+            state = dataclasses.replace(state, log_phi_k=self.window_log_features(state, leaving))
+        y, new_state = sliding_window_linear_attention(
             q,
             k,
             v,
@@ -281,6 +287,52 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             far_cache_score=self.sliding_window.far_cache_score,
             far_cache_pool=self.sliding_window.far_cache_pool,
         )
+        return y, self._lean(new_state, state, rotary, B)
+
+    def window_log_features(self, state: SlidingWindowState, leaving: int | None = None) -> Tensor:
+        """The far term's key log-features of the keys ``state`` holds in its window, recomputed from the keys
+        (un-rotated with the angles the state kept when the far term sees un-rotated keys): what a key brings to
+        the far memory when it leaves the window.
+
+        Args:
+            state: a state this layer returned (``keys`` ``(B, H, b, d)``; ``rotary`` when :attr:`needs_rotary`).
+            leaving: compute only the oldest ``leaving`` keys' (those the next call moves into the far memory; the
+                others are marked empty, as padding is); ``None``: all b.
+
+        Returns:
+            ``(B, H, b, M)``, H = the feature map's heads.
+
+        Raises:
+            ValueError: the layer needs the keys' rotation and ``state`` holds none.
+        """
+        held = state.keys.shape[2]
+        n = held if leaving is None else max(0, min(held, leaving))
+        keys = state.keys[:, :, :n]
+        if self.needs_rotary:
+            if state.rotary is None:
+                raise ValueError("this state holds no rotation angles of its window keys: pass a state the layer made")
+            keys = unrotate(keys, rotary_from_angles(state.rotary[:, :n]))
+        features = self.feature_map.log_features(keys)
+        return F.pad(features, (0, 0, 0, held - n), value=EMPTY_LOG_SCALE) if n < held else features
+
+    def _lean(
+        self, new: SlidingWindowState, prev: SlidingWindowState | None, rotary: Rotary | None, batch: int
+    ) -> SlidingWindowState:
+        """``new`` without the window keys' log-features (recomputed by :meth:`window_log_features` when the keys
+        leave): with a far term on un-rotated keys it keeps their rotation angles instead, r/2 + 1 numbers per key
+        where the log-features were H·M (docs/method_students.md, "Decode state"). A state from elsewhere with
+        window keys but no angles keeps its log-features."""
+        if not self.far_term:
+            return new
+        angles = None
+        if self.needs_rotary:
+            held = 0 if prev is None else prev.keys.shape[2]
+            if held and prev.rotary is None:
+                return new
+            angles = rotation_angles(rotary).expand(batch, -1, -1)
+            angles = torch.cat([prev.rotary, angles], 1) if held else angles
+            angles = angles[:, angles.shape[1] - new.keys.shape[2] :].contiguous()
+        return dataclasses.replace(new, log_phi_k=None, rotary=angles)
 
 
 def sliding_window_layers(module: nn.Module) -> list[SlidingWindowLinearAttention]:

@@ -46,3 +46,38 @@ def unrotate(x: Tensor, rotary: Rotary) -> Tensor:
     if r < d:
         back = torch.cat([back, x[..., r:].float()], dim=-1)
     return back.to(x.dtype)
+
+
+def rotation_angles(rotary: Rotary) -> Tensor:
+    """What a decoding state keeps of ``(cos, sin)`` to undo the rotation later: per position the r/2 angles and
+    the common scale (:func:`rotary_from_angles` rebuilds the pair).
+
+    In the rotate-half layout both dims of a pair are turned by one angle (``cos[..., i] = cos[..., i + r/2]``:
+    the precondition of :func:`unrotate` too), and every pair carries the same scale s (1, or YaRN's attention
+    factor). So r/2 + 1 float32 numbers per position hold what 2r did.
+
+    Args:
+        rotary: ``(cos, sin)``, each ``(B or 1, T, r)``, r even.
+
+    Returns:
+        ``(B or 1, T, r/2 + 1)`` float32: the angles atan2(sin, cos) of the first half (radians, in (−π, π]), then
+        s = (cos² + sin²)^½ of the first pair.
+
+    Raises:
+        ValueError: cos/sin of different shapes, or r odd.
+    """
+    cos, sin = rotary
+    if cos.shape != sin.shape or cos.dim() != 3 or cos.shape[-1] % 2:
+        shapes = f"cos {tuple(cos.shape)}, sin {tuple(sin.shape)}"
+        raise ValueError(f"rotary cos/sin must be (B or 1, T, r) with r even, got {shapes}")
+    half = cos.shape[-1] // 2
+    c, s = cos[..., :half].float(), sin[..., :half].float()
+    return torch.cat([torch.atan2(s, c), torch.hypot(c[..., :1], s[..., :1])], dim=-1)
+
+
+def rotary_from_angles(packed: Tensor) -> Rotary:
+    """The ``(cos, sin)`` pair :func:`rotation_angles` packed, each ``(B or 1, T, r)`` float32 (equal to the
+    original up to float32 rounding)."""
+    angles, scale = packed[..., :-1], packed[..., -1:]
+    cos, sin = torch.cos(angles) * scale, torch.sin(angles) * scale
+    return torch.cat([cos, cos], dim=-1), torch.cat([sin, sin], dim=-1)

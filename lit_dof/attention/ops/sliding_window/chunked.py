@@ -65,7 +65,9 @@ class SlidingWindowState:
     Attributes:
         linear: the linear state of every non-sink key that has left the window, or ``None`` before the first.
         keys: ``(B, Hk, b, d)`` the last b ≤ w keys (post-RoPE). values: ``(B, Hk, b, D)``.
-        log_phi_k: ``(B, Hk, b, M)`` their key log-features, or ``None`` without a linear term.
+        log_phi_k: ``(B, Hk, b, M)`` their key log-features, or ``None``: without a linear term, and between calls
+            of a layer that recomputes them from ``keys`` (and ``rotary``) when they leave the window
+            (:class:`~lit_dof.attention.layers.sliding_window.SlidingWindowLinearAttention`).
         valid: ``(B, b)`` bool, False for padding keys.
         sink_keys: ``(B, Hk, s', d)`` the first s' = min(s, seen) keys. sink_values: ``(B, Hk, s', D)``.
         sink_valid: ``(B, s')`` bool.
@@ -75,6 +77,9 @@ class SlidingWindowState:
             ``None``.
         cache: the exact far cache (:class:`~lit_dof.attention.ops.sliding_window.far_cache_state.FarCache`), or
             ``None``.
+        rotary: ``(B, b, r/2 + 1)`` the window keys' rotation angles and scale
+            (:func:`~lit_dof.attention.ops.rotary.rotation_angles`), kept by a layer whose far term sees un-rotated
+            keys; else ``None``.
     """
 
     linear: LinearAttentionState | None
@@ -89,11 +94,13 @@ class SlidingWindowState:
     write: Tensor | None = None
     memory: Tensor | None = None
     cache: FarCache | None = None
+    rotary: Tensor | None = None
 
     def _tensors(self) -> list[Tensor]:
         tensors = [self.keys, self.values, self.valid, self.sink_keys, self.sink_values, self.sink_valid]
         cache = self.cache.tensors() if self.cache is not None else []
-        return tensors + [t for t in (self.log_phi_k, self.write, self.memory) if t is not None] + cache
+        optional = (self.log_phi_k, self.write, self.memory, self.rotary)
+        return tensors + [t for t in optional if t is not None] + cache
 
     @property
     def nbytes(self) -> int:
@@ -120,6 +127,7 @@ class SlidingWindowState:
             None if self.write is None else fn(self.write),
             None if self.memory is None else fn(self.memory),
             None if self.cache is None else self.cache.map(fn),
+            None if self.rotary is None else fn(self.rotary),
         )
 
     def index_select(self, dim: int, index: Tensor) -> "SlidingWindowState":
