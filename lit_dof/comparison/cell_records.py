@@ -40,22 +40,26 @@ class FinetuneScore:
 @dataclass
 class StateBytes:
     """A model's decoding state: ``bytes`` per sequence after ``context`` tokens, and the bytes it grows per further
-    token (``growth``: the KV caches of its softmax layers; ``None`` in records written before it was recorded)."""
+    token (``growth``: the KV caches of its softmax layers; ``None`` in records written before it was recorded), in
+    the state layout ``layout`` (:data:`~lit_dof.students.state_bytes.STATE_LAYOUT`; ``None``: the first, 1)."""
 
     context: int
     bytes: int
     growth: int | None = None
+    layout: int | None = None
 
 
 @dataclass
 class ControlRecord:
     """A control's ``control.json`` (:func:`~lit_dof.comparison.control_cells.describe_controls`): what it is
-    (``None`` when the student has no such control, with ``why``) and where its records are (``records``: a folder
-    relative to the control's own; ``None``: its own)."""
+    (``None`` when the student has no such control, with ``why``), where its records are (``records``: a folder
+    relative to the control's own; ``None``: its own) and the decode-state layout its bytes were counted in
+    (``state_layout``, :data:`~lit_dof.students.state_bytes.STATE_LAYOUT`; ``None``: the first, 1)."""
 
     control: Control | None
     why: str | None = None
     records: str | None = None
+    state_layout: int | None = None
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ControlRecord:

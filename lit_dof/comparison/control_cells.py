@@ -107,7 +107,9 @@ def shared_folder(
 
 def describe_controls(comparison: Comparison, student_row: Row, budget: int) -> dict[str, ControlRecord]:
     """Write the ``control.json`` of each control of a fitted student cell (loading the student and its teacher
-    once), unless all are written; returns them.
+    once), unless all are written in the current decode-state layout; returns them. One written in another layout
+    (:data:`~lit_dof.students.state_bytes.STATE_LAYOUT`: its (b) window was sized to other bytes) is kept beside as
+    ``control.json.layout<N>`` and described again.
 
     Args:
         comparison: the comparison (its seed is the cell's).
@@ -117,13 +119,20 @@ def describe_controls(comparison: Comparison, student_row: Row, budget: int) -> 
     Returns:
         ``{control name: its control.json}`` for every name of :data:`~lit_dof.comparison.rows.CONTROLS`.
     """
+    from lit_dof.students.state_bytes import STATE_LAYOUT
+
     folders = {name: comparison.cell_dir(student_row, budget) / "controls" / name for name in CONTROLS}
     found = {name: read_control(folder) for name, folder in folders.items()}
-    if all(found.values()):
+    if all(record is not None and record.state_layout == STATE_LAYOUT for record in found.values()):
         return found
     from lit_dof.evaluation.controls import control_info, control_models
     from lit_dof.evaluation.loading import load_model
     from lit_dof.students.surgery import exact_heads
+
+    for name, record in found.items():  # counted in another decode-state layout: kept beside, described again
+        if record is not None and record.state_layout != STATE_LAYOUT:
+            path = folders[name] / CONTROL_FILE
+            os.replace(path, path.with_name(f"{CONTROL_FILE}.layout{record.state_layout or 1}"))
 
     student, _ = load_model(comparison.model_source(student_row, budget), device=comparison.device)
     models = control_models(student)
@@ -136,7 +145,7 @@ def describe_controls(comparison: Comparison, student_row: Row, budget: int) -> 
             shared = shared_folder(comparison, control.window, control.sink_tokens, softmax, exact)
             records = os.path.relpath(shared, folder)
         why = None if model is not None else _absent_reason(name)
-        found[name] = ControlRecord(control, why, records)
+        found[name] = ControlRecord(control, why, records, STATE_LAYOUT)
         atomic_write_json(folder / CONTROL_FILE, found[name].to_json())
     return found
 

@@ -15,7 +15,7 @@ from lit_dof.data.splits import check_record_split
 from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.task_data import TASKS
 from lit_dof.io import atomic_write_json, portable
-from lit_dof.students.state_bytes import state_growth
+from lit_dof.students.state_bytes import STATE_LAYOUT, state_growth
 
 
 class EvaluationStages:
@@ -189,8 +189,13 @@ class EvaluationStages:
         """
         record = self._measured(row, budget, "ppl.json", self._perplexity)
         state = record.get("state")
-        if state is not None and "growth" not in state:  # written before the state's growth was recorded
-            state["growth"] = state_growth(self.load(row, budget)[0], state["context"])
+        if state is not None and state.get("layout") != STATE_LAYOUT:  # counted in another state layout (or no growth)
+            from lit_dof.students.cache import prefill_cache_nbytes
+
+            model, context = self.load(row, budget)[0], state["context"]
+            before = {"bytes": state["bytes"], "layout": state.get("layout", 1)}
+            state.update(bytes=prefill_cache_nbytes(model, context), growth=state_growth(model, context))
+            state.update(layout=STATE_LAYOUT, before=before)  # the perplexity is the same function's: kept
             atomic_write_json(self.cell_dir(row, budget) / "ppl.json", record)
         return record
 
@@ -210,7 +215,7 @@ class EvaluationStages:
         # what decoding keeps per sequence at the scored context (a teacher's KV cache; a student's state), and what
         # it grows per further token (the softmax layers' KV caches): its bytes at any longer context
         nbytes, growth = prefill_cache_nbytes(model, self.ppl_window), state_growth(model, self.ppl_window)
-        result["state"] = {"context": self.ppl_window, "bytes": nbytes, "growth": growth}
+        result["state"] = {"context": self.ppl_window, "bytes": nbytes, "growth": growth, "layout": STATE_LAYOUT}
         return result
 
     def long_context(self, row: Row, budget: int) -> dict:

@@ -21,6 +21,12 @@ from lit_dof.students.modeling import LitDofForCausalLM
 from lit_dof.students.surgery import exact_heads, linear_layer_mask, linear_modules
 from lit_dof.teacher.families import attention_layers, text_config
 
+STATE_LAYOUT = 2
+"""What a decode state holds, as a number records of its bytes carry (``lit-dof compare``'s ``ppl.json`` and
+``control.json``): 1 kept the window keys' far log-features, 2 (2026-11-28) recomputes them and keeps the rotation
+angles of a far term on un-rotated keys. Bumped whenever the layout changes the bytes, so records of another layout
+are re-derived, not compared with this one's."""
+
 
 def _inner(model: nn.Module) -> nn.Module:
     """The transformers model holding the attention modules (a student's wrapped teacher, or ``model``)."""

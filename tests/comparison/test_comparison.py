@@ -26,6 +26,7 @@ from lit_dof.comparison.rows import PLANNER_ARGS, ROWS, planner_class
 from lit_dof.devices import DeviceError, device_label
 from lit_dof.evaluation.stats import paired_difference
 from lit_dof.generation import teacher_kv_nbytes
+from lit_dof.students.state_bytes import STATE_LAYOUT
 from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
 from tests.pipeline.conftest import SCHEDULE
 
@@ -68,7 +69,8 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     assert "Perplexity by token position (1 disjoint block of 300" in (tmp_path / "cells" / "comparison.md").read_text()
     teacher_config = AutoConfig.from_pretrained(TINYSTORIES)  # its KV cache at the scored context, closed form
     kv = [teacher_kv_nbytes(teacher_config, t, torch.float32) for t in (512, 513)]
-    assert record["state"] == {"context": 512, "bytes": kv[0], "growth": kv[1] - kv[0]}  # bytes at any longer context
+    state = {"context": 512, "bytes": kv[0], "growth": kv[1] - kv[0], "layout": STATE_LAYOUT}
+    assert record["state"] == state  # and its bytes at any longer context
     assert cells["teacher"]["state"] == record["state"]  # the report carries it (tools/state_retrieval_plot.py)
     assert (tmp_path / "cells" / "C16" / "teacher" / "eval" / "cache" / "model.json").is_file()  # resumable tasks
     assert cells["teacher"]["gap_closed"] == pytest.approx(1.0)
@@ -103,12 +105,14 @@ def test_compare_runs_resumes_and_reports(tmp_path, monkeypatch):
     again = run_compare(**kwargs)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert json.dumps(again, sort_keys=True) == json.dumps(report, sort_keys=True)
-    # a record written before the state's growth was recorded gets it when read back (the model loaded, no forward)
+    # a record counted in an older state layout (no layout, no growth, other bytes) is re-derived when read back
     path = tmp_path / "cells" / "C16" / "dof" / "ppl.json"
     old = json.loads(path.read_text())
-    path.write_text(json.dumps({**old, "state": {k: v for k, v in old["state"].items() if k != "growth"}}))
+    stale = {"context": old["state"]["context"], "bytes": old["state"]["bytes"] + 1000}
+    path.write_text(json.dumps({**old, "state": stale}))
     assert json.dumps(run_compare(**kwargs), sort_keys=True) == json.dumps(report, sort_keys=True)
-    assert json.loads(path.read_text())["state"] == old["state"] and old["state"]["growth"] == 0  # pure linear
+    assert json.loads(path.read_text())["state"] == {**old["state"], "before": {"bytes": stale["bytes"], "layout": 1}}
+    assert old["state"]["growth"] == 0  # pure linear
     with pytest.raises(ValueError, match="unknown row"):
         run_compare(**{**kwargs, "rows": ["softmax"]})
     with pytest.raises(ValueError, match="unknown task"):

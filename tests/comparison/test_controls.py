@@ -21,6 +21,7 @@ from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.retrieval_data import RetrievalGrid
 from lit_dof.generation import teacher_kv_nbytes
 from lit_dof.hybrid.recall_items import placed_items
+from lit_dof.students.state_bytes import STATE_LAYOUT
 from tests.comparison.test_comparison import DATA, TINY_FIT, run_compare
 from tests.conftest import TINYSTORIES, WIKIPEDIA
 from tests.evaluation.students import save_window_student
@@ -188,3 +189,13 @@ def test_a_hybrids_teacher_weight_controls_keep_its_softmax_layers_and_records_o
     assert folders["hybrid", "equal_state"].endswith("_softmax1") and "softmax" not in folders["plain", "equal_state"]
     assert folders["heads", "window_sinks"] == "teacher_window16_sinks2_exact0.1-1.0.1"
     assert folders["heads", "equal_state"].endswith("_exact0.1-1.0.1")
+    # a control.json counted in an older decode-state layout (its (b) sized to other bytes) is described again
+    path = comparison.cell_dir(Row(name="plain"), 16) / "controls" / "equal_state" / "control.json"
+    current = json.loads(path.read_text())
+    path.write_text(json.dumps({**current, "state_layout": None, "control": {**current["control"], "window": 999}}))
+    assert (
+        describe_controls(comparison, Row(name="plain"), 16)["equal_state"].control.window
+        == current["control"]["window"]
+    )
+    assert json.loads(path.read_text()) == current and current["state_layout"] == STATE_LAYOUT
+    assert json.loads(path.with_name("control.json.layout1").read_text())["control"]["window"] == 999  # kept beside
