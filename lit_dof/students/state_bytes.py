@@ -67,14 +67,11 @@ def _kv_held(config, tokens: int) -> list[int]:
 
 
 def _rotary_dim(config, head_dim: int) -> int:
-    """r, the dims of a head RoPE turns: ``head_dim`` × the partial rotary factor (transformers 5 keeps it in
-    ``rope_parameters``; older configs as ``partial_rotary_factor`` or GPT-NeoX's ``rotary_pct``; default 1)."""
+    """r, the dims of a head RoPE turns: ``head_dim`` × the ``partial_rotary_factor`` transformers 5 keeps in
+    ``rope_parameters`` (1 when absent, e.g. Gemma 3's per-layer-type parameters), even."""
     params = getattr(config, "rope_parameters", None)
-    factor = params.get("partial_rotary_factor") if isinstance(params, dict) else None
-    for name in ("partial_rotary_factor", "rotary_pct"):
-        factor = getattr(config, name, None) if factor is None else factor
-    dims = int(head_dim * (1.0 if factor is None else factor))
-    return dims - dims % 2
+    factor = (params.get("partial_rotary_factor") if isinstance(params, dict) else None) or 1.0
+    return int(head_dim * factor) // 2 * 2
 
 
 def _twin_bytes(twin: nn.Module, tokens: int, head_dim: int, kv_size: int, feature_size: int, rotary_dim: int) -> int:

@@ -329,9 +329,12 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             held = 0 if prev is None else prev.keys.shape[2]
             if held and prev.rotary is None:
                 return new
-            angles = rotation_angles(rotary).expand(batch, -1, -1)
-            angles = torch.cat([prev.rotary, angles], 1) if held else angles
-            angles = angles[:, angles.shape[1] - new.keys.shape[2] :].contiguous()
+            keep = new.keys.shape[2]
+            fresh = min(keep, rotary[0].shape[1])  # the call's positions still in the window: only theirs are packed
+            angles = rotation_angles((rotary[0][:, -fresh:], rotary[1][:, -fresh:])).expand(batch, -1, -1)
+            if keep > fresh:  # and the held keys' that stay
+                angles = torch.cat([prev.rotary[:, held - (keep - fresh) :], angles], 1)
+            angles = angles.contiguous()
         return dataclasses.replace(new, log_phi_k=None, rotary=angles)
 
 
