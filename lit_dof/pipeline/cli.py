@@ -11,10 +11,12 @@ is :mod:`lit_dof.cli`).
 
 Top-level groups besides LightningCLI's: ``plan_files:`` (:class:`~lit_dof.pipeline.callbacks.PlanFiles`: the
 student's DoF report ``<log_dir>/dof.json`` and its figures), ``metrics_file:``
-(:class:`~lit_dof.pipeline.run_files.MetricsFile`: ``<log_dir>/metrics.jsonl`` beside any logger) and
+(:class:`~lit_dof.pipeline.run_files.MetricsFile`: ``<log_dir>/metrics.jsonl`` beside any logger),
 ``failed_run_cleanup:`` (:class:`~lit_dof.pipeline.run_cleanup.FailedRunCleanup`: no empty ``version_N`` left by a
-fit that failed before training) — always-present callbacks, so configs need not restate the trainer's callback
-list. A fit prints its run directory when it starts, and the run directory and the exported student's folder when
+fit that failed before training) and ``finite_gradients:``
+(:class:`~lit_dof.pipeline.finite_gradients.FiniteGradients`: a step with NaN/inf gradients stops the fit before
+it reaches the weights) — always-present callbacks, so configs need not restate the trainer's callback list.
+A fit prints its run directory when it starts, and the run directory and the exported student's folder when
 it ends, with a progress bar over the optimizer steps in between (:mod:`lit_dof.pipeline.console`). The feature dims
 are the model's own setting (``model.init_args.planner``, :mod:`lit_dof.pipeline.planner`).
 ``model.teacher`` is linked to ``data.tokenizer`` and ``data.seq_len`` to ``model.seq_len``.
@@ -63,14 +65,16 @@ class LitDofCLI(LightningCLI):
     phases, or :class:`~lit_dof.pipeline.capture.TeacherCapture` for ``predict``)."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        """Add the ``plan_files:``, ``metrics_file:`` and ``failed_run_cleanup:`` groups, link teacher → tokenizer and
-        data → model ``seq_len``, mark ``--optimizer``/``--lr_scheduler`` as refused, and add ``--help-model``
-        (:func:`~lit_dof.pipeline.cli_help.finish_help`)."""
+        """Add the ``plan_files:``, ``metrics_file:``, ``failed_run_cleanup:`` and ``finite_gradients:`` groups, link
+        teacher → tokenizer and data → model ``seq_len``, mark ``--optimizer``/``--lr_scheduler`` as refused, and add
+        ``--help-model`` (:func:`~lit_dof.pipeline.cli_help.finish_help`)."""
+        from lit_dof.pipeline.finite_gradients import FiniteGradients
         from lit_dof.pipeline.run_cleanup import FailedRunCleanup
 
         parser.add_lightning_class_args(PlanFiles, "plan_files")
         parser.add_lightning_class_args(MetricsFile, "metrics_file")
         parser.add_lightning_class_args(FailedRunCleanup, "failed_run_cleanup")
+        parser.add_lightning_class_args(FiniteGradients, "finite_gradients")
         parser.link_arguments("model.init_args.teacher", "data.init_args.tokenizer")
         parser.link_arguments("data.init_args.seq_len", "model.init_args.seq_len")
         # LightningCLI's own optimizer/scheduler groups, added here (it then adds none) so that their help says

@@ -124,3 +124,37 @@ def test_gated_far_term_on_fla_matches_the_float64_reference_and_decoding_contin
         *(x[:, :, T:] for x in (q, k, v, lq, lk)), far_log_gates=gates[:, :, T:], state=state, **kw
     )
     torch.testing.assert_close(step, ref[:, :, T:].detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_the_cuda_entry_points_get_their_arguments_by_name(monkeypatch):
+    """On CUDA the kernels are fla's Triton entry points; here each is replaced by a recorder with its real signature,
+    so an argument that lands in the wrong parameter fails on the CPU (fla ≥ 0.2 puts ``g_gamma``, a per-head decay,
+    fifth in ``chunk_simple_gla``: a positional scale there failed only on a GPU)."""
+    import inspect
+
+    import fla.ops.gated_delta_rule as delta_module
+    import fla.ops.simple_gla as gla_module
+
+    from lit_dof.attention.ops.delta_rule.fla import fla_delta_kernel
+    from lit_dof.attention.ops.linear.fla import fla_kernel
+
+    calls = {}
+
+    def recorder(real, key):
+        def fake(*args, **kwargs):
+            calls[key] = inspect.signature(real).bind(*args, **kwargs).arguments
+            return None, None
+
+        return fake
+
+    monkeypatch.setattr(gla_module, "chunk_simple_gla", recorder(gla_module.chunk_simple_gla, "gla"))
+    monkeypatch.setattr(delta_module, "chunk_gated_delta_rule", recorder(delta_module.chunk_gated_delta_rule, "delta"))
+    q, k, v, g, beta, h0 = (torch.full((1,), float(i)) for i in range(6))
+    fla_kernel(torch.device("cuda"))(q, k, v, g, 1.0, h0, True)
+    fla_delta_kernel(torch.device("cuda"))(q, k, v, beta, g, h0)
+    gla, delta = calls["gla"], calls["delta"]
+    assert "g_gamma" not in gla and gla["g"] is g and gla["scale"] == 1.0
+    assert gla["initial_state"] is h0 and gla["output_final_state"] is True
+    assert (gla["q"], gla["k"], gla["v"]) == (q, k, v)
+    assert delta["g"] is g and delta["beta"] is beta and delta["scale"] == 1.0
+    assert delta["initial_state"] is h0 and delta["output_final_state"] is True

@@ -104,3 +104,24 @@ def test_the_layer_switches_kernels_and_keeps_decoding_on_its_own():
         sliding_window_linear_attention(q, k, v, None, None, window=4, window_kernel="fla")
     with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(B, T=40\)"):
         window_block_mask(40, 4, 0, "cpu", torch.ones(1, 39, dtype=torch.bool))
+
+
+def test_heads_below_the_compiled_kernels_minimum_are_padded(monkeypatch):
+    """Inductor's flex_attention kernel takes head sizes ≥ 16 (a GPU run with d = 8 failed to compile): the compiled
+    path zero-pads q/k and v to 16 and keeps the scale 1/√d, so output and log-normaliser are those of the unpadded
+    heads. The compiled kernel is stood in for by the reference one, with the kernel's shape rule checked."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    import lit_dof.attention.ops.sliding_window.flex as flex_module
+
+    def strict(q, k, v, **kw):
+        assert min(q.shape[-1], k.shape[-1], v.shape[-1]) >= flex_module.MIN_COMPILED_HEAD
+        return flex_attention(q, k, v, **kw)
+
+    monkeypatch.setattr(flex_module, "_compiled_flex_attention", lambda: strict)
+    q, k, v = _inputs(2, 4, 2, 37)[:3]
+    got = flex_window_softmax(q, k, v, window=5, sink_tokens=3, compiled=True)
+    want = flex_window_softmax(q, k, v, window=5, sink_tokens=3, compiled=False)
+    assert got[0].shape == v.repeat_interleave(2, 1).shape
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)

@@ -39,7 +39,9 @@ _INSTALL = "the fla far-term kernel needs flash-linear-attention: pip install 'l
 
 def fla_kernel(device: torch.device) -> Callable:
     """fla's simple-GLA kernel for ``device``: the Triton ``chunk_simple_gla`` on CUDA, else fla's pure-PyTorch
-    ``naive_chunk_simple_gla``; both take ``(q, k, v, g, ...)`` in fla's ``(B, T, H, ·)`` layout.
+    ``naive_chunk_simple_gla``, both as ``kernel(q, k, v, g, scale, initial_state, output_final_state) -> (o,
+    final_state)`` in fla's ``(B, T, H, ·)`` layout. fla's own arguments are passed by name: ``chunk_simple_gla``'s
+    fifth positional argument is ``g_gamma`` (a per-head constant decay) since fla 0.2, not ``scale``.
 
     Raises:
         ImportError: flash-linear-attention (or triton) is not installed, with the command that installs it.
@@ -48,13 +50,20 @@ def fla_kernel(device: torch.device) -> Callable:
         if device.type == "cuda":
             from fla.ops.simple_gla import chunk_simple_gla
 
-            return chunk_simple_gla
+            def kernel(q, k, v, g, scale, initial_state, output_final_state):
+                return chunk_simple_gla(
+                    q, k, v, g=g, scale=scale, initial_state=initial_state, output_final_state=output_final_state
+                )
+
+            return kernel
         from fla.ops.simple_gla.naive import naive_chunk_simple_gla
     except ImportError as exc:
         raise ImportError(f"{_INSTALL} ({exc})") from exc
 
     def naive(q, k, v, g, scale, initial_state, output_final_state):
-        return naive_chunk_simple_gla(q, k, v, g, initial_state, output_final_state, scale=scale)
+        return naive_chunk_simple_gla(
+            q, k, v, g=g, initial_state=initial_state, output_final_state=output_final_state, scale=scale
+        )
 
     return naive
 

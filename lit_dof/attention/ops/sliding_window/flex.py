@@ -15,9 +15,14 @@ from __future__ import annotations
 from functools import cache, lru_cache
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from lit_dof.attention._validation import check_grouped_qkv, check_positive_int, check_sink_tokens
+
+MIN_COMPILED_HEAD = 16
+"""The smallest q/k and value head size Inductor's compiled ``flex_attention`` kernel takes: smaller heads are
+zero-padded to it (the logits and outputs unchanged: the scale stays 1/√d)."""
 
 
 @cache
@@ -97,7 +102,8 @@ def flex_window_softmax(
         block_mask: a mask from :func:`window_block_mask` for these settings; ``None``: without padding, the one
             mask of (T, w, s, device) shared by every call (built once per process and kept among the 16 most
             recent); with padding, one built for this batch.
-        compiled: run the compiled kernel (``None``: on CUDA only; the uncompiled one holds T × T scores).
+        compiled: run the compiled kernel (``None``: on CUDA only; the uncompiled one holds T × T scores); head
+            sizes below :data:`MIN_COMPILED_HEAD` are zero-padded to it for that kernel.
 
     Returns:
         ``(o (B, Hq, T, D), log_z (B, Hq, T))`` in float32 (float64 for float64 inputs) — what
@@ -117,13 +123,12 @@ def flex_window_softmax(
     elif block_mask is None:
         block_mask = window_block_mask(T, window, sink_tokens, q.device, key_padding_mask)
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    run = _compiled_flex_attention() if (q.is_cuda if compiled is None else compiled) else flex_attention
-    o, aux = run(
-        q.to(dtype),
-        k.to(dtype),
-        v.to(dtype),
-        block_mask=block_mask,
-        enable_gqa=Hq != Hk,
-        return_aux=AuxRequest(lse=True),
-    )
-    return o, aux.lse
+    compiled = q.is_cuda if compiled is None else compiled
+    d, D = q.shape[-1], v.shape[-1]
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    if compiled:  # zero columns add nothing to qᵀk and give zero output columns, cut below
+        q, k = (F.pad(x, (0, max(0, MIN_COMPILED_HEAD - d))) for x in (q, k))
+        v = F.pad(v, (0, max(0, MIN_COMPILED_HEAD - D)))
+    run = _compiled_flex_attention() if compiled else flex_attention
+    o, aux = run(q, k, v, block_mask=block_mask, scale=d**-0.5, enable_gqa=Hq != Hk, return_aux=AuxRequest(lse=True))
+    return o[..., :D], aux.lse
