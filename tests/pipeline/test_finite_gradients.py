@@ -19,16 +19,18 @@ SEEN: dict[str, torch.Tensor] = {}
 
 
 class PoisonGradient(L.Callback):
-    """Put a NaN into the first trainable gradient after the backward of optimizer step ``step``."""
+    """Put a NaN into the first trainable gradient after the backward of optimizer step ``step`` (on rank ``rank``
+    only, or on every rank)."""
 
-    def __init__(self, step: int = 1) -> None:
-        self.step = step
+    def __init__(self, step: int = 1, rank: int | None = None) -> None:
+        self.step, self.rank = step, rank
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.global_step != self.step:
+        if trainer.global_step != self.step or self.rank not in (None, trainer.global_rank):
             return
         name, param = next((n, p) for n, p in pl_module.named_parameters() if p.grad is not None)
-        param.grad.view(-1)[0] = float("nan")
+        grad = param.grad.to_local() if hasattr(param.grad, "to_local") else param.grad
+        grad.view(-1)[0] = float("nan")
         SEEN.update(name=name, param=param, before=param.detach().clone())
 
 
@@ -40,6 +42,25 @@ def test_a_nan_gradient_stops_the_fit_before_the_update(tmp_path):
     assert "1 of " in str(error.value) and SEEN["name"].removeprefix("student.") in str(error.value)
     torch.testing.assert_close(SEEN["param"].detach(), SEEN["before"], rtol=0, atol=0)  # the step was not taken
     assert torch.isfinite(SEEN["param"]).all()
+
+
+@pytest.mark.parametrize("strategy", ["ddp_lora", "fsdp2_lora"])
+def test_a_nan_gradient_on_one_rank_stops_every_rank(tmp_path, strategy):
+    """Under DDP and the shipped FSDP2 config with the LoRA tail, a NaN on rank 1 alone in a tail step: both ranks
+    refuse the step and the run ends, no rank left waiting. Under DDP the gradients were all-reduced before the NaN
+    came, so rank 0 names the other rank; under FSDP2 the replicated twins' all-reduce comes after it and spreads it,
+    so rank 0 names the same parameter."""
+    from tests.pipeline.test_distributed import _fit
+
+    poison = [f"--trainer.callbacks+={__name__}.PoisonGradient"]
+    poison += ["--trainer.callbacks.init_args.step=2", "--trainer.callbacks.init_args.rank=1"]
+    done = _fit(tmp_path, strategy, extra=poison, steps=3, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    message = "FloatingPointError: non-finite gradients at optimizer step 2 (end-to-end tail) in "
+    rank0 = "another rank's gradients" if strategy == "ddp_lora" else "1 of "
+    assert f"[rank1]: {message}1 of " in output, output[-3000:]
+    assert f"[rank0]: {message}{rank0}" in output, output[-3000:]
 
 
 def test_disabled_or_under_a_gradient_scaler_the_step_goes_on():
