@@ -22,6 +22,8 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
+from lit_dof.hybrid.prefix import decoder_layers
+
 
 class GradientProbe(L.Callback):
     """Print gradient and activation magnitudes per optimizer step (module docstring).
@@ -42,7 +44,8 @@ class GradientProbe(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Hook the decoder layers, their attention and MLP outputs, and the q/k projections."""
-        layers = _decoder_layers(pl_module)
+        student = pl_module.student
+        layers = decoder_layers(getattr(student, "model", student))
         for index, layer in enumerate(layers):
             for name, module in (("layer", layer), ("attn", layer.self_attn), ("mlp", getattr(layer, "mlp", None))):
                 if module is not None:
@@ -56,9 +59,6 @@ class GradientProbe(L.Callback):
         """Remove the hooks."""
         for handle in self.handles:
             handle.remove()
-
-    def _active(self, trainer: L.Trainer) -> bool:
-        return trainer.global_step >= self.from_step
 
     def _output_hook(self, name: str):
         def hook(module: nn.Module, args, output) -> None:
@@ -83,7 +83,7 @@ class GradientProbe(L.Callback):
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
         """Clear the step's records; turn anomaly detection on from ``anomaly_from``."""
-        self.trainer_active = self._active(trainer)
+        self.trainer_active = trainer.global_step >= self.from_step
         self.grads, self.order, self.qk = {}, [], {}
         if self.anomaly_from is not None and trainer.global_step >= self.anomaly_from:
             torch.autograd.set_detect_anomaly(True, check_nan=True)
@@ -92,7 +92,7 @@ class GradientProbe(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         """Print the step's gradients: non-finite trainable ones, the first non-finite output gradient, maxima."""
-        if not self._active(trainer):
+        if not self.trainer_active:
             return
         names = {id(p): n for n, p in pl_module.named_parameters()}
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
@@ -110,15 +110,6 @@ class GradientProbe(L.Callback):
         if self.qk:
             top = sorted(self.qk.items(), key=lambda item: -float(item[1]))[:4]
             print("probe   max|q|,|k| projections: " + " ".join(f"{n}={float(v):.3g}" for n, v in top))
-
-
-def _decoder_layers(pl_module: L.LightningModule) -> list[nn.Module]:
-    """The student's decoder layers (an ``nn.ModuleList`` named ``layers`` whose items have ``self_attn``)."""
-    for name, module in pl_module.named_modules():
-        if name.endswith("layers") and isinstance(module, nn.ModuleList) and hasattr(module[0], "self_attn"):
-            if name.startswith("student") or not hasattr(pl_module, "student"):
-                return list(module)
-    raise ValueError("gradient_probe: no decoder layers (a ModuleList 'layers' of modules with self_attn) found")
 
 
 def _log10(value: float | None) -> str:
