@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: create .venv, install lit-dof, and distil the embedded SmolLM2-135M into a
 # sliding-window + linear student on English Wikipedia: exact attention over the last 64 tokens and 4 sinks, a
-# learned linear far term with DoF-allocated dims (configs/quickstart.yaml; sized for < 60 min on 2 CPU cores).
+# learned linear far term with DoF-allocated dims, 18 retrieval heads kept exact (configs/quickstart.yaml; sized
+# for < 60 min on 2 CPU cores).
 # --smoke (first argument): the one-minute start instead, the same path at a toy budget (configs/smoke.yaml over
 # the quickstart: 16 steps of 2 x 128 tokens; about a minute on 2 CPU cores once .venv is installed).
 # Data: streamed from the Hugging Face hub by default; offline, point LIT_DOF_CORPUS at a local corpus

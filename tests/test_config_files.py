@@ -126,15 +126,21 @@ def test_the_base_chooses_no_attention_and_no_shipped_file_undoes_one():
 
 def test_the_quickstart_is_the_composition_its_row_names():
     """configs/quickstart.yaml, written out whole for the one-file command, composes to exactly what the
-    ``quickstart`` row of configs/compare/rows.yaml composes over configs/base.yaml (but for the logger's run
-    name): the file and its parts cannot drift apart."""
+    ``quickstart_heads`` row of configs/compare/rows.yaml composes over configs/base.yaml (but for the logger's run
+    name): the file and its parts cannot drift apart. The ``quickstart`` row is the same recipe without the exact
+    heads (SmolLM2's own), for any teacher."""
     from lit_dof.comparison.rows import load_rows_file
     from lit_dof.pipeline.cli import parse_fit_config
 
-    row = next(r for r in load_rows_file().rows if r.name == "quickstart")
-    assert row.configs == ("methods/swa_sink_linear_decay_norope.yaml", "methods/lora.yaml") and not row.args
+    rows = {r.name: r for r in load_rows_file().rows}
+    row = rows["quickstart_heads"]
+    assert (
+        row.configs == rows["quickstart"].configs == ("methods/swa_sink_linear_decay_norope.yaml", "methods/lora.yaml")
+    )
+    assert not rows["quickstart"].args and [a.split("=")[0] for a in row.args] == ["--model.init_args.exact_heads"]
     parts = [REPO / "configs" / "base.yaml", *(REPO / "configs" / name for name in row.configs)]
-    composed = parse_fit_config([w for p in parts for w in ("--config", str(p))], instantiate=False).as_dict()
+    args = [w for p in parts for w in ("--config", str(p))] + list(row.args)
+    composed = parse_fit_config(args, instantiate=False).as_dict()
     whole = parse_fit_config(["--config", str(REPO / "configs" / "quickstart.yaml")], instantiate=False).as_dict()
     for config in (composed, whole):
         config.pop("config")
@@ -144,3 +150,5 @@ def test_the_quickstart_is_the_composition_its_row_names():
     window = whole["model"]["init_args"]["sliding_window"]  # the composition is the quickstart's, not a default
     assert (window["window"], window["sink_tokens"], window["far_decay"], window["far_rope"]) == (64, 4, 128, False)
     assert whole["model"]["init_args"]["lora"]["rank"] == 8
+    exact = whole["model"]["init_args"]["exact_heads"]
+    assert sum(map(len, exact.values())) == 18 and max(exact) < 30  # 18 of SmolLM2's 30 × 3 KV heads

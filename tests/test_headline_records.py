@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 import statistics
 from pathlib import Path
@@ -107,6 +108,78 @@ def test_quickstart_on_the_test_split_over_seeds():
     controls = {c.seed: c.ppl for c in report.cells if c.row == "quickstart:equal_state"}
     assert all(per_seed[s] > controls[s] for s in per_seed), "README says the window wins at every seed"
     assert min(c.ppl for c in report.cells if c.row == "quickstart:far_only") > 1e4
+
+
+def test_shipped_quickstart_with_exact_heads_on_the_test_split():
+    """The quickstart as shipped (the ``quickstart_heads`` row), per fit against its equal-state control (b) and
+    the window + sink control (a) on the same blocks and documents, then averaged over the three fits."""
+    report = record(RESULTS / "far_term" / "heads_test" / "comparison.json")
+    cells = {(c["row"], c["seed"]): c for c in report["cells"]}
+    teacher = cells[("teacher", None)]
+    seeds = sorted(s for row, s in cells if row == "quickstart_heads")
+    assert seeds == [0, 1, 2]
+    students = [cells[("quickstart_heads", s)] for s in seeds]
+    ppl = [c["ppl"] for c in students]
+    in_readme(
+        f"perplexity {statistics.mean(ppl):.2f} ± {statistics.stdev(ppl):.2f} (mean ± SD over the fits) against the "
+        f"teacher's {teacher['ppl']:.2f} ({statistics.mean(ppl) / teacher['ppl']:.2f} ×)"
+    )
+
+    def nll(c: dict, bucket: str, long: bool) -> list[float]:
+        return (c["long_documents"] if long else c["by_position"])["buckets"][bucket]["block_nll"]
+
+    said = []
+    for bucket, long in (("256-511", False), ("2048-4095", True)):
+        logs, gaps = [], []
+        for s, student in zip(seeds, students):
+            x, a, b, te = (
+                nll(c, bucket, long)
+                for c in (
+                    student,
+                    cells[("quickstart_heads:window_sinks", s)],
+                    cells[("quickstart_heads:equal_state", s)],
+                    teacher,
+                )
+            )
+            logs.append(statistics.mean(p - q for p, q in zip(x, b)))  # paired on the same blocks
+            gaps.append(1 - (statistics.mean(x) - statistics.mean(te)) / (statistics.mean(a) - statistics.mean(te)))
+        assert statistics.mean(logs) < -2 * statistics.stdev(logs), "README says below 1 by more than 2 SDs"
+        said.append((math.exp(statistics.mean(logs)), 100 * statistics.mean(gaps)))
+    (short, short_gap), (far, far_gap) = said
+    in_readme(
+        f"mean over the fits: {short:.3f} × at positions 256–511 and {far:.3f} × at in-document positions 2048–4095"
+    )
+    in_readme(f"and the teacher it closes {short_gap:.0f}% and {far_gap:.0f}%")
+    state, growth = students[0]["state"], students[0]["state"]["growth"]
+    assert {c["state"]["growth"] for c in students} == {growth} and state["context"] == 512
+    at_4k = statistics.mean(c["state"]["bytes"] + (4096 - 512) * growth for c in students)
+    teacher_4k = 4096 * teacher["state"]["growth"]
+    assert teacher["state"]["bytes"] == 512 * teacher["state"]["growth"]  # the KV cache: bytes ∝ tokens
+    in_readme(
+        f"Decode state: {statistics.mean(c['state']['bytes'] for c in students) / 2**20:.2f} MiB after 512 "
+        f"tokens, growing by {growth:,} bytes a token in the exact heads (the teacher's KV cache "
+        f"{teacher['state']['growth']:,}): {100 * at_4k / teacher_4k:.1f}% of the teacher's at 4096 tokens"
+    )
+
+    def retrieval(c: dict, task: str) -> float:
+        found = c["retrieval"][task]
+        assert found["n"] == 30 and set(found["cells"]) == {"1024", "2048", "4096"}
+        return 100 * found["exact_match"]
+
+    equal = cells[("quickstart_heads:equal_state", 0)]
+    recall = statistics.mean(retrieval(c, "recall") for c in students)
+    in_readme(
+        f"recall {recall:.0f}% of the facts (the teacher {retrieval(teacher, 'recall'):.0f}%, the equal-state "
+        f"window {retrieval(equal, 'recall'):.0f}%)"
+    )
+    passkey = [retrieval(c, "passkey") for c in students]
+    in_readme(
+        f"passkey {statistics.mean(passkey):.0f}% ({retrieval(teacher, 'passkey'):.0f}%, "
+        f"{retrieval(equal, 'passkey'):.0f}%): {passkey[1]:.0f}% in one fit, {passkey[0]:.0f}% and "
+        f"{passkey[2]:.0f}% in the other two"
+    )
+    minutes = [c["fit"]["wall_seconds"] / 60 for c in students]
+    in_readme(f"(its fit: {min(minutes):.0f}–{max(minutes):.0f} min on 2 CPU cores)")
 
 
 def test_quickstart_against_control_by_context():

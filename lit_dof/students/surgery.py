@@ -97,11 +97,16 @@ def with_exact_heads(
     if len(feature_dims) != len(num_kv_heads):
         raise ValueError(f"feature_dims has {len(feature_dims)} entries for {len(num_kv_heads)} layers")
     out = [list(m) if isinstance(m, (list, tuple)) else m for m in feature_dims]
+    fix = (
+        "; exact heads are a teacher's own (configs/quickstart.yaml's are SmolLM2-135M's): for another teacher "
+        "pass --model.init_args.exact_heads={} or that teacher's heads (tools/retrieval_heads_probe.py ranks them)"
+    )
     for index, heads in exact_heads.items():
-        _check_indices([index], len(out))
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(out):
+            raise ValueError(f"exact_heads names layer {index!r}, outside the teacher's 0..{len(out) - 1}{fix}")
         kv = num_kv_heads[index]
         if any(isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < kv for h in heads):
-            raise ValueError(f"exact_heads of layer {index} must be KV heads in 0..{kv - 1}, got {list(heads)!r}")
+            raise ValueError(f"exact_heads of layer {index} must be KV heads in 0..{kv - 1}, got {list(heads)!r}{fix}")
         m = out[index]
         per_head = m if isinstance(m, list) else [m] * kv
         out[index] = [0 if h in heads else x for h, x in enumerate(per_head)]

@@ -14,8 +14,10 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from lit_dof.attention.layers.grouped import HeadGroupedAttention
 from lit_dof.pipeline.cli import build_cli
 from lit_dof.students import load_student
+from lit_dof.students.surgery import exact_heads
 from tests.conftest import REPO, WIKIPEDIA
 
 
@@ -42,13 +44,19 @@ def test_smoke_config_runs_the_quickstart_recipe_on_smollm2(tmp_path, smollm2_di
     assert abs(sum(report["allocations"]["dof"]) - 30 * 64) <= 15 and report["warnings"] == []
     assert max(report["allocations"]["dof"]) - min(report["allocations"]["dof"]) >= 48
     student = load_student(log_dir / "student")
-    twins = student.linear_modules().values()  # the quickstart's recipe, untouched by the smoke's budgets: window
-    # 64 + 4 sinks + a linear far term, decaying (τ = 128 tokens) and on un-rotated q/k, as saved and loaded back
+    layers = student.linear_modules()  # the quickstart's recipe, untouched by the smoke's budgets: window 64 + 4
+    # sinks + a linear far term, decaying (τ = 128 tokens) and on un-rotated q/k, as saved and loaded back, in every
+    # KV head but the 18 exact ones (a layer with exact heads groups its heads: HeadGroupedAttention)
+    twins = [g for t in layers.values() for g in (t.twins if isinstance(t, HeadGroupedAttention) else [t])]
     assert {
         (type(t).__name__, t.window, t.sink_tokens, t.far_term, t.sliding_window.far_decay, t.needs_rotary)
         for t in twins
     } == {("SlidingWindowLinearAttention", 64, 4, True, 128, True)}
-    assert student.feature_dims == [max(8, m) for m in report["allocations"]["dof"]]
+    exact = cli.model.exact_heads
+    assert exact_heads(student.model) == exact and sum(map(len, exact.values())) == 18
+    dims = [max(8, m) for m in report["allocations"]["dof"]]
+    expected = [[0 if h in exact[i] else m for h in range(3)] if i in exact else m for i, m in enumerate(dims)]
+    assert student.feature_dims == expected
     lora = cli.model.lora  # the LoRA tail (rank 8 on q/k/v/o), trained in the last 2 of 16 steps and merged
     assert (lora.rank, lora.alpha, lora.target_modules) == (8, 16.0, ["q_proj", "k_proj", "v_proj", "o_proj"])
     assert cli.trainer.global_step == 16 and "train/logit_kd" in cli.trainer.callback_metrics  # the tail ran
