@@ -152,3 +152,11 @@ def test_the_quickstart_is_the_composition_its_row_names():
     assert whole["model"]["init_args"]["lora"]["rank"] == 8
     exact = whole["model"]["init_args"]["exact_heads"]
     assert sum(map(len, exact.values())) == 18 and max(exact) < 30  # 18 of SmolLM2's 30 × 3 KV heads
+    gemma = [
+        *("--config", str(REPO / "configs" / "quickstart.yaml")),
+        "--config",
+        str(REPO / "configs" / "models" / "gemma3-270m.yaml"),
+    ]
+    assert (
+        parse_fit_config(gemma, instantiate=False).as_dict()["model"]["init_args"]["exact_heads"] == {}
+    )  # not SmolLM2's
