@@ -19,11 +19,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from lit_dof.comparison.cell_records import FitSummary
 from lit_dof.comparison.records import Report
 from lit_dof.comparison.rows import ROWS
 from lit_dof.config_files import config_description, shipped_configs
-from lit_dof.records import load_record
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -33,10 +31,6 @@ REPORTS = ("far_term/heads_test", "test_split", "sliding_window", "comparison")
 """The committed reports a recipe's measures come from, first match wins: the test split over seeds (the shipped
 quickstart's, then the constant-state recipe's), then the sliding-window and the pure linear comparisons (both on
 the validation split, one fit, recipes of their day)."""
-
-WALL_RECORDS: dict[str, Path] = {}
-"""Fits timed alone on the VM (the report's own fits shared it with other work), by row: none at present (the
-constant-state quickstart's was, docs/results/sliding_window/records/quickstart_lora_fit.json)."""
 
 BUILDING_BLOCKS = ("models/", "trainer/", "compare/")
 """Shipped files that are not recipes: a teacher, a trainer, the comparison's rows."""
@@ -101,8 +95,6 @@ def measured(row: str) -> Measured | None:
         if not cells or teacher is None or teacher.ppl is None:
             continue
         walls = [c.fit.wall_seconds / 60 for c in cells if c.fit and c.fit.wall_seconds]
-        if row in WALL_RECORDS:  # timed alone: the wall time users can expect
-            walls = [load_record(FitSummary, WALL_RECORDS[row]).wall_seconds / 60]
         ratios = [c.ppl / teacher.ppl for c in cells if c.ppl is not None]
         states = [c.state.bytes / 2**20 for c in cells if c.state]
         split = "test" if "test split" in (cells[0].ppl_setting or "") else "validation"
