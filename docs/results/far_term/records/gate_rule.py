@@ -1,6 +1,7 @@
 """The rule of "A gate and window dropout on quickstart_heads" (docs/results/far_term README), applied: each
 candidate's validation cells paired with quickstart_heads' committed records on the same 32 blocks and 40 recall
-items.  python docs/results/far_term/records/gate_rule.py [OUT]  (default runs/far_term)."""
+items.  python docs/results/far_term/records/gate_rule.py [OUT]  (default runs/far_term; without its cells, the
+copies committed beside this script)."""
 
 import json
 import math
@@ -15,12 +16,21 @@ def load(p):  # noqa: D103
     return json.loads(p.read_text()) if p.exists() else None
 
 
+def by_context(recall):  # noqa: D103  items recalled per context, e.g. {"2048": 19, "4096": 6}
+    return {c: round(sum(v["mean"] * v["n"] for v in cells.values())) for c, cells in recall["cells"].items()}
+
+
 base_ppl, base_recall = load(HERE / "quickstart_heads_ppl.json"), load(HERE / "quickstart_heads_recall.json")
 base_items = base_recall["items"]["exact_match"]
-print(f"quickstart_heads: ppl {base_ppl['ppl']:.2f}, recall {sum(base_items):.0f}/{len(base_items)}")
+print(
+    f"quickstart_heads: ppl {base_ppl['ppl']:.2f}, recall {sum(base_items):.0f}/{len(base_items)}",
+    by_context(base_recall),
+)
 found = {}
 for row in ("quickstart_heads_gate", "quickstart_heads_gate_dropout"):
     ppl, recall = load(R / row / "ppl.json"), load(R / row / "retrieval" / "recall.json")
+    if not ppl and not recall:
+        ppl, recall = load(HERE / f"{row}_ppl.json"), load(HERE / f"{row}_recall.json")
     if not ppl or not recall:
         print(row, "not measured yet")
         continue
@@ -35,7 +45,8 @@ for row in ("quickstart_heads_gate", "quickstart_heads_gate_dropout"):
     found[row] = (ppl["ppl"], st.mean(d), se, sum(items))
     print(
         f"{row}: ppl {ppl['ppl']:.2f}, paired block log-ratio {st.mean(d):+.4f} ± {se:.4f} "
-        f"(ratio {math.exp(st.mean(d)):.3f}), recall {sum(items):.0f}/40 (+{gained} −{lost} paired)"
+        f"(ratio {math.exp(st.mean(d)):.3f}), recall {sum(items):.0f}/40 {by_context(recall)}",
+        f"(+{gained} −{lost} paired)",
     )
 if found:
     row, (ppl, mean, se, recall) = min(found.items(), key=lambda kv: kv[1][0])
