@@ -102,8 +102,11 @@ def with_exact_heads(
         "pass --model.init_args.exact_heads={} or that teacher's heads (tools/retrieval_heads_probe.py ranks them)"
     )
     for index, heads in exact_heads.items():
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(out):
-            raise ValueError(f"exact_heads names layer {index!r}, outside the teacher's 0..{len(out) - 1}{fix}")
+        try:
+            _check_indices([index], len(out))
+        except ValueError:
+            layers = f"0..{len(out) - 1}"
+            raise ValueError(f"exact_heads names layer {index!r}, outside the teacher's {layers}{fix}") from None
         kv = num_kv_heads[index]
         if any(isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < kv for h in heads):
             raise ValueError(f"exact_heads of layer {index} must be KV heads in 0..{kv - 1}, got {list(heads)!r}{fix}")
