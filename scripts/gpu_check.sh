@@ -81,7 +81,7 @@ step() {  # step NAME SECONDS: run this script's function NAME with a time limit
 if [ $DRY = 1 ]; then
   DEVICE=cpu LENGTHS="128" CONTEXTS="128" MIN_TIME=0.01 FIT_STEPS=${FIT_STEPS:-8} LLAMA_STEPS=3 DTYPES=float32
   TRAINER=(--trainer.accelerator cpu --trainer.precision 32-true --trainer.log_every_n_steps 1)
-  # the quickstart's exact heads are SmolLM2's (layers 6-23): on TinyStories' 2 layers one of its own instead
+  # the quickstart's exact-head probe reads 1024-token items, past TinyStories' 512 positions: one head listed instead
   QS_DATA=(--data.init_args.batch_size 2 --data.init_args.seq_len 128 --model.init_args.exact_heads "{1: [0]}")
   LLAMA_CONFIG=configs/models/llama-3-8b-tiny LLAMA_DATA=(--data.init_args.seq_len 64)
   DRAW=(--dtype float32 --device cpu) PLANNER=64 PYTEST=(--collect-only -q)

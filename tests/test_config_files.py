@@ -128,7 +128,7 @@ def test_the_quickstart_is_the_composition_its_row_names():
     """configs/quickstart.yaml, written out whole for the one-file command, composes to exactly what the
     ``quickstart_heads`` row of configs/compare/rows.yaml composes over configs/base.yaml (but for the logger's run
     name): the file and its parts cannot drift apart. The ``quickstart`` row is the same recipe without the exact
-    heads (SmolLM2's own), for any teacher."""
+    heads: a constant decode state."""
     from lit_dof.comparison.rows import load_rows_file
     from lit_dof.pipeline.cli import parse_fit_config
 
@@ -150,8 +150,14 @@ def test_the_quickstart_is_the_composition_its_row_names():
     window = whole["model"]["init_args"]["sliding_window"]  # the composition is the quickstart's, not a default
     assert (window["window"], window["sink_tokens"], window["far_decay"], window["far_rope"]) == (64, 4, 128, False)
     assert whole["model"]["init_args"]["lora"]["rank"] == 8
-    exact = whole["model"]["init_args"]["exact_heads"]
-    assert sum(map(len, exact.values())) == 18 and max(exact) < 30  # 18 of SmolLM2's 30 × 3 KV heads
+    exact = whole["model"]["init_args"]["exact_heads"]  # the probe: 20% of the teacher's KV heads, found at fit start
+    assert exact["class_path"] == "lit_dof.pipeline.exact_heads.RetrievalHeads" and exact["init_args"] == {
+        "share": 0.2,
+        "items": 16,
+        "block": 1024,
+        "skip": 32,
+        "seed": 0,
+    }  # with these, SmolLM2-135M's are the 18 heads of docs/results/far_term (records/retrieval_heads_auto.json)
     gemma = [
         *("--config", str(REPO / "configs" / "quickstart.yaml")),
         "--config",

@@ -39,6 +39,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from lit_dof.evaluation.needles import passkey
 from lit_dof.hybrid.recall_items import placed_items, recall_blocks, recalled
+from lit_dof.pipeline.exact_heads import head_scores, top_heads
 from lit_dof.teacher.families import attention_layers
 from lit_dof.teacher.loading import DEFAULT_TEACHER, load_teacher
 
@@ -90,25 +91,6 @@ def set_head_windows(model, spec: HeadWindows | None) -> None:
         layer.module.lit_dof_head_windows = spec
 
 
-@torch.no_grad()
-def head_scores(model, items: list[dict]) -> torch.Tensor:
-    """``(L, Hk)``: per KV head, the max over its query heads of the attention mass from the answer-predicting
-    positions to the fact's tokens, averaged over ``items`` (recall items; eager attention)."""
-    model.set_attn_implementation("eager")
-    layers = attention_layers(model)
-    group = layers[0].num_heads // layers[0].num_kv_heads
-    total = torch.zeros(len(layers), layers[0].num_kv_heads, dtype=torch.float64)
-    for item in items:
-        ids, (start, stop) = item["input_ids"], item["answer"]
-        needle = torch.arange(item["fact"], item["fact_end"])  # the fact's sentence: its owner and code
-        attentions = model(ids, output_attentions=True, use_cache=False).attentions  # L × (1, Hq, T, T)
-        for index, weights in enumerate(attentions):
-            mass = weights[0, :, start - 1 : stop - 1][:, :, needle].sum(-1).mean(-1)  # (Hq,)
-            total[index] += mass.double().view(-1, group).amax(-1)
-    model.set_attn_implementation("sdpa")
-    return total / len(items)
-
-
 def passkey_items(tokenizer, context: int, depths, trials: int, seed: int = 1) -> list[dict]:
     """Passkey prompts with their answer appended, as recall items ``{"input_ids", "answer"}`` (teacher-forced; prompt
     and answer tokenized apart, as lm-eval's context and continuation)."""
@@ -122,15 +104,6 @@ def passkey_items(tokenizer, context: int, depths, trials: int, seed: int = 1) -
                 {"input_ids": torch.tensor(prompt + answer)[None], "answer": (len(prompt), len(prompt) + len(answer))}
             )
     return items
-
-
-def top_heads(scores: torch.Tensor, k: int) -> dict[int, frozenset[int]]:
-    """The ``k`` KV heads of highest score as ``{layer: heads}``."""
-    order = scores.flatten().argsort(descending=True)[:k].tolist()
-    exact: dict[int, set[int]] = {}
-    for flat in order:
-        exact.setdefault(flat // scores.shape[1], set()).add(flat % scores.shape[1])
-    return {layer: frozenset(heads) for layer, heads in sorted(exact.items())}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -162,7 +135,8 @@ def main(argv: list[str] | None = None) -> None:
         exact = {layer: frozenset(range(kv_heads)) for layer in args.layers}
         arms["layers"] = HeadWindows(args.window, args.sinks, exact)
     for k in args.heads if "heads" in args.arms else ():
-        arms[f"heads{k}"] = HeadWindows(args.window, args.sinks, top_heads(scores, k))
+        chosen = {layer: frozenset(heads) for layer, heads in top_heads(scores, k).items()}
+        arms[f"heads{k}"] = HeadWindows(args.window, args.sinks, chosen)
     results: dict[str, dict] = {name: {} for name in arms}
     for context in args.contexts:
         tasks = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -50,6 +50,42 @@ def _item(filler: torch.Tensor, tokenizer, rng: random.Random, depth: float | No
     }
 
 
+def document_recall_items(
+    documents: Iterable[str],
+    tokenizer,
+    block: int,
+    count: int,
+    seed: int = 0,
+    skip: int = 0,
+    name: str = "the documents",
+) -> list[dict]:
+    """``count`` recall items of ``block`` tokens, one per consecutive block of ``documents`` (EOS between them),
+    each fact at a seeded depth of 10–90% of its filler; the first ``skip`` blocks passed over.
+
+    Args:
+        documents: the filler's texts, in order (held-out documents: never trained on).
+        tokenizer: the model's tokenizer.
+        block: tokens per item (filler, fact, question and answer).
+        count: items.
+        seed: the facts' names, codes and depths (with ``skip``: the same seed and skip give the same items).
+        skip: blocks passed over first.
+        name: what ``documents`` are, for the error message.
+
+    Returns:
+        items ``{"input_ids": (1, block), "answer": (start, stop), "depth", "fact", "fact_end"}`` (the answer's
+        token positions; the fact's first token and the one after its last).
+
+    Raises:
+        ValueError: too few tokens for ``skip + count`` blocks, or a block too short for its fact.
+    """
+    total = skip + count
+    tokens = text_tokens(documents, tokenizer, max_tokens=block * total)
+    if tokens.numel() < block * total:
+        raise ValueError(f"{name} gives only {tokens.numel() // block} blocks of {block} tokens; ask for fewer items")
+    rng = random.Random(f"recall/{seed}/{skip}")
+    return [_item(tokens[i * block : (i + 1) * block], tokenizer, rng) for i in range(skip, total)]
+
+
 def recall_blocks(
     corpus: str | os.PathLike,
     tokenizer,
@@ -81,12 +117,8 @@ def recall_blocks(
     Raises:
         ValueError: too few held-out tokens for that many items, or a block too short for its fact.
     """
-    total = skip + search_items + heldout_items + confirm_items
-    tokens = text_tokens(heldout_documents(corpus), tokenizer, max_tokens=block * total)
-    if tokens.numel() < block * total:
-        raise ValueError(f"{corpus} gives only {tokens.numel() // block} blocks of {block} tokens; ask for fewer items")
-    rng = random.Random(f"recall/{seed}/{skip}")
-    items = [_item(tokens[i * block : (i + 1) * block], tokenizer, rng) for i in range(skip, total)]
+    count = search_items + heldout_items + confirm_items
+    items = document_recall_items(heldout_documents(corpus), tokenizer, block, count, seed, skip, name=str(corpus))
     where = (
         f"recall items: one made-up fact at a depth of 10–90% in {block}-token blocks of held-out documents of "
         f"{Path(corpus).name}, its question and answer at the end (teacher-forced exact match)"

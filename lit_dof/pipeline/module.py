@@ -22,6 +22,7 @@ from torchmetrics.text import Perplexity
 
 from lit_dof.attention import FeatureMapFactory, LearnedPRF, SlidingWindow
 from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE
+from lit_dof.pipeline.exact_heads import RetrievalHeads, resolve_exact_heads
 from lit_dof.pipeline.planner import DoFPlanner, FeatureDimPlan, FeatureDimPlanner, StudentSpec
 from lit_dof.pipeline.replication import all_reduce_mean, coalesced, data_parallel, fsdp_mesh
 from lit_dof.pipeline.validation import check_student_setup
@@ -30,10 +31,8 @@ from lit_dof.students.card import write_model_card
 from lit_dof.students.kernels import Kernels
 from lit_dof.students.lora import LoRA, add_lora, check_targets, has_adapters, merged_state_dict
 from lit_dof.students.modeling import LitDofForCausalLM, linearize
-from lit_dof.students.surgery import with_exact_heads
 from lit_dof.students.trainable import trainable_parameters
 from lit_dof.teacher import DEFAULT_TEACHER
-from lit_dof.teacher.families import attention_layers
 
 
 class StudentModule(L.LightningModule):
@@ -49,7 +48,8 @@ class StudentModule(L.LightningModule):
         softmax_layers: layers kept softmax (hybrids).
         exact_heads: ``{layer: [KV head, …]}`` kept exact inside linearised layers (full causal softmax, a growing
             KV cache; DuoAttention's retrieval heads): their feature dim becomes 0 after the planner's allocation
-            (lit_dof.students.surgery.with_exact_heads); in YAML ``exact_heads: {18: [2], 20: [1, 2]}``.
+            (lit_dof.students.surgery.with_exact_heads); in YAML ``exact_heads: {18: [2], 20: [1, 2]}``; or a
+            :class:`~lit_dof.pipeline.exact_heads.RetrievalHeads` that finds the teacher's own at fit start.
         share_kv_maps: one map per KV head (default) or per query head.
         chunk_size: chunk size of the linear-attention kernel.
         sliding_window: window 0 (default) for pure linear attention; a window w ≥ 1 for sliding-window +
@@ -86,7 +86,7 @@ class StudentModule(L.LightningModule):
         feature_map: FeatureMapFactory = LearnedPRF,
         planner: FeatureDimPlanner = DoFPlanner(),  # settings only: one instance serves every module
         softmax_layers: Sequence[int] = (),
-        exact_heads: dict[int, list[int]] | None = None,
+        exact_heads: dict[int, list[int]] | RetrievalHeads | None = None,
         share_kv_maps: bool = True,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         sliding_window: SlidingWindow = SlidingWindow(),
@@ -104,7 +104,7 @@ class StudentModule(L.LightningModule):
         self.feature_map = feature_map
         self.planner = planner
         self.softmax_layers = list(softmax_layers)
-        self.exact_heads = {int(i): [int(h) for h in heads] for i, heads in (exact_heads or {}).items()}
+        self.exact_heads = exact_heads  # resolved against the teacher in configure_model
         self.share_kv_maps, self.chunk_size, self.seq_len = share_kv_maps, chunk_size, seq_len
         self.lora = lora
         self.sliding_window = sliding_window
@@ -156,7 +156,7 @@ class StudentModule(L.LightningModule):
         Raises:
             ValueError: LoRA ``target_modules`` the teacher does not have (before the DoF estimate).
             ValueError: the planner's settings do not fit the student (before the teacher loads); ``exact_heads``
-                outside the teacher's layers or KV heads (before the DoF estimate).
+                outside the teacher's layers or KV heads, or a probe without documents (before the DoF estimate).
         """
         if self.student is not None:
             return
@@ -167,8 +167,8 @@ class StudentModule(L.LightningModule):
         self.planner.check(spec)
         teacher = self._load_teacher(mesh)
         self.check_teacher(teacher)
-        kv_heads = [a.num_kv_heads for a in attention_layers(teacher)]
-        with_exact_heads([1] * len(kv_heads), self.exact_heads, kv_heads)  # bad indices: before the DoF estimate
+        datamodule = getattr(trainer, "datamodule", None)  # the probe's documents; checked before the DoF estimate
+        exact = resolve_exact_heads(self.exact_heads, teacher, self.tokenizer, datamodule, self.softmax_layers)
         self.plan = self.planner.plan(teacher, trainer, spec)
         if mesh is not None:
             from lit_dof.teacher.sharded import reshard
@@ -180,7 +180,7 @@ class StudentModule(L.LightningModule):
             self.feature_map,
             self.plan.feature_dims,
             softmax_layers=self.softmax_layers,
-            exact_heads=self.exact_heads,
+            exact_heads=exact,
             share_kv_maps=self.share_kv_maps,
             chunk_size=self.chunk_size,
             seed=seed,

@@ -99,7 +99,8 @@ def with_exact_heads(
     out = [list(m) if isinstance(m, (list, tuple)) else m for m in feature_dims]
     fix = (
         "; exact heads are a teacher's own (configs/quickstart.yaml's are SmolLM2-135M's): for another teacher "
-        "pass --model.init_args.exact_heads={} or that teacher's heads (tools/retrieval_heads_probe.py ranks them)"
+        "pass --model.init_args.exact_heads={}, that teacher's heads, or the probe that finds them: "
+        "--model.init_args.exact_heads=lit_dof.pipeline.exact_heads.RetrievalHeads"
     )
     for index, heads in exact_heads.items():
         try:

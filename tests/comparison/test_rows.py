@@ -25,7 +25,7 @@ def test_every_trained_row_builds_the_fit_it_names(tmp_path):
     built = {row.name: _fit_config(row, tmp_path) for row in TRAINED}
     assert len(built) >= 30  # every trained row of the shipped file, not an empty selection
     heads = built["quickstart_heads_gate_dropout"].model
-    assert sum(map(len, heads.exact_heads.values())) == 18 and heads.sliding_window.far_gate
+    assert heads.exact_heads.share == 0.2 and heads.sliding_window.far_gate  # the probe: 18 of SmolLM2's 90
     assert heads.window_dropout.rate == 0.25 and heads.window_dropout.window == 16
     assert built["quickstart_retrieval"].model.softmax_layers == [7, 8, 14, 18, 20, 23]
     assert built["quickstart"].data.shuffle["shuffle_seed"] == 1  # the seed's data order reaches the data module

@@ -1,6 +1,7 @@
 """tools/retrieval_heads_probe.py: the per-head masks are causal in the exact KV heads and window + sinks elsewhere (a
 closed-form mask); the masked teacher is the plain teacher with every head exact and lit-dof's window control
-(its own kernel) with none; head scores are attention masses; the probe runs end to end and records every arm."""
+(its own kernel) with none; head scores (lit_dof.pipeline.exact_heads, tested there) are attention masses; the probe
+runs end to end and records every arm."""
 
 from __future__ import annotations
 
@@ -52,11 +53,6 @@ def test_masked_teacher_is_the_full_teacher_or_the_window_control():
         teacher(ids[:, :1], cache=cache)
     tool.set_head_windows(teacher, None)
     torch.testing.assert_close(teacher(ids).logits, full)
-
-
-def test_top_heads_are_the_highest_scores_by_layer():
-    scores = torch.tensor([[0.1, 0.9, 0.2], [0.8, 0.0, 0.7]])
-    assert tool.top_heads(scores, 3) == {0: frozenset({1}), 1: frozenset({0, 2})}
 
 
 @needs_data

@@ -15,9 +15,13 @@ import torch
 from safetensors import safe_open
 
 from lit_dof.attention.layers.grouped import HeadGroupedAttention
+from lit_dof.data.sources import split_documents
+from lit_dof.hybrid.recall_items import document_recall_items
 from lit_dof.pipeline.cli import build_cli
+from lit_dof.pipeline.exact_heads import head_scores, top_heads
 from lit_dof.students import load_student
 from lit_dof.students.surgery import exact_heads
+from lit_dof.teacher.loading import load_teacher
 from tests.conftest import REPO, WIKIPEDIA
 
 
@@ -52,8 +56,11 @@ def test_smoke_config_runs_the_quickstart_recipe_on_smollm2(tmp_path, smollm2_di
         (type(t).__name__, t.window, t.sink_tokens, t.far_term, t.sliding_window.far_decay, t.needs_rotary)
         for t in twins
     } == {("SlidingWindowLinearAttention", 64, 4, True, 128, True)}
-    exact = cli.model.exact_heads
-    assert exact_heads(student.model) == exact and sum(map(len, exact.values())) == 18
+    probe = cli.model.exact_heads  # the quickstart's RetrievalHeads at the smoke's size: 2 items of 256 tokens
+    teacher, tokenizer = load_teacher(str(smollm2_dir))
+    items = document_recall_items(split_documents(str(WIKIPEDIA), "validation"), tokenizer, 256, 2, skip=32)
+    exact = top_heads(head_scores(teacher, items), 18)  # 20% of SmolLM2's 90 KV heads
+    assert (probe.items, probe.block, probe.share) == (2, 256, 0.2) and exact_heads(student.model) == exact
     dims = [max(8, m) for m in report["allocations"]["dof"]]
     expected = [[0 if h in exact[i] else m for h in range(3)] if i in exact else m for i, m in enumerate(dims)]
     assert student.feature_dims == expected

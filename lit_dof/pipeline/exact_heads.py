@@ -1,0 +1,204 @@
+"""Exact KV heads chosen for the teacher at hand: the retrieval-head probe as a step of the fit.
+
+DuoAttention (Xiao et al. 2024, "DuoAttention: Efficient Long-Context LLM Inference with Retrieval and Streaming
+Heads", arXiv 2410.10819, §3) keeps the full KV cache of the few heads that fetch far facts and a window + sinks in
+every other head; "Retrieval Head Mechanistically Explains Long-Context Factuality" (Wu et al. 2024, arXiv
+2404.15574, §2) finds those heads by the attention they put on the needle while the answer is copied. A student
+whose ``exact_heads`` is a :class:`RetrievalHeads` does the same before its feature dims are planned: on made-up
+facts placed in blocks of the corpus's **validation** documents (:func:`lit_dof.hybrid.recall_items.
+document_recall_items`, never trained on), it scores each KV head of the layers the student linearises by
+:func:`head_scores` and keeps the top ``share`` of them exact (:func:`top_heads`, then
+:func:`lit_dof.students.surgery.with_exact_heads`). A list of heads found for one teacher is that teacher's own;
+the probe finds another teacher's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from lit_dof.teacher.families import attention_layers
+
+
+@torch.no_grad()
+def head_scores(model: nn.Module, items: Sequence[dict]) -> torch.Tensor:
+    """Per KV head, the attention mass the answer puts on the fact: for each item, the mass each query head puts on
+    the fact's tokens (``item["fact"]`` up to ``item["fact_end"]``) from the positions that predict the answer
+    (``item["answer"]``, shifted by one), averaged over those positions; a KV head's score is the **max** over its
+    query heads (one query head that copies needs its KV head's whole cache), averaged over items. Wu et al. 2024,
+    §2, with attention mass in place of their copy-paste count.
+
+    Args:
+        model: a supported causal LM (its attention implementation is switched to ``"eager"`` for the probe and
+            restored after it).
+        items: recall items ``{"input_ids": (1, T), "answer": (start, stop), "fact", "fact_end"}``.
+
+    Returns:
+        ``(L, Hk)`` float64 scores in [0, 1], one row per attention layer (every layer of the teacher, in order).
+
+    Raises:
+        ValueError: no items, or layers with different head counts.
+    """
+    if not items:
+        raise ValueError("head_scores needs at least one recall item")
+    layers = attention_layers(model)
+    if len({(a.num_heads, a.num_kv_heads) for a in layers}) != 1:
+        raise ValueError("head_scores needs the same query and KV head counts in every layer")
+    group = layers[0].num_heads // layers[0].num_kv_heads
+    total = torch.zeros(len(layers), layers[0].num_kv_heads, dtype=torch.float64)
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("eager")  # the attention weights themselves (SDPA does not return them)
+    try:
+        for item in items:
+            (start, stop), device = item["answer"], model.get_input_embeddings().weight.device
+            needle = torch.arange(item["fact"], item["fact_end"], device=device)
+            ids = item["input_ids"].to(device)
+            attentions = model(ids, output_attentions=True, use_cache=False).attentions  # L × (1, Hq, T, T)
+            for index, weights in enumerate(attentions):
+                mass = weights[0, :, start - 1 : stop - 1][:, :, needle].sum(-1).mean(-1)  # (Hq,)
+                total[index] += mass.double().view(-1, group).amax(-1).cpu()
+    finally:
+        model.set_attn_implementation(previous)
+    return total / len(items)
+
+
+def top_heads(scores: torch.Tensor, k: int, layers: Iterable[int] | None = None) -> dict[int, list[int]]:
+    """The ``k`` KV heads of highest score, among those of ``layers``.
+
+    Args:
+        scores: ``(L, Hk)`` (:func:`head_scores`).
+        k: how many KV heads, ``0 <= k <=`` the candidates.
+        layers: the layers whose heads may be chosen (default: all); ties go to the lower layer, then head.
+
+    Returns:
+        ``{layer: [KV head, …]}``, layers and heads ascending (no entry for a layer with none chosen).
+
+    Raises:
+        ValueError: ``k`` outside 0..the number of candidate heads, or a layer outside 0..L−1.
+    """
+    num_layers, kv_heads = scores.shape
+    allowed = sorted(set(range(num_layers) if layers is None else layers))
+    if any(not 0 <= i < num_layers for i in allowed):
+        raise ValueError(f"layers {allowed} must lie in 0..{num_layers - 1}")
+    candidates = [(i, h) for i in allowed for h in range(kv_heads)]
+    if not 0 <= k <= len(candidates):
+        raise ValueError(f"k = {k} KV heads: there are {len(candidates)} to choose from")
+    chosen = sorted(candidates, key=lambda ih: (-float(scores[ih]), ih))[:k]  # stable: ties by position
+    exact: dict[int, list[int]] = {}
+    for i, h in sorted(chosen):
+        exact.setdefault(i, []).append(h)
+    return exact
+
+
+class RetrievalHeads:
+    """``exact_heads`` found by the probe: the top ``share`` of the linearised layers' KV heads by
+    :func:`head_scores` on ``items`` recall items of ``block`` tokens from the validation documents.
+
+    Args:
+        share: the fraction of the linearised layers' KV heads kept exact, in [0, 1] (rounded to the nearest count;
+            SmolLM2-135M's quickstart: 0.2, 18 of its 90).
+        items: recall items scored (one forward each, with attention weights: ``L · Hq · block²`` floats).
+        block: tokens per item; at most the teacher's positions.
+        skip: validation blocks passed over first (``tools/retrieval_heads_probe.py``'s default: the blocks a
+            ``lit-dof hybrid --metric recall`` search scores).
+        seed: the facts' names, codes and depths.
+
+    Raises:
+        ValueError: ``share`` outside [0, 1], ``items`` < 1, ``block`` < 64 or ``skip`` < 0.
+    """
+
+    def __init__(self, share: float = 0.2, items: int = 16, block: int = 1024, skip: int = 32, seed: int = 0):
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"RetrievalHeads share must lie in [0, 1] (a fraction of the KV heads), got {share}")
+        if items < 1 or block < 64 or skip < 0:
+            raise ValueError(f"RetrievalHeads needs items >= 1, block >= 64, skip >= 0; got {items}, {block}, {skip}")
+        self.share, self.items, self.block, self.skip, self.seed = share, items, block, skip, seed
+
+    def __repr__(self) -> str:
+        return f"RetrievalHeads(share={self.share}, items={self.items}, block={self.block}, skip={self.skip})"
+
+    def select(
+        self, teacher: nn.Module, tokenizer, documents: Iterable[str], linearized: Iterable[int]
+    ) -> dict[int, list[int]]:
+        """Score the teacher's KV heads and choose the exact ones.
+
+        Args:
+            teacher: the frozen teacher (its attention weights are read; nothing changes).
+            tokenizer: its tokenizer.
+            documents: validation documents (the filler; e.g. ``lit_dof.data.sources.split_documents(source,
+                "validation")``).
+            linearized: the layers the student linearises (not its softmax layers, nor a teacher's own
+                sliding-window layers).
+
+        Returns:
+            ``{layer: [KV head, …]}`` for :func:`lit_dof.students.surgery.with_exact_heads`.
+
+        Raises:
+            ValueError: ``block`` beyond the teacher's positions, or too few validation tokens for the items.
+        """
+        from lit_dof.hybrid.recall_items import document_recall_items
+        from lit_dof.teacher.families import text_config
+
+        layers = sorted(set(linearized))
+        positions = getattr(text_config(teacher), "max_position_embeddings", None)
+        if positions is not None and self.block > positions:
+            raise ValueError(
+                f"RetrievalHeads block = {self.block} tokens is beyond the teacher's {positions} positions: pass "
+                f"--model.init_args.exact_heads.init_args.block={positions} or fewer"
+            )
+        kv = attention_layers(teacher)[0].num_kv_heads
+        k = round(self.share * kv * len(layers))
+        if k == 0:
+            return {}
+        items = document_recall_items(
+            documents, tokenizer, self.block, self.items, self.seed, self.skip, name="the validation documents"
+        )
+        return top_heads(head_scores(teacher, items), k, layers)
+
+
+def resolve_exact_heads(
+    spec: dict[int, list[int]] | RetrievalHeads | None,
+    teacher: nn.Module,
+    tokenizer,
+    datamodule,
+    softmax_layers: Iterable[int] = (),
+) -> dict[int, list[int]]:
+    """A student's exact heads, checked against the teacher before any expensive step: ``spec`` itself when it lists
+    them, else what the :class:`RetrievalHeads` probe chooses among the layers the student linearises.
+
+    Args:
+        spec: ``{layer: [KV head, …]}``, a :class:`RetrievalHeads`, or ``None`` (none).
+        teacher: the frozen teacher.
+        tokenizer: its tokenizer.
+        datamodule: the run's data module; the probe reads its validation documents (``documents`` and
+            ``val_every``, as :class:`~lit_dof.data.datamodule.WikipediaDataModule` has them).
+        softmax_layers: the student's softmax layers (no exact heads there: the whole layer is).
+
+    Returns:
+        ``{layer: [KV head, …]}`` (empty: none).
+
+    Raises:
+        ValueError: listed heads outside the teacher's layers or KV heads
+            (:func:`lit_dof.students.surgery.with_exact_heads`); a probe without a data module that has documents.
+    """
+    from lit_dof.students.surgery import with_exact_heads
+
+    layers = attention_layers(teacher)
+    if isinstance(spec, RetrievalHeads):
+        documents = getattr(datamodule, "documents", None)
+        if documents is None:
+            raise ValueError(
+                f"exact_heads: {spec!r} reads the validation documents of the data module (WikipediaDataModule); "
+                f"{type(datamodule).__name__} has none: pass the heads themselves, {{layer: [KV head, …]}}"
+            )
+        from lit_dof.data.sources import split_documents
+
+        softmax = set(softmax_layers)
+        linearized = [a.index for a in layers if a.linearizable and a.index not in softmax]
+        split = split_documents(documents, "validation", getattr(datamodule, "val_every", 100))
+        spec = spec.select(teacher, tokenizer, split, linearized)
+    exact = {int(i): [int(h) for h in heads] for i, heads in (spec or {}).items()}
+    with_exact_heads([1] * len(layers), exact, [a.num_kv_heads for a in layers])  # bad indices: a clear error now
+    return exact
