@@ -51,6 +51,8 @@ class RunSettings:
             (``LayerwiseDistillation.layer_backward``): one layer's loss graph alive at a time, not all of them.
         lora_rank: r of the LoRA adapters (0: none); lora_bytes: their float32 parameters (replicated on every
             rank, trained in the tail with Adam), counted on the meta-device teacher.
+        probe_block: tokens per item of the exact heads' retrieval-head probe before the DoF estimate
+            (:class:`~lit_dof.pipeline.exact_heads.RetrievalHeads`; 0: no probe).
     """
 
     teacher: str
@@ -79,6 +81,7 @@ class RunSettings:
     layer_backward: bool
     lora_rank: int
     lora_bytes: int
+    probe_block: int = 0
 
     @property
     def world_size(self) -> int:
@@ -115,11 +118,12 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
     """The memory of each stage of the run, from ``arch`` and ``run`` alone (closed form, bytes per rank).
 
     Phases: ``load`` (FSDP only: rank 0 holds the whole teacher on the host while it broadcasts the shards;
-    lit_dof.teacher.sharded), ``dof`` (capture + estimate: on the sharded teacher under FSDP, the whole teacher
-    otherwise), ``layerwise`` (teacher forward stopped after the last twin, all layers' q/k kept, one layer's loss graph
-    alive at a time — every layer's with ``layer_backward`` off), ``tail`` (end-to-end logit distillation: backward
-    through the whole student), ``validate`` (teacher and student logits), ``export`` (full weights on rank 0). On a CPU
-    run the device terms are host RAM: ``host`` then holds them too.
+    lit_dof.teacher.sharded), ``probe`` (the exact heads' retrieval-head probe, when the fit has one), ``dof``
+    (capture + estimate: on the sharded teacher under FSDP, the whole teacher otherwise), ``layerwise`` (teacher
+    forward stopped after the last twin, all layers' q/k kept, one layer's loss graph alive at a time — every layer's
+    with ``layer_backward`` off), ``tail`` (end-to-end logit distillation: backward through the whole student),
+    ``validate`` (teacher and student logits), ``export`` (full weights on rank 0). On a CPU run the device terms are
+    host RAM: ``host`` then holds them too.
 
     Raises:
         PlanError: non-positive sizes.
@@ -167,6 +171,13 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
             {"teacher (whole, rank 0, while loading)": teacher, "broadcast tensor (≤ the root)": a.root_params * b}
         )
         phases.append(load)
+    # -- exact heads' probe: one item at a time, eager attention returning every layer's weights (L, Hq, P, P)
+    if run.probe_block:
+        probe, P = Phase("probe"), run.probe_block
+        held = {"teacher shard": shard, "gathered layers": gathered} if run.sharded else {"teacher (whole)": teacher}
+        weights = (a.num_layers + 1) * Hq * P * P * b  # output_attentions keeps them all; one layer's scores besides
+        probe.device.update({**held, "attention weights (every layer + one's scores)": weights, "logits": P * V * b})
+        phases.append(probe)
     # -- DoF estimate: on the sharded teacher under FSDP, else on the whole teacher; reservoir always on the host.
     pool_heads = Hq if run.dof_pooling == "query_head" else Hk  # DoFPlanner's pooling: per query or per KV head
     reservoir = a.num_layers * pool_heads * run.dof_samples * (d * 4 + 8)

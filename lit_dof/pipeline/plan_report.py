@@ -15,6 +15,7 @@ from torch import nn
 
 from lit_dof.pipeline.allocation import AttentionShape
 from lit_dof.pipeline.architecture import Architecture, PlanError, architecture, resolve_teacher_config
+from lit_dof.pipeline.exact_heads import RetrievalHeads
 from lit_dof.pipeline.plan import GIB, Phase, RunSettings, plan_phases
 from lit_dof.pipeline.planner import StudentSpec
 
@@ -97,6 +98,7 @@ def settings_from_config(config, teacher: nn.Module) -> RunSettings:
         layer_backward=model.layer_backward,
         lora_rank=model.lora.rank if model.lora else 0,
         lora_bytes=model.lora.parameter_bytes(teacher) if model.lora else 0,
+        probe_block=model.exact_heads.block if isinstance(model.exact_heads, RetrievalHeads) else 0,
     )
 
 

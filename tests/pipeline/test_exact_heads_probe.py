@@ -141,3 +141,56 @@ def test_a_fit_keeps_exact_the_heads_the_probe_finds_on_its_validation_documents
     student = load_student(log_dir / "student")
     assert exact_heads(student.model) == expected and sum(map(len, expected.values())) == 2
     assert torch.isfinite(cli.trainer.callback_metrics["val/ppl_student"])
+
+
+PROBE_PEAK = """
+import gc, json, sys
+from pathlib import Path
+import torch
+from lit_dof.pipeline.exact_heads import head_scores
+from lit_dof.teacher.loading import load_teacher
+from tests.pipeline.memory_probe import _status
+
+teacher = load_teacher(sys.argv[1])[0]
+T = int(sys.argv[2])
+item = {"input_ids": torch.randint(3, 1000, (1, T)), "answer": (T - 3, T), "fact": 10, "fact_end": 20}
+head_scores(teacher, [item])  # allocator warm
+gc.collect()
+Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS: the teacher and imports do not count
+baseline = _status("VmRSS")
+head_scores(teacher, [item])
+print(json.dumps({"baseline": baseline, "peak": _status("VmHWM")}))
+"""
+
+
+@pytest.mark.slow
+def test_the_plans_probe_phase_matches_the_measured_peak(smollm2_dir):
+    """The plan's ``probe`` phase (every layer's attention weights kept by ``output_attentions``, one layer's scores,
+    the logits) against the resident-set peak of one SmolLM2 item of 512 tokens (a subprocess, the teacher
+    loaded before the high-water mark is reset): within 25%."""
+    import json
+    import subprocess
+    import sys
+
+    from lit_dof.pipeline.cli import parse_fit_config
+    from lit_dof.pipeline.plan_report import plan_config
+    from tests.conftest import REPO
+    from tests.pipeline.test_plan import _env
+
+    run = subprocess.run(
+        [sys.executable, "-c", PROBE_PEAK, str(smollm2_dir), "512"],
+        cwd=REPO,
+        env=_env(MALLOC_MMAP_THRESHOLD_="65536"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    probe = json.loads(run.stdout.strip().splitlines()[-1])
+    measured = probe["peak"] - probe["baseline"]
+    args = ["--config", str(REPO / "configs/quickstart.yaml"), f"--model.init_args.teacher={smollm2_dir}"]
+    args.append("--model.init_args.exact_heads.init_args.block=512")
+    phase = next(p for p in plan_config(parse_fit_config(args))[2] if p.name == "probe")
+    estimated = sum(v for k, v in phase.host.items() if not k.startswith(("runtime", "teacher")))
+    assert measured > 0.25 * 2**30  # the attention weights of 30 layers: a real workload
+    assert abs(estimated - measured) <= 0.25 * measured, (estimated / 2**30, measured / 2**30)
