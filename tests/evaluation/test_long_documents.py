@@ -180,3 +180,17 @@ def test_paired_seed_difference_is_the_paired_t_over_runs():
     assert ratio["ratio"] == pytest.approx((30 / 31 * 32 / 34 * 31 / 31) ** (1 / 3))
     with pytest.raises(ValueError, match="needs >= 2 seeds in common"):
         paired_seed_difference({0: 1.0}, {0: 2.0, 1: 3.0})
+
+
+@pytest.mark.parametrize("length", [2, 7, 8, 9])
+def test_next_token_nll_in_chunks_is_the_float64_log_softmax(length):
+    """Chunks of 3 positions (a document of 2 tokens, one shorter than a chunk, one a multiple of it plus one, …)
+    against −log softmax in float64 gathered at the next token."""
+    from lit_dof.evaluation.position_perplexity import next_token_nll
+
+    g = torch.Generator().manual_seed(length)
+    logits, ids = torch.randn(2, length, 11, generator=g), torch.randint(0, 11, (2, length), generator=g)
+    reference = -torch.log_softmax(logits[:, :-1].double(), -1).gather(-1, ids[:, 1:, None])[..., 0]
+    nll = next_token_nll(logits, ids, chunk=3)
+    assert nll.shape == (2, length - 1)
+    torch.testing.assert_close(nll.double(), reference, rtol=1e-6, atol=1e-6)
