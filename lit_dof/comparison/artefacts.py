@@ -28,7 +28,7 @@ from lit_dof.io import portable
 from lit_dof.pipeline.fit_config import FitConfig
 from lit_dof.records import load_record
 from lit_dof.students.config import LitDofConfig
-from lit_dof.students.surgery import layer_mean_dims
+from lit_dof.students.surgery import layer_mean_dims, twin_layer_dims
 
 
 def latest_run(cell: Path) -> Path:
@@ -158,13 +158,16 @@ def summarise_fit(cell: Path, attempts: list[FitAttempt], command: list[str], de
     """
     run = latest_run(cell)
     config = FitConfig.load(run / "config.yaml")
-    dims = LitDofConfig.from_pretrained(run / "student").feature_dims or None
+    student = LitDofConfig.from_pretrained(run / "student")
+    dims = student.feature_dims or None
+    text = getattr(student, "text_config", None)
+    kinds = text.get("layer_types") if isinstance(text, dict) else getattr(text, "layer_types", None)
     steps, dof = config.trainer.max_steps, run / "dof.json"
     report = DoFReport.load(dof) if dof.is_file() else None
     return FitSummary(
         student=str((run / "student").relative_to(cell)),
         feature_dims=dims,
-        total_features=sum(layer_mean_dims(dims)) if dims else None,  # per-head dims count as their mean per layer
+        total_features=sum(layer_mean_dims(twin_layer_dims(dims, kinds))) if dims else None,  # per-head: their mean
         steps=steps,
         tokens=steps * config.tokens_per_step if steps and config.tokens_per_step else None,
         wall_seconds=sum(a.seconds for a in attempts),

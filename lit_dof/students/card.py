@@ -38,7 +38,7 @@ from lit_dof.students.card_sources import (
 )
 from lit_dof.students.card_training import training_lines
 from lit_dof.students.remote_code import CONFIG_CODE_FILE, writer_version
-from lit_dof.students.surgery import layer_mean_dims
+from lit_dof.students.surgery import layer_mean_dims, twin_layer_dims
 
 CARD_FILE = "README.md"
 TAGS = ("lit-dof", "linear-attention")
@@ -147,11 +147,12 @@ def _method_lines(config: dict, dims: list) -> list[str]:
         own = "– (the teacher's sliding window: softmax)"
         for i, m in enumerate(dims):
             lines.append(f"| {i}{' (softmax)' if i in softmax else ''} | {own if i in sliding else m} |")
-        total = sum(layer_mean_dims(dims))
+        twins = twin_layer_dims(dims, kinds)
+        total = sum(layer_mean_dims(twins))
         lines += [
             "",
             (
-                f"Total ΣM = {total:g} over {len(dims)} layers (softmax layers' twins included; a layer with "
+                f"Total ΣM = {total:g} over {len(twins)} layers (softmax layers' twins included; a layer with "
                 "one M per KV head counts their mean)."
             ),
         ]

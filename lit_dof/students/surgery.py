@@ -123,6 +123,25 @@ def layer_mean_dims(feature_dims: Sequence[int | Sequence[int]]) -> list[float |
     return [m if isinstance(m, int) else sum(m) / len(m) for m in feature_dims]
 
 
+def twin_layer_dims(
+    feature_dims: Sequence[int | Sequence[int]], layer_types: Sequence[str] | None = None
+) -> list[int | Sequence[int]]:
+    """The dims of the layers that have a twin: a teacher's own sliding-window layers (``layer_types`` entry
+    ``"sliding_attention"``: Gemma 3's five of six, Qwen2's with ``use_sliding_window``) stay softmax and have
+    none, their entries in ``feature_dims`` are placeholders. A hybrid's softmax layers keep theirs (their twins
+    exist, switched off).
+
+    Args:
+        feature_dims: per layer, M or one M per KV head.
+        layer_types: the text config's ``layer_types`` (``None`` or shorter: the other layers have twins).
+
+    Returns:
+        ``feature_dims`` without the teacher's sliding-window layers.
+    """
+    kinds = list(layer_types or ())
+    return [m for i, m in enumerate(feature_dims) if i >= len(kinds) or kinds[i] != "sliding_attention"]
+
+
 def attach_linear_attention(
     model: nn.Module,
     feature_map_factory: FeatureMapFactory,

@@ -124,6 +124,7 @@ def test_card_marks_the_teachers_own_sliding_window_layers_as_softmax(tmp_path):
         "| 3 | 10 |",
         "",
     ]
+    assert any(line.startswith("Total ΣM = 22 over 2 layers") for line in lines)  # the twins' layers only
 
 
 def test_card_reads_a_dof_report_and_measurements_tolerantly(tmp_path):
