@@ -160,8 +160,7 @@ def summarise_fit(cell: Path, attempts: list[FitAttempt], command: list[str], de
     config = FitConfig.load(run / "config.yaml")
     student = LitDofConfig.from_pretrained(run / "student")
     dims = student.feature_dims or None
-    text = getattr(student, "text_config", None)
-    kinds = text.get("layer_types") if isinstance(text, dict) else getattr(text, "layer_types", None)
+    kinds = getattr(student.get_text_config(decoder=True), "layer_types", None)
     steps, dof = config.trainer.max_steps, run / "dof.json"
     report = DoFReport.load(dof) if dof.is_file() else None
     return FitSummary(

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import nn
 
-from lit_dof.teacher.families import attention_layers
+from lit_dof.teacher.families import attention_layers, text_config
 
 
 @torch.no_grad()
@@ -139,7 +139,6 @@ class RetrievalHeads:
             ValueError: ``block`` beyond the teacher's positions, or too few validation tokens for the items.
         """
         from lit_dof.hybrid.recall_items import document_recall_items
-        from lit_dof.teacher.families import text_config
 
         layers = sorted(set(linearized))
         positions = getattr(text_config(teacher), "max_position_embeddings", None)

@@ -38,7 +38,7 @@ from lit_dof.students.card_sources import (
 )
 from lit_dof.students.card_training import training_lines
 from lit_dof.students.remote_code import CONFIG_CODE_FILE, writer_version
-from lit_dof.students.surgery import layer_mean_dims, twin_layer_dims
+from lit_dof.students.surgery import layer_mean_dims, teacher_sliding_layers, twin_layer_dims
 
 CARD_FILE = "README.md"
 TAGS = ("lit-dof", "linear-attention")
@@ -141,7 +141,7 @@ def _method_lines(config: dict, dims: list) -> list[str]:
         heads = "; ".join(f"layer {i}: {', '.join(map(str, h))}" for i, h in exact.items())
         lines.append(f"- Exact KV heads (M = 0: full softmax attention, a growing KV cache): {heads}")
     kinds = (config.get("text_config") or {}).get("layer_types") or []
-    sliding = {i for i, kind in enumerate(kinds) if kind == "sliding_attention"}  # the teacher's own: stay softmax
+    sliding = teacher_sliding_layers(kinds)  # the teacher's own: stay softmax
     if dims:
         lines += ["", "| layer | M |", "|---|---|"]
         own = "– (the teacher's sliding window: softmax)"

@@ -138,8 +138,14 @@ def twin_layer_dims(
     Returns:
         ``feature_dims`` without the teacher's sliding-window layers.
     """
-    kinds = list(layer_types or ())
-    return [m for i, m in enumerate(feature_dims) if i >= len(kinds) or kinds[i] != "sliding_attention"]
+    sliding = teacher_sliding_layers(layer_types)
+    return [m for i, m in enumerate(feature_dims) if i not in sliding]
+
+
+def teacher_sliding_layers(layer_types: Sequence[str] | None) -> set[int]:
+    """The indices of a teacher's own sliding-window layers (``layer_types`` entry ``"sliding_attention"``), which
+    keep softmax attention and get no twin; empty for ``None``."""
+    return {i for i, kind in enumerate(layer_types or ()) if kind == "sliding_attention"}
 
 
 def attach_linear_attention(

@@ -288,3 +288,12 @@ def test_card_names_hub_sources_and_keeps_the_training_record(tmp_path):
         assert expected in card.text, expected
     assert json.loads((folder / "lit_dof_training.json").read_text()) == record
     assert find_results(folder) == ([], {})  # the training record is no measurement record
+
+
+def test_twin_layer_dims_drop_only_the_teachers_own_sliding_window_layers():
+    from lit_dof.students.surgery import twin_layer_dims
+
+    dims = [8, [4, 6], 16, 5]
+    kinds = ["sliding_attention", "full_attention", "sliding_attention"]  # shorter: layer 3 has a twin
+    assert twin_layer_dims(dims, kinds) == [[4, 6], 5]
+    assert twin_layer_dims(dims, None) == dims
