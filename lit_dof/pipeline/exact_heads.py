@@ -92,7 +92,108 @@ def top_heads(scores: torch.Tensor, k: int, layers: Iterable[int] | None = None)
     return exact
 
 
-class RetrievalHeads:
+@torch.no_grad()
+def window_errors(
+    model: nn.Module,
+    blocks: Sequence[torch.Tensor],
+    window: int,
+    sink_tokens: int = 0,
+    start: int | None = None,
+    layers: Iterable[int] | None = None,
+    rows: int = 256,
+) -> torch.Tensor:
+    """Per KV head, what cutting it to the student's exact window + sinks changes in the residual stream: at each
+    query position ``p ≥ start`` of each block, ``‖Σ_h W_o,h (o_h,p − ô_h,p)‖²`` over the query heads ``h`` of the KV
+    head's group, where ``o_h,p`` is the head's softmax output, ``ô_h,p`` the same softmax renormalised over the keys
+    ``t`` with ``p − window < t ≤ p`` or ``t < sink_tokens`` (0 where none), and ``W_o,h`` the head's columns of the
+    output projection; averaged over positions and blocks. DuoAttention (Xiao et al. 2024, arXiv 2410.10819, §3.1)
+    keeps full the heads whose output deviates most when made streaming (window + sinks); here each head is scored
+    alone, in closed form, on natural text instead of their optimised gates on synthetic passkeys.
+
+    Args:
+        model: a supported causal LM (probed through lit-dof's attention function:
+            :func:`lit_dof.teacher.capture.capture_attention`).
+        blocks: token ids, each ``(T,)`` or ``(1, T)``, all of the same length ``T``.
+        window: the student's exact window in tokens (0: none).
+        sink_tokens: its exact sink tokens.
+        start: the first scored query position (default ``T // 2``: positions with ``T/2`` keys or more).
+        layers: the layers scored (default: all); the others' rows are 0.
+        rows: query positions per step (memory ``Hq · rows · T`` floats).
+
+    Returns:
+        ``(L, Hk)`` float64 scores ≥ 0, one row per attention layer, in the residual stream's units squared.
+
+    Raises:
+        ValueError: no blocks, blocks of different lengths, ``start`` outside ``0..T−1``, ``window`` or
+            ``sink_tokens`` < 0, or layers with different head counts.
+    """
+    from lit_dof.teacher.capture import capture_attention
+    from lit_dof.teacher.families import output_projection
+
+    ids = [b.reshape(1, -1) for b in blocks]
+    if not ids or len({b.shape[1] for b in ids}) != 1:
+        raise ValueError(f"window_errors needs blocks of one length, got {[b.shape[1] for b in ids]}")
+    T = ids[0].shape[1]
+    start = T // 2 if start is None else start
+    if not 0 <= start < T or window < 0 or sink_tokens < 0:
+        raise ValueError(f"window_errors: start {start} must lie in 0..{T - 1}, window and sink_tokens be >= 0")
+    attention = attention_layers(model)
+    if len({(a.num_heads, a.num_kv_heads) for a in attention}) != 1:
+        raise ValueError("window_errors needs the same query and KV head counts in every layer")
+    hq, hk = attention[0].num_heads, attention[0].num_kv_heads
+    scored = set(range(len(attention)) if layers is None else layers)
+    total = torch.zeros(len(attention), hk, dtype=torch.float64)
+    keys = torch.arange(T)
+
+    def record(index: int, captured) -> None:
+        if index not in scored:
+            return
+        q, k, v = captured.q[0], captured.k[0], captured.v[0]  # (Hq, T, d), (Hk, T, d), (Hk, T, D)
+        k, v = k.repeat_interleave(hq // hk, 0), v.repeat_interleave(hq // hk, 0)
+        projection = output_projection(attention[index].module)
+        D = v.shape[-1]
+        for first in range(start, T, rows):
+            p = keys[first : first + rows, None].to(q.device)
+            logits = (q[:, first : first + rows] @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5  # (Hq, r, T)
+            logits = logits.float().masked_fill(keys.to(q.device) > p, float("-inf"))
+            weights = logits.softmax(-1)
+            exact = (keys.to(q.device) > p - window) | (keys.to(q.device) < sink_tokens)  # (r, T); causal above
+            kept = weights * exact
+            mass = kept.sum(-1, keepdim=True)
+            cut = kept / mass.clamp_min(torch.finfo(mass.dtype).tiny) * (mass > 0)
+            diff = ((weights - cut) @ v.float()).transpose(0, 1).to(v.dtype)  # (r, Hq, D)
+            zero = projection(torch.zeros_like(diff[:1].reshape(1, hq * D)))  # the bias, if any
+            for g in range(hk):
+                group = slice(g * (hq // hk), (g + 1) * (hq // hk))
+                only = torch.zeros_like(diff)
+                only[:, group] = diff[:, group]
+                change = projection(only.reshape(-1, hq * D)) - zero  # (r, hidden)
+                total[index, g] += change.double().pow(2).sum().cpu()
+
+    with capture_attention(model, record):
+        for block in ids:
+            model(block.to(model.get_input_embeddings().weight.device), use_cache=False)
+    return total / (len(ids) * (T - start))
+
+
+class HeadProbe:
+    """What chooses a student's exact KV heads at fit start (``exact_heads: {class_path: …}``): subclasses score the
+    teacher's KV heads on validation documents and keep the top share (:class:`RetrievalHeads`,
+    :class:`LongRangeHeads`)."""
+
+    def select(
+        self,
+        teacher: nn.Module,
+        tokenizer,
+        documents: Iterable[str],
+        linearized: Iterable[int],
+        window: tuple[int, int] | None = None,
+    ) -> dict[int, list[int]]:
+        """``{layer: [KV head, …]}`` among the ``linearized`` layers (arguments: :meth:`RetrievalHeads.select`)."""
+        raise NotImplementedError
+
+
+class RetrievalHeads(HeadProbe):
     """``exact_heads`` found by the probe: the top ``share`` of the linearised layers' KV heads by
     :func:`head_scores` on ``items`` recall items of ``block`` tokens from the validation documents.
 
@@ -120,7 +221,12 @@ class RetrievalHeads:
         return f"RetrievalHeads(share={self.share}, items={self.items}, block={self.block}, skip={self.skip})"
 
     def select(
-        self, teacher: nn.Module, tokenizer, documents: Iterable[str], linearized: Iterable[int]
+        self,
+        teacher: nn.Module,
+        tokenizer,
+        documents: Iterable[str],
+        linearized: Iterable[int],
+        window: tuple[int, int] | None = None,
     ) -> dict[int, list[int]]:
         """Score the teacher's KV heads and choose the exact ones.
 
@@ -131,6 +237,7 @@ class RetrievalHeads:
                 "validation")``).
             linearized: the layers the student linearises (not its softmax layers, nor a teacher's own
                 sliding-window layers).
+            window: the student's ``(window, sink_tokens)``; not used (the probe scores retrieval itself).
 
         Returns:
             ``{layer: [KV head, …]}`` for :func:`lit_dof.students.surgery.with_exact_heads`.
@@ -157,12 +264,86 @@ class RetrievalHeads:
         return top_heads(head_scores(teacher, items), k, layers)
 
 
+class LongRangeHeads(HeadProbe):
+    """``exact_heads`` found by :func:`window_errors`: the top ``share`` of the linearised layers' KV heads whose
+    output the student's exact window + sinks change most, in the second half of ``blocks`` validation blocks of
+    ``block`` tokens (documents packed, EOS between them). Where :class:`RetrievalHeads` keeps the heads that copy a
+    made-up fact, this keeps the heads that natural text needs far back: on SmolLM2-135M the two lists share half
+    their heads; which recipe each serves: docs/results/far_term.
+
+    Args:
+        share: the fraction of the linearised layers' KV heads kept exact, in [0, 1] (rounded to the nearest count).
+        blocks: validation blocks scored (one forward each, the scores ``Hq · rows · block`` floats at a time).
+        block: tokens per block; at most the teacher's positions.
+
+    Raises:
+        ValueError: ``share`` outside [0, 1], ``blocks`` < 1 or ``block`` < 64.
+    """
+
+    def __init__(self, share: float = 0.2, blocks: int = 8, block: int = 1024):
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"LongRangeHeads share must lie in [0, 1] (a fraction of the KV heads), got {share}")
+        if blocks < 1 or block < 64:
+            raise ValueError(f"LongRangeHeads needs blocks >= 1 and block >= 64; got {blocks}, {block}")
+        self.share, self.blocks, self.block = share, blocks, block
+
+    def __repr__(self) -> str:
+        return f"LongRangeHeads(share={self.share}, blocks={self.blocks}, block={self.block})"
+
+    def select(
+        self,
+        teacher: nn.Module,
+        tokenizer,
+        documents: Iterable[str],
+        linearized: Iterable[int],
+        window: tuple[int, int] | None = None,
+    ) -> dict[int, list[int]]:
+        """Score the teacher's KV heads against the student's window and choose the exact ones.
+
+        Args:
+            teacher: the frozen teacher (nothing changes).
+            tokenizer: its tokenizer.
+            documents: validation documents.
+            linearized: the layers the student linearises.
+            window: the student's ``(window, sink_tokens)`` in tokens.
+
+        Returns:
+            ``{layer: [KV head, …]}``.
+
+        Raises:
+            ValueError: no ``window``, ``block`` beyond the teacher's positions, or too few validation tokens.
+        """
+        from lit_dof.evaluation.perplexity import text_tokens
+
+        if window is None:
+            raise ValueError(f"exact_heads: {self!r} needs the student's window (window, sink_tokens) to score against")
+        layers = sorted(set(linearized))
+        positions = getattr(text_config(teacher), "max_position_embeddings", None)
+        if positions is not None and self.block > positions:
+            raise ValueError(
+                f"LongRangeHeads block = {self.block} tokens is beyond the teacher's {positions} positions: pass "
+                f"--model.init_args.exact_heads.init_args.block={positions} or fewer"
+            )
+        k = round(self.share * attention_layers(teacher)[0].num_kv_heads * len(layers))
+        if k == 0:
+            return {}
+        tokens = text_tokens(documents, tokenizer, max_tokens=self.block * self.blocks)
+        if tokens.numel() < self.block * self.blocks:
+            raise ValueError(
+                f"the validation documents give only {tokens.numel() // self.block} blocks of {self.block} tokens; "
+                f"LongRangeHeads asks for {self.blocks}: pass fewer blocks"
+            )
+        blocks = tokens[: self.block * self.blocks].view(self.blocks, self.block)
+        return top_heads(window_errors(teacher, list(blocks), *window, layers=layers), k, layers)
+
+
 def resolve_exact_heads(
-    spec: dict[int, list[int]] | RetrievalHeads | None,
+    spec: dict[int, list[int]] | HeadProbe | None,
     teacher: nn.Module,
     tokenizer,
     datamodule,
     softmax_layers: Iterable[int] = (),
+    window: tuple[int, int] | None = None,
 ) -> dict[int, list[int]]:
     """A student's exact heads, checked against the teacher before any expensive step: ``spec`` itself when it lists
     them, else what the :class:`RetrievalHeads` probe chooses among the layers the student linearises.
@@ -174,6 +355,7 @@ def resolve_exact_heads(
         datamodule: the run's data module; the probe reads its validation documents (``documents`` and
             ``val_every``, as :class:`~lit_dof.data.datamodule.WikipediaDataModule` has them).
         softmax_layers: the student's softmax layers (no exact heads there: the whole layer is).
+        window: the student's ``(window, sink_tokens)`` (a :class:`LongRangeHeads` probe scores against it).
 
     Returns:
         ``{layer: [KV head, …]}`` (empty: none).
@@ -185,7 +367,7 @@ def resolve_exact_heads(
     from lit_dof.students.surgery import with_exact_heads
 
     layers = attention_layers(teacher)
-    if isinstance(spec, RetrievalHeads):
+    if isinstance(spec, HeadProbe):
         documents = getattr(datamodule, "documents", None)
         if documents is None:
             raise ValueError(
@@ -197,7 +379,7 @@ def resolve_exact_heads(
         softmax = set(softmax_layers)
         linearized = [a.index for a in layers if a.linearizable and a.index not in softmax]
         split = split_documents(documents, "validation", getattr(datamodule, "val_every", 100))
-        spec = spec.select(teacher, tokenizer, split, linearized)
+        spec = spec.select(teacher, tokenizer, split, linearized, window)
     exact = {int(i): [int(h) for h in heads] for i, heads in (spec or {}).items()}
     with_exact_heads([1] * len(layers), exact, [a.num_kv_heads for a in layers])  # bad indices: a clear error now
     return exact

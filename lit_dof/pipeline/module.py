@@ -22,7 +22,7 @@ from torchmetrics.text import Perplexity
 
 from lit_dof.attention import FeatureMapFactory, LearnedPRF, SlidingWindow
 from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE
-from lit_dof.pipeline.exact_heads import RetrievalHeads, resolve_exact_heads
+from lit_dof.pipeline.exact_heads import HeadProbe, resolve_exact_heads
 from lit_dof.pipeline.planner import DoFPlanner, FeatureDimPlan, FeatureDimPlanner, StudentSpec
 from lit_dof.pipeline.replication import all_reduce_mean, coalesced, data_parallel, fsdp_mesh
 from lit_dof.pipeline.validation import check_student_setup
@@ -49,7 +49,7 @@ class StudentModule(L.LightningModule):
         exact_heads: ``{layer: [KV head, …]}`` kept exact inside linearised layers (full causal softmax, a growing
             KV cache; DuoAttention's retrieval heads): their feature dim becomes 0 after the planner's allocation
             (lit_dof.students.surgery.with_exact_heads); in YAML ``exact_heads: {18: [2], 20: [1, 2]}``; or a
-            :class:`~lit_dof.pipeline.exact_heads.RetrievalHeads` that finds the teacher's own at fit start.
+            :class:`~lit_dof.pipeline.exact_heads.HeadProbe` (RetrievalHeads, LongRangeHeads) to find them at fit start.
         share_kv_maps: one map per KV head (default) or per query head.
         chunk_size: chunk size of the linear-attention kernel.
         sliding_window: window 0 (default) for pure linear attention; a window w ≥ 1 for sliding-window +
@@ -86,7 +86,7 @@ class StudentModule(L.LightningModule):
         feature_map: FeatureMapFactory = LearnedPRF,
         planner: FeatureDimPlanner = DoFPlanner(),  # settings only: one instance serves every module
         softmax_layers: Sequence[int] = (),
-        exact_heads: dict[int, list[int]] | RetrievalHeads | None = None,
+        exact_heads: dict[int, list[int]] | HeadProbe | None = None,
         share_kv_maps: bool = True,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         sliding_window: SlidingWindow = SlidingWindow(),
@@ -168,7 +168,10 @@ class StudentModule(L.LightningModule):
         teacher = self._load_teacher(mesh)
         self.check_teacher(teacher)
         datamodule = getattr(trainer, "datamodule", None)  # the probe's documents; checked before the DoF estimate
-        exact = resolve_exact_heads(self.exact_heads, teacher, self.tokenizer, datamodule, self.softmax_layers)
+        sw = self.sliding_window
+        exact = resolve_exact_heads(
+            self.exact_heads, teacher, self.tokenizer, datamodule, self.softmax_layers, (sw.window, sw.sink_tokens)
+        )
         self.plan = self.planner.plan(teacher, trainer, spec)
         if mesh is not None:
             from lit_dof.teacher.sharded import reshard

@@ -77,6 +77,28 @@ def check_supported(model: nn.Module) -> str:
     return model_type
 
 
+OUTPUT_PROJECTIONS = ("o_proj", "c_proj", "dense")
+"""Attribute names of an attention module's output projection (Llama / Mistral / Qwen2 / Gemma-3, GPT-2,
+GPT-NeoX), tried in this order."""
+
+
+def output_projection(module: nn.Module) -> nn.Module:
+    """An attention module's output projection: the map from its concatenated head outputs ``(…, Hq·D)`` to the
+    residual stream.
+
+    Raises:
+        UnsupportedModelError: the module has none of :data:`OUTPUT_PROJECTIONS`.
+    """
+    for name in OUTPUT_PROJECTIONS:
+        projection = getattr(module, name, None)
+        if isinstance(projection, nn.Module):
+            return projection
+    raise UnsupportedModelError(
+        f"{type(module).__name__} has no output projection named {' / '.join(OUTPUT_PROJECTIONS)}: add its name to "
+        "lit_dof.teacher.families.OUTPUT_PROJECTIONS"
+    )
+
+
 def has_rotary_positions(model) -> bool:
     """Whether the model encodes positions by rotating q and k (RoPE: ``rope_parameters`` or ``rope_theta`` in its
     text config), so that attention depends on relative positions only; ``False`` for learned absolute positions
