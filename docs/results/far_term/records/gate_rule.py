@@ -1,7 +1,8 @@
 """The rule of "A gate and window dropout on quickstart_heads" (docs/results/far_term README), applied: each
 candidate's validation cells paired with quickstart_heads' committed records on the same 32 blocks and 40 recall
-items.  python docs/results/far_term/records/gate_rule.py [OUT]  (default runs/far_term; without its cells, the
-copies committed beside this script)."""
+items.  python docs/results/far_term/records/gate_rule.py [OUT [ROW ...]]  (default runs/far_term and the two gate
+rows; without their cells, the copies committed beside this script). The "Which heads" rule (quickstart_longrange)
+is the same: python docs/results/far_term/records/gate_rule.py runs/far_term quickstart_longrange."""
 
 import json
 import math
@@ -27,7 +28,7 @@ print(
     by_context(base_recall),
 )
 found = {}
-for row in ("quickstart_heads_gate", "quickstart_heads_gate_dropout"):
+for row in sys.argv[2:] or ("quickstart_heads_gate", "quickstart_heads_gate_dropout"):
     ppl, recall = load(R / row / "ppl.json"), load(R / row / "retrieval" / "recall.json")
     if not ppl and not recall:
         ppl, recall = load(HERE / f"{row}_ppl.json"), load(HERE / f"{row}_recall.json")
