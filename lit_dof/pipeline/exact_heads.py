@@ -192,6 +192,16 @@ class HeadProbe:
         """``{layer: [KV head, …]}`` among the ``linearized`` layers (arguments: :meth:`RetrievalHeads.select`)."""
         raise NotImplementedError
 
+    def _count(self, teacher: nn.Module, layers: list[int]) -> int:
+        """How many KV heads ``share`` keeps among ``layers``; refuses a ``block`` beyond the teacher's positions."""
+        positions = getattr(text_config(teacher), "max_position_embeddings", None)
+        if positions is not None and self.block > positions:
+            raise ValueError(
+                f"{type(self).__name__} block = {self.block} tokens is beyond the teacher's {positions} positions: "
+                f"pass --model.init_args.exact_heads.init_args.block={positions} or fewer"
+            )
+        return round(self.share * attention_layers(teacher)[0].num_kv_heads * len(layers))
+
 
 class RetrievalHeads(HeadProbe):
     """``exact_heads`` found by the probe: the top ``share`` of the linearised layers' KV heads by
@@ -248,14 +258,7 @@ class RetrievalHeads(HeadProbe):
         from lit_dof.hybrid.recall_items import document_recall_items
 
         layers = sorted(set(linearized))
-        positions = getattr(text_config(teacher), "max_position_embeddings", None)
-        if positions is not None and self.block > positions:
-            raise ValueError(
-                f"RetrievalHeads block = {self.block} tokens is beyond the teacher's {positions} positions: pass "
-                f"--model.init_args.exact_heads.init_args.block={positions} or fewer"
-            )
-        kv = attention_layers(teacher)[0].num_kv_heads
-        k = round(self.share * kv * len(layers))
+        k = self._count(teacher, layers)
         if k == 0:
             return {}
         items = document_recall_items(
@@ -318,13 +321,7 @@ class LongRangeHeads(HeadProbe):
         if window is None:
             raise ValueError(f"exact_heads: {self!r} needs the student's window (window, sink_tokens) to score against")
         layers = sorted(set(linearized))
-        positions = getattr(text_config(teacher), "max_position_embeddings", None)
-        if positions is not None and self.block > positions:
-            raise ValueError(
-                f"LongRangeHeads block = {self.block} tokens is beyond the teacher's {positions} positions: pass "
-                f"--model.init_args.exact_heads.init_args.block={positions} or fewer"
-            )
-        k = round(self.share * attention_layers(teacher)[0].num_kv_heads * len(layers))
+        k = self._count(teacher, layers)
         if k == 0:
             return {}
         tokens = text_tokens(documents, tokenizer, max_tokens=self.block * self.blocks)

@@ -52,7 +52,9 @@ class RunSettings:
         lora_rank: r of the LoRA adapters (0: none); lora_bytes: their float32 parameters (replicated on every
             rank, trained in the tail with Adam), counted on the meta-device teacher.
         probe_block: tokens per item of the exact heads' retrieval-head probe before the DoF estimate
-            (:class:`~lit_dof.pipeline.exact_heads.RetrievalHeads`; 0: no probe).
+            (:class:`~lit_dof.pipeline.exact_heads.RetrievalHeads`; 0: no probe, or a
+            :class:`~lit_dof.pipeline.exact_heads.LongRangeHeads`, whose probe holds about one teacher forward of
+            ``block`` tokens, its scores ``Hq · 256 · block`` floats at a time: not a phase of its own).
     """
 
     teacher: str

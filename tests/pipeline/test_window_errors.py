@@ -107,6 +107,10 @@ def test_long_range_heads_choose_the_top_share_of_the_window_errors():
         LongRangeHeads(share=-0.1)
     with pytest.raises(ValueError, match="needs the student's window"):
         resolve_exact_heads(probe, llama, _Tokenizer(), _Data(texts))
+    with pytest.raises(ValueError, match="LongRangeHeads block = 1024 tokens is beyond the teacher's 256 positions"):
+        resolve_exact_heads(LongRangeHeads(), llama, _Tokenizer(), _Data(texts), window=(8, 2))
+    with pytest.raises(ValueError, match=r"give only \d+ blocks of 64 tokens; LongRangeHeads asks for 99"):
+        resolve_exact_heads(LongRangeHeads(blocks=99, block=64), llama, _Tokenizer(), _Data(texts), window=(8, 2))
 
 
 def test_a_fit_keeps_exact_the_heads_whose_output_its_own_window_changes_most(tmp_path):
