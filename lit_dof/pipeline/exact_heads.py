@@ -149,19 +149,18 @@ def window_errors(
         if index not in scored:
             return
         q, k, v = captured.q[0], captured.k[0], captured.v[0]  # (Hq, T, d), (Hk, T, d), (Hk, T, D)
-        k, v = k.repeat_interleave(hq // hk, 0), v.repeat_interleave(hq // hk, 0)
+        k = k.repeat_interleave(hq // hk, 0).float().transpose(-1, -2)  # (Hq, d, T)
+        values = v.repeat_interleave(hq // hk, 0).float()  # (Hq, T, D)
         projection = output_projection(attention[index].module)
-        D = v.shape[-1]
+        D, t = v.shape[-1], keys.to(q.device)
         for first in range(start, T, rows):
-            p = keys[first : first + rows, None].to(q.device)
-            logits = (q[:, first : first + rows] @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5  # (Hq, r, T)
-            logits = logits.float().masked_fill(keys.to(q.device) > p, float("-inf"))
-            weights = logits.softmax(-1)
-            exact = (keys.to(q.device) > p - window) | (keys.to(q.device) < sink_tokens)  # (r, T); causal above
-            kept = weights * exact
+            p = t[first : first + rows, None]  # (r, 1) query positions
+            logits = (q[:, first : first + rows].float() @ k) / q.shape[-1] ** 0.5  # (Hq, r, T)
+            weights = logits.masked_fill(t > p, float("-inf")).softmax(-1)
+            kept = weights * ((t > p - window) | (t < sink_tokens))  # window + sinks (causal: weights are 0 above)
             mass = kept.sum(-1, keepdim=True)
             cut = kept / mass.clamp_min(torch.finfo(mass.dtype).tiny) * (mass > 0)
-            diff = ((weights - cut) @ v.float()).transpose(0, 1).to(v.dtype)  # (r, Hq, D)
+            diff = ((weights - cut) @ values).transpose(0, 1).to(v.dtype)  # (r, Hq, D)
             zero = projection(torch.zeros_like(diff[:1].reshape(1, hq * D)))  # the bias, if any
             for g in range(hk):
                 group = slice(g * (hq // hk), (g + 1) * (hq // hk))
