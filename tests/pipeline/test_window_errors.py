@@ -1,7 +1,8 @@
 """The long-range-head probe (lit_dof.pipeline.exact_heads.window_errors, LongRangeHeads): its scores against an
 independent float64 reference — the teacher run again with one KV head's query heads masked to window + sinks in
-SDPA, the attention module's own output (after its output projection) compared — for Llama (GQA) and Gemma 3
-(q/k norms, its own sliding-window layers not scored), the choice of the share, and its errors."""
+SDPA, the attention module's own output (after its output projection) compared — for Llama (GQA), Gemma 3 (q/k
+norms, its own sliding-window layers not scored), GPT-2 (c_proj, a Conv1D) and GPT-NeoX (dense) — the choice of
+the share, its errors, and a fit that keeps the heads its own window scores top."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def _reference(model, blocks, window: int, sinks: int, start: int, layers) -> to
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+@pytest.mark.parametrize("family", ["llama", "gemma3_text", "gpt2", "gpt_neox"])
 def test_window_errors_match_a_float64_rerun_with_one_head_windowed(family):
     model = tiny_model(family)
     g = torch.Generator().manual_seed(1)
