@@ -153,6 +153,7 @@ def window_errors(
         values = v.repeat_interleave(hq // hk, 0).float()  # (Hq, T, D)
         projection = output_projection(attention[index].module)
         D, t = v.shape[-1], keys.to(q.device)
+        zero = projection(v.new_zeros(1, hq * v.shape[-1]))  # its bias, if any
         for first in range(start, T, rows):
             p = t[first : first + rows, None]  # (r, 1) query positions
             logits = (q[:, first : first + rows].float() @ k) / q.shape[-1] ** 0.5  # (Hq, r, T)
@@ -161,7 +162,6 @@ def window_errors(
             mass = kept.sum(-1, keepdim=True)
             cut = kept / mass.clamp_min(torch.finfo(mass.dtype).tiny) * (mass > 0)
             diff = ((weights - cut) @ values).transpose(0, 1).to(v.dtype)  # (r, Hq, D)
-            zero = projection(torch.zeros_like(diff[:1].reshape(1, hq * D)))  # the bias, if any
             for g in range(hk):
                 group = slice(g * (hq // hk), (g + 1) * (hq // hk))
                 only = torch.zeros_like(diff)
@@ -176,9 +176,30 @@ def window_errors(
 
 
 class HeadProbe:
-    """What chooses a student's exact KV heads at fit start (``exact_heads: {class_path: …}``): subclasses score the
-    teacher's KV heads on validation documents and keep the top share (:class:`RetrievalHeads`,
-    :class:`LongRangeHeads`)."""
+    """What chooses a student's exact KV heads at fit start (``exact_heads: {class_path: …}``): a subclass scores the
+    teacher's KV heads on validation documents (:meth:`scores`) and :meth:`select` keeps the top ``share`` of those of
+    the linearised layers (:class:`RetrievalHeads`, :class:`LongRangeHeads`).
+
+    Args:
+        share: the fraction of the linearised layers' KV heads kept exact, in [0, 1] (rounded to the nearest count).
+        block: tokens per probed block; at least 64, at most the teacher's positions.
+
+    Raises:
+        ValueError: ``share`` outside [0, 1] or ``block`` < 64.
+    """
+
+    def __init__(self, share: float, block: int):
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"{type(self).__name__} share must lie in [0, 1] (a fraction of KV heads), got {share}")
+        if block < 64:
+            raise ValueError(f"{type(self).__name__} needs block >= 64; got {block}")
+        self.share, self.block = share, block
+
+    def scores(
+        self, teacher: nn.Module, tokenizer, documents: Iterable[str], layers: list[int], window: tuple[int, int] | None
+    ) -> torch.Tensor:
+        """``(L, Hk)`` scores of the teacher's KV heads (higher: keep exact); arguments as :meth:`select`'s."""
+        raise NotImplementedError
 
     def select(
         self,
@@ -188,18 +209,34 @@ class HeadProbe:
         linearized: Iterable[int],
         window: tuple[int, int] | None = None,
     ) -> dict[int, list[int]]:
-        """``{layer: [KV head, …]}`` among the ``linearized`` layers (arguments: :meth:`RetrievalHeads.select`)."""
-        raise NotImplementedError
+        """Score the teacher's KV heads and choose the exact ones.
 
-    def _count(self, teacher: nn.Module, layers: list[int]) -> int:
-        """How many KV heads ``share`` keeps among ``layers``; refuses a ``block`` beyond the teacher's positions."""
+        Args:
+            teacher: the frozen teacher (read only; nothing changes).
+            tokenizer: its tokenizer.
+            documents: validation documents (e.g. ``lit_dof.data.sources.split_documents(source, "validation")``).
+            linearized: the layers the student linearises (not its softmax layers, nor a teacher's own
+                sliding-window layers).
+            window: the student's ``(window, sink_tokens)`` in tokens (a probe that scores against it needs it).
+
+        Returns:
+            ``{layer: [KV head, …]}`` for :func:`lit_dof.students.surgery.with_exact_heads`.
+
+        Raises:
+            ValueError: ``block`` beyond the teacher's positions, too few validation tokens, or a probe's own
+                requirement (:class:`LongRangeHeads`: a ``window``).
+        """
+        layers = sorted(set(linearized))
         positions = getattr(text_config(teacher), "max_position_embeddings", None)
         if positions is not None and self.block > positions:
             raise ValueError(
                 f"{type(self).__name__} block = {self.block} tokens is beyond the teacher's {positions} positions: "
                 f"pass --model.init_args.exact_heads.init_args.block={positions} or fewer"
             )
-        return round(self.share * attention_layers(teacher)[0].num_kv_heads * len(layers))
+        k = round(self.share * attention_layers(teacher)[0].num_kv_heads * len(layers))
+        if k == 0:
+            return {}
+        return top_heads(self.scores(teacher, tokenizer, documents, layers, window), k, layers)
 
 
 class RetrievalHeads(HeadProbe):
@@ -220,50 +257,28 @@ class RetrievalHeads(HeadProbe):
     """
 
     def __init__(self, share: float = 0.2, items: int = 16, block: int = 1024, skip: int = 32, seed: int = 0):
-        if not 0.0 <= share <= 1.0:
-            raise ValueError(f"RetrievalHeads share must lie in [0, 1] (a fraction of the KV heads), got {share}")
-        if items < 1 or block < 64 or skip < 0:
-            raise ValueError(f"RetrievalHeads needs items >= 1, block >= 64, skip >= 0; got {items}, {block}, {skip}")
-        self.share, self.items, self.block, self.skip, self.seed = share, items, block, skip, seed
+        super().__init__(share, block)
+        if items < 1 or skip < 0:
+            raise ValueError(f"RetrievalHeads needs items >= 1, skip >= 0; got {items}, {skip}")
+        self.items, self.skip, self.seed = items, skip, seed
 
     def __repr__(self) -> str:
         return f"RetrievalHeads(share={self.share}, items={self.items}, block={self.block}, skip={self.skip})"
 
-    def select(
-        self,
-        teacher: nn.Module,
-        tokenizer,
-        documents: Iterable[str],
-        linearized: Iterable[int],
-        window: tuple[int, int] | None = None,
-    ) -> dict[int, list[int]]:
-        """Score the teacher's KV heads and choose the exact ones.
-
-        Args:
-            teacher: the frozen teacher (its attention weights are read; nothing changes).
-            tokenizer: its tokenizer.
-            documents: validation documents (the filler; e.g. ``lit_dof.data.sources.split_documents(source,
-                "validation")``).
-            linearized: the layers the student linearises (not its softmax layers, nor a teacher's own
-                sliding-window layers).
-            window: the student's ``(window, sink_tokens)``; not used (the probe scores retrieval itself).
-
-        Returns:
-            ``{layer: [KV head, …]}`` for :func:`lit_dof.students.surgery.with_exact_heads`.
+    def scores(
+        self, teacher: nn.Module, tokenizer, documents: Iterable[str], layers: list[int], window: tuple[int, int] | None
+    ) -> torch.Tensor:
+        """:func:`head_scores` on the recall items placed in the validation ``documents`` (``window`` not used).
 
         Raises:
-            ValueError: ``block`` beyond the teacher's positions, or too few validation tokens for the items.
+            ValueError: too few validation tokens for the items.
         """
         from lit_dof.hybrid.recall_items import document_recall_items
 
-        layers = sorted(set(linearized))
-        k = self._count(teacher, layers)
-        if k == 0:
-            return {}
         items = document_recall_items(
             documents, tokenizer, self.block, self.items, self.seed, self.skip, name="the validation documents"
         )
-        return top_heads(head_scores(teacher, items), k, layers)
+        return head_scores(teacher, items)
 
 
 class LongRangeHeads(HeadProbe):
@@ -283,46 +298,26 @@ class LongRangeHeads(HeadProbe):
     """
 
     def __init__(self, share: float = 0.2, blocks: int = 8, block: int = 1024):
-        if not 0.0 <= share <= 1.0:
-            raise ValueError(f"LongRangeHeads share must lie in [0, 1] (a fraction of the KV heads), got {share}")
-        if blocks < 1 or block < 64:
-            raise ValueError(f"LongRangeHeads needs blocks >= 1 and block >= 64; got {blocks}, {block}")
-        self.share, self.blocks, self.block = share, blocks, block
+        super().__init__(share, block)
+        if blocks < 1:
+            raise ValueError(f"LongRangeHeads needs blocks >= 1; got {blocks}")
+        self.blocks = blocks
 
     def __repr__(self) -> str:
         return f"LongRangeHeads(share={self.share}, blocks={self.blocks}, block={self.block})"
 
-    def select(
-        self,
-        teacher: nn.Module,
-        tokenizer,
-        documents: Iterable[str],
-        linearized: Iterable[int],
-        window: tuple[int, int] | None = None,
-    ) -> dict[int, list[int]]:
-        """Score the teacher's KV heads against the student's window and choose the exact ones.
-
-        Args:
-            teacher: the frozen teacher (nothing changes).
-            tokenizer: its tokenizer.
-            documents: validation documents.
-            linearized: the layers the student linearises.
-            window: the student's ``(window, sink_tokens)`` in tokens.
-
-        Returns:
-            ``{layer: [KV head, …]}``.
+    def scores(
+        self, teacher: nn.Module, tokenizer, documents: Iterable[str], layers: list[int], window: tuple[int, int] | None
+    ) -> torch.Tensor:
+        """:func:`window_errors` of ``layers`` against the student's ``window`` on ``blocks`` packed validation blocks.
 
         Raises:
-            ValueError: no ``window``, ``block`` beyond the teacher's positions, or too few validation tokens.
+            ValueError: no ``window``, or too few validation tokens for the blocks.
         """
         from lit_dof.evaluation.perplexity import text_tokens
 
         if window is None:
             raise ValueError(f"exact_heads: {self!r} needs the student's window (window, sink_tokens) to score against")
-        layers = sorted(set(linearized))
-        k = self._count(teacher, layers)
-        if k == 0:
-            return {}
         tokens = text_tokens(documents, tokenizer, max_tokens=self.block * self.blocks)
         if tokens.numel() < self.block * self.blocks:
             raise ValueError(
@@ -330,7 +325,7 @@ class LongRangeHeads(HeadProbe):
                 f"LongRangeHeads asks for {self.blocks}: pass fewer blocks"
             )
         blocks = tokens[: self.block * self.blocks].view(self.blocks, self.block)
-        return top_heads(window_errors(teacher, list(blocks), *window, layers=layers), k, layers)
+        return window_errors(teacher, list(blocks), *window, layers=layers)
 
 
 def resolve_exact_heads(
