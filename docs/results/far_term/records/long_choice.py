@@ -1,0 +1,117 @@
+"""A long-document choosing set outside the test split: trained students beside their controls, far into long
+articles of the *training* split that no fit reads (issue #45, bar 2; docs/results/far_term README).
+
+The long-document test set reports bar 2 and the validation split holds two articles of ≥ 16,000 characters, so
+trained candidates are chosen here instead: the **last** ``--articles`` training-split articles of the corpus file
+with at least ``LONG_DOCUMENT_CHARS`` characters and 4096 tokens (the other half of the long articles, which the
+training split keeps), truncated to 4096 tokens and scored from their first token by in-document position
+(``long_document_perplexity``, buckets 0–63, 64–511, 512–2047, 2048–4095). A fit streams the training split from
+the start of the file through a shuffle buffer of 1024 documents and reads < 1M tokens, so these articles, near the
+end of a file of tens of thousands of training articles, are never trained on (the script prints their indices).
+
+For each student: the student, its (a) window + sinks and its (b) equal-state window (``control_models``, the
+student's exact KV heads exact in both), and the teacher once; per bucket the perplexities, the student's paired
+ratios to (a), (b) and the teacher (± SE over articles) and the share of the (a)–teacher log-gap it closes.
+
+Run: ``python docs/results/far_term/records/long_choice.py <corpus> NAME=STUDENT_DIR ... --out long_choice.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import time
+
+import torch
+
+from lit_dof.data.sources import split_documents
+from lit_dof.data.splits import LONG_DOCUMENT_CHARS
+from lit_dof.evaluation.controls import control_info, control_models
+from lit_dof.evaluation.loading import load_model
+from lit_dof.evaluation.long_documents import long_document_perplexity
+from lit_dof.evaluation.position_perplexity import bucket_ratios
+from lit_dof.teacher.loading import load_teacher
+
+T = 4096
+EDGES = (0, 64, 512, 2048, 4096)
+
+
+class Chosen:
+    """A document source holding the chosen texts (``long_document_perplexity`` reads it as it reads a split)."""
+
+    def __init__(self, texts: list[str], label: str) -> None:
+        self.texts, self.label = texts, label
+
+    def select(self, *args, **kwargs):
+        return iter(self.texts)
+
+    def __str__(self) -> str:
+        return self.label
+
+
+def last_long_articles(corpus: str, tokenizer, count: int) -> tuple[list[str], list[int], int]:
+    """The last ``count`` training-split articles of ≥ ``LONG_DOCUMENT_CHARS`` characters and ≥ ``T`` tokens, their
+    indices in the training split and the split's size."""
+    last: collections.deque = collections.deque(maxlen=count)
+    total = 0
+    for index, text in enumerate(split_documents(corpus, "train")):
+        total = index + 1
+        if len(text) >= LONG_DOCUMENT_CHARS and len(tokenizer(text, add_special_tokens=False)["input_ids"]) >= T:
+            last.append((index, text))
+    return [t for _, t in last], [i for i, _ in last], total
+
+
+def closed(student: dict, a: dict, teacher: dict, bucket: str) -> float:
+    """The share of (a)'s log-perplexity gap to the teacher that the student closes in ``bucket``."""
+    s, w, t = (math.log(r["buckets"][bucket]["ppl"]) for r in (student, a, teacher))
+    return (w - s) / (w - t)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("corpus")
+    parser.add_argument("students", nargs="+", help="NAME=exported student directory")
+    parser.add_argument("--articles", type=int, default=12)
+    parser.add_argument("--out", default="long_choice.json")
+    args = parser.parse_args()
+    teacher, tokenizer = load_teacher()
+    texts, indices, total = last_long_articles(args.corpus, tokenizer, args.articles)
+    print(f"{len(texts)} articles, training-split indices {indices[0]}..{indices[-1]} of {total}", flush=True)
+    source = Chosen(texts, f"the last {len(texts)} long training articles of {args.corpus}")
+
+    def measure(model) -> dict:
+        return long_document_perplexity(model, tokenizer, source, max_tokens=T, edges=EDGES, progress=False)
+
+    record = {"articles": len(texts), "train_indices": indices, "train_documents": total, "tokens": T}
+    start = time.time()
+    record["teacher"] = measure(teacher)
+    print(f"teacher {time.time() - start:.0f} s", flush=True)
+    for spec in args.students:
+        name, path = spec.split("=", 1)
+        student = load_model(path)[0].eval()
+        controls = control_models(student, teacher, tail=False)
+        entry = {"path": path, "student": measure(student)}
+        for key, label in (("window_sinks", "a"), ("equal_state", "b")):
+            info = control_info(controls[key])
+            entry[label] = {"window": info.window, "sinks": info.sink_tokens, **measure(controls[key])}
+        entry["state_bytes"] = control_info(controls["equal_state"]).student_state_bytes
+        entry["vs"] = {k: bucket_ratios(entry["student"], entry[k]) for k in ("a", "b")}
+        entry["vs"]["teacher"] = bucket_ratios(entry["student"], record["teacher"])
+        entry["closed"] = {b: closed(entry["student"], entry["a"], record["teacher"], b) for b in entry["student"]["buckets"]}
+        record[name] = entry
+        print(f"{name} ({time.time() - start:.0f} s): (b) window {entry['b']['window']} + {entry['b']['sinks']}")
+        for bucket in entry["student"]["buckets"]:
+            ppl = [r["buckets"][bucket]["ppl"] for r in (entry["student"], entry["a"], entry["b"], record["teacher"])]
+            vs = {k: entry["vs"][k].get(bucket) for k in ("a", "b", "teacher")}
+            text = " ".join(f"/{k} {v['ratio']:.3f}±{v['stderr']:.3f}" for k, v in vs.items() if v)
+            print(f"  {bucket:>9}: student {ppl[0]:.2f} (a) {ppl[1]:.2f} (b) {ppl[2]:.2f} teacher {ppl[3]:.2f} {text}"
+                  f" closed {entry['closed'][bucket]:.1%}", flush=True)
+        del student, controls
+    with open(args.out, "w") as handle:
+        json.dump(record, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
