@@ -13,7 +13,8 @@ For each student: the student, its (a) window + sinks and its (b) equal-state wi
 student's exact KV heads exact in both), and the teacher once; per bucket the perplexities, the student's paired
 ratios to (a), (b) and the teacher (± SE over articles) and the share of the (a)–teacher log-gap it closes.
 
-Run: ``python docs/results/far_term/records/long_choice.py <corpus> NAME=STUDENT_DIR ... --out long_choice.json``.
+Run: ``python docs/results/far_term/records/long_choice.py <corpus> NAME=STUDENT_DIR ... --out long_choice.json``
+(resumable: the teacher and the students already in ``--out``, on the same articles, are kept).
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ import argparse
 import collections
 import json
 import math
+import os
 import time
-
-import torch
 
 from lit_dof.data.sources import split_documents
 from lit_dof.data.splits import LONG_DOCUMENT_CHARS
@@ -45,9 +45,11 @@ class Chosen:
         self.texts, self.label = texts, label
 
     def select(self, *args, **kwargs):
+        """The chosen texts, whatever split is asked for."""
         return iter(self.texts)
 
     def __str__(self) -> str:
+        """The label recorded as the source."""
         return self.label
 
 
@@ -63,13 +65,15 @@ def last_long_articles(corpus: str, tokenizer, count: int) -> tuple[list[str], l
     return [t for _, t in last], [i for i, _ in last], total
 
 
-def closed(student: dict, a: dict, teacher: dict, bucket: str) -> float:
-    """The share of (a)'s log-perplexity gap to the teacher that the student closes in ``bucket``."""
+def closed(student: dict, a: dict, teacher: dict, bucket: str) -> float | None:
+    """The share of (a)'s log-perplexity gap to the teacher that the student closes in ``bucket`` (``None`` where
+    there is no gap: (a) is the teacher inside its window + sinks)."""
     s, w, t = (math.log(r["buckets"][bucket]["ppl"]) for r in (student, a, teacher))
-    return (w - s) / (w - t)
+    return (w - s) / (w - t) if abs(w - t) > 1e-4 else None
 
 
 def main() -> None:
+    """Choose the articles, measure the teacher and each student beside its (a) and (b), write the record."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus")
     parser.add_argument("students", nargs="+", help="NAME=exported student directory")
@@ -85,11 +89,20 @@ def main() -> None:
         return long_document_perplexity(model, tokenizer, source, max_tokens=T, edges=EDGES, progress=False)
 
     record = {"articles": len(texts), "train_indices": indices, "train_documents": total, "tokens": T}
+    if os.path.exists(args.out):  # resumable: the teacher and the students already measured on these articles
+        with open(args.out) as handle:
+            done = json.load(handle)
+        if done["train_indices"] == indices:
+            record = done
     start = time.time()
-    record["teacher"] = measure(teacher)
-    print(f"teacher {time.time() - start:.0f} s", flush=True)
+    if "teacher" not in record:
+        record["teacher"] = measure(teacher)
+        print(f"teacher {time.time() - start:.0f} s", flush=True)
     for spec in args.students:
         name, path = spec.split("=", 1)
+        if name in record:
+            print(f"{name}: measured already ({args.out})")
+            continue
         student = load_model(path)[0].eval()
         controls = control_models(student, teacher, tail=False)
         entry = {"path": path, "student": measure(student)}
@@ -99,18 +112,23 @@ def main() -> None:
         entry["state_bytes"] = control_info(controls["equal_state"]).student_state_bytes
         entry["vs"] = {k: bucket_ratios(entry["student"], entry[k]) for k in ("a", "b")}
         entry["vs"]["teacher"] = bucket_ratios(entry["student"], record["teacher"])
-        entry["closed"] = {b: closed(entry["student"], entry["a"], record["teacher"], b) for b in entry["student"]["buckets"]}
+        entry["closed"] = {
+            b: closed(entry["student"], entry["a"], record["teacher"], b) for b in entry["student"]["buckets"]
+        }
         record[name] = entry
         print(f"{name} ({time.time() - start:.0f} s): (b) window {entry['b']['window']} + {entry['b']['sinks']}")
         for bucket in entry["student"]["buckets"]:
             ppl = [r["buckets"][bucket]["ppl"] for r in (entry["student"], entry["a"], entry["b"], record["teacher"])]
             vs = {k: entry["vs"][k].get(bucket) for k in ("a", "b", "teacher")}
             text = " ".join(f"/{k} {v['ratio']:.3f}±{v['stderr']:.3f}" for k, v in vs.items() if v)
-            print(f"  {bucket:>9}: student {ppl[0]:.2f} (a) {ppl[1]:.2f} (b) {ppl[2]:.2f} teacher {ppl[3]:.2f} {text}"
-                  f" closed {entry['closed'][bucket]:.1%}", flush=True)
+            print(
+                f"  {bucket:>9}: student {ppl[0]:.2f} (a) {ppl[1]:.2f} (b) {ppl[2]:.2f} teacher {ppl[3]:.2f} {text}"
+                f" closed {entry['closed'][bucket] or 0:.1%}",
+                flush=True,
+            )
         del student, controls
-    with open(args.out, "w") as handle:
-        json.dump(record, handle, indent=1)
+        with open(args.out, "w") as handle:
+            json.dump(record, handle, indent=1)
 
 
 if __name__ == "__main__":
