@@ -32,6 +32,7 @@ from lit_dof.evaluation.controls import control_info, control_models
 from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.long_documents import long_document_perplexity
 from lit_dof.evaluation.position_perplexity import bucket_ratios
+from lit_dof.students.surgery import exact_heads
 from lit_dof.teacher.loading import load_teacher
 
 T = 4096
@@ -72,6 +73,12 @@ def closed(student: dict, a: dict, teacher: dict, bucket: str) -> float | None:
     return (w - s) / (w - t) if abs(w - t) > 1e-4 else None
 
 
+def control_key(student, window: int, sinks: int) -> str:
+    """What makes two students' window controls one model: the window, the sinks, the softmax layers and the exact
+    KV heads (the teacher's weights are shared)."""
+    return json.dumps([window, sinks, list(student.config.softmax_layers or []), exact_heads(student.model)])
+
+
 def main() -> None:
     """Choose the articles, measure the teacher and each student beside its (a) and (b), write the record."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -108,7 +115,14 @@ def main() -> None:
         entry = {"path": path, "student": measure(student)}
         for key, label in (("window_sinks", "a"), ("equal_state", "b")):
             info = control_info(controls[key])
-            entry[label] = {"window": info.window, "sinks": info.sink_tokens, **measure(controls[key])}
+            same = control_key(student, info.window, info.sink_tokens)
+            earlier = [e[k] for e in record.values() if isinstance(e, dict) for k in ("a", "b") if k in e]
+            entry[label] = next((e for e in earlier if e.get("control") == same), None) or {
+                "window": info.window,
+                "sinks": info.sink_tokens,
+                "control": same,  # the same model for every student with this key: measured once
+                **measure(controls[key]),
+            }
         entry["state_bytes"] = control_info(controls["equal_state"]).student_state_bytes
         entry["vs"] = {k: bucket_ratios(entry["student"], entry[k]) for k in ("a", "b")}
         entry["vs"]["teacher"] = bucket_ratios(entry["student"], record["teacher"])

@@ -36,10 +36,11 @@ def paired(a, b):  # noqa: D103  mean and SE of the per-block NLL difference
 
 
 long = load(LONG)
-ratio = bucket_ratios(long[ROW]["student"], long[BASE]["student"])["2048-4095"]
+ratios = bucket_ratios(long[ROW]["student"], long[BASE]["student"])
+ratio = ratios["2048-4095"]
 print(f"long choosing set ({long['articles']} articles), {ROW} / {BASE}:")
-for bucket, r in bucket_ratios(long[ROW]["student"], long[BASE]["student"]).items():
-    print(f"  {bucket:>9}: {r['ratio']:.3f} ± {r['stderr']:.3f}")
+for bucket, r in ratios.items():
+    print(f"  {bucket:>9}: {r['ratio']:.3f} ± {r['stderr']:.3f} ({r['log_ratio'] / r['stderr_log']:+.1f} SE)")
 for name in (BASE, ROW):
     closed = long[name]["closed"]
     print(f"  {name}: (a)-teacher gap closed " + ", ".join(f"{b} {v:.0%}" for b, v in closed.items() if v is not None))
@@ -48,9 +49,14 @@ long_win = ratio["log_ratio"] < -2 * ratio["stderr_log"]
 ppl, base_ppl, committed = cell(ROW, "ppl"), cell(BASE, "ppl"), load(HERE / f"{BASE}_ppl.json")
 for p in (ppl, base_ppl):
     assert p["split"] == "validation" and p["tokens"] == committed["tokens"], "not the rule's blocks"
-print(f"{BASE} refitted: validation ppl {base_ppl['ppl']:.3f} (committed {committed['ppl']:.3f})")
+drift = max(abs(x - y) for x, y in zip(base_ppl["by_position"]["block_nll"], committed["by_position"]["block_nll"]))
+print(
+    f"{BASE} refitted: validation ppl {base_ppl['ppl']:.3f} (committed {committed['ppl']:.3f}; blocks within {drift:.1e} nats)"
+)
 mean, se = paired(ppl["by_position"]["block_nll"], base_ppl["by_position"]["block_nll"])
 print(f"{ROW}: validation ppl {ppl['ppl']:.2f}, paired log ratio {mean:+.4f} ± {se:.4f} (ratio {math.exp(mean):.3f})")
+for bucket, r in bucket_ratios(ppl["by_position"], base_ppl["by_position"]).items():
+    print(f"  {bucket:>9}: {r['ratio']:.3f} ± {r['stderr']:.3f}")
 valid_ok = mean <= 2 * se
 
 recall = sum(cell(ROW, "recall")["items"]["exact_match"])
