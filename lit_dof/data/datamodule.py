@@ -20,6 +20,9 @@
 * Validation: the ``val_blocks`` held-out blocks (rounded down to a multiple of the world size, so that every
   rank runs as many forwards) are split across ranks (rank r takes blocks r, r + world, …); the perplexities
   are summed as NLL and token counts over ranks, so they are the exact global ones.
+* Repeated spans (``repeated_spans``, off by default): in a share of the training blocks a span of the block is
+  copied over a later stretch of it, beyond the student's window (:mod:`lit_dof.data.repeated_spans`); the
+  validation blocks and the planner's capture blocks (``predict``) are never changed.
 * Resume: the training stream skips exactly the batches already consumed (``trainer.global_step ×
   accumulate_grad_batches`` per rank); with dataloader workers, which hand out batches in turn, each worker
   takes over the share of the interrupted run's worker whose batch is due next and skips what that one had
@@ -40,6 +43,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from lit_dof.data.corpus import check_corpus, check_corpus_path, iter_documents
 from lit_dof.data.order import buffer_shuffle
+from lit_dof.data.repeated_spans import RepeatedSpans
 from lit_dof.data.sources import CORPUS_ENV, HubDocuments, LocalDocuments
 from lit_dof.teacher import DEFAULT_TEACHER
 
@@ -59,6 +63,8 @@ class PackedBlocks(IterableDataset):
         shuffle_seed, shuffle_buffer: training documents read through a seeded shuffle of ``shuffle_buffer``
             documents (lit_dof.data.order.buffer_shuffle; each rank and worker its own generator); ``None``: in
             corpus order.
+        repeated_spans: copies spans within training blocks (:class:`~lit_dof.data.repeated_spans.RepeatedSpans`;
+            each block's repeats keyed by the shuffle seed, rank, dataloader role and block index); ``None``: none.
     """
 
     def __init__(
@@ -76,8 +82,10 @@ class PackedBlocks(IterableDataset):
         max_blocks: int | None = None,
         shuffle_seed: int | None = None,
         shuffle_buffer: int = 1024,
+        repeated_spans: RepeatedSpans | None = None,
     ) -> None:
         super().__init__()
+        self.repeated_spans = repeated_spans if split == "train" else None
         self.documents = documents if hasattr(documents, "select") else LocalDocuments(documents)
         self.tokenizer, self.seq_len = tokenizer, seq_len
         self.split, self.val_every = split, val_every
@@ -121,9 +129,14 @@ class PackedBlocks(IterableDataset):
                 buffer.append(eos)
             while len(buffer) >= self.seq_len:
                 block, buffer = buffer[: self.seq_len], buffer[self.seq_len :]
-                if next(blocks) < skip:
+                index = next(blocks)
+                if index < skip:
                     continue
-                yield {"input_ids": torch.tensor(block, dtype=torch.long)}
+                ids = torch.tensor(block, dtype=torch.long)
+                if self.repeated_spans is not None:
+                    _, role = self._worker()
+                    ids = self.repeated_spans(ids, f"{self.shuffle_seed}/rank{self.rank}/role{role}/block{index}")
+                yield {"input_ids": ids}
                 emitted += 1
                 if self.max_blocks is not None and emitted >= self.max_blocks:
                     return
@@ -160,11 +173,13 @@ class WikipediaDataModule(L.LightningDataModule):
             ``shuffle_buffer`` documents, lit_dof.data.order), so that independent fits differ in their data order
             as well as their initialisation (``lit-dof compare --seeds`` sets it); ``None`` (default): corpus order.
         shuffle_buffer: documents held by that shuffle.
+        repeated_spans: training blocks with a span of their own text repeated beyond the window
+            (:class:`~lit_dof.data.repeated_spans.RepeatedSpans`, by ``class_path``); ``None`` (default): plain text.
 
     Raises:
         ValueError: a size or count below its minimum (``seq_len`` < 2, ``batch_size`` or ``val_every`` < 1, a
             negative ``val_blocks``, ``predict_blocks``, ``num_workers`` or ``shuffle_seed``, ``shuffle_buffer`` < 1),
-            at construction.
+            or ``seq_len`` too short for ``repeated_spans``' longest repeat, at construction.
         FileNotFoundError: ``path`` does not exist (at ``setup``). IsADirectoryError: ``path`` is a directory.
             ValueError: a local corpus that cannot feed the run — not UTF-8 text (binary content), unreadable in
             its format, empty, or shorter than one batch per rank plus the validation blocks (at ``setup``, before
@@ -187,6 +202,7 @@ class WikipediaDataModule(L.LightningDataModule):
         num_workers: int = 0,
         shuffle_seed: int | None = None,
         shuffle_buffer: int = 1024,
+        repeated_spans: RepeatedSpans | None = None,
     ) -> None:
         super().__init__()
         for name, value, least in (
@@ -204,6 +220,8 @@ class WikipediaDataModule(L.LightningDataModule):
                     f"{name}={value!r} is invalid: it must be an integer >= {least}; set "
                     f"--data.init_args.{name} to such a value"
                 )
+        if repeated_spans is not None:
+            repeated_spans.check_block(seq_len)
         self.save_hyperparameters()
         self.tokenizer_name = tokenizer
         self.path = path or os.environ.get(CORPUS_ENV) or None
@@ -211,6 +229,7 @@ class WikipediaDataModule(L.LightningDataModule):
         self.num_workers, self.predict_blocks = num_workers, predict_blocks
         self.shuffle = {"shuffle_seed": shuffle_seed, "shuffle_buffer": shuffle_buffer}
         self.hub_dataset, self.hub_config = hub_dataset, hub_config
+        self.repeated_spans = repeated_spans
         self.tokenizer = None
         self._checked = False
 
@@ -282,12 +301,13 @@ class WikipediaDataModule(L.LightningDataModule):
         return next(iter(self._train_loader(index)))
 
     def _train_loader(self, skip_batches: int) -> DataLoader:
-        data = self._train_blocks(skip_batches=skip_batches, batch_size=self.batch_size)
+        spans = self.repeated_spans
+        data = self._train_blocks(skip_batches=skip_batches, batch_size=self.batch_size, repeated_spans=spans)
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def _train_blocks(self, **limits) -> PackedBlocks:
         """This rank's training blocks in the shuffled order; ``limits``: ``skip_batches`` + ``batch_size`` (a
-        resumed stream) or ``max_blocks``."""
+        resumed stream) or ``max_blocks``, and ``repeated_spans`` (training only, not the planner's capture)."""
         rank, world = self._rank()
         return PackedBlocks(
             self.documents,
