@@ -42,10 +42,12 @@ def nll(cell, bucket):
 
 
 def se(x):
+    """Standard error of the mean."""
     return st.stdev(x) / math.sqrt(len(x)) if len(x) > 1 else float("nan")
 
 
 def items(cell, task):
+    """The 0/1 items of a retrieval task, or None."""
     record = (cell.get("retrieval") or {}).get(task)
     return record["items"] if record else None
 
@@ -62,6 +64,7 @@ def bar_cells(cell):
 
 
 def per_seed(study):
+    """{seed: the bar numbers of its student} (README table rows)."""
     teacher = study[("teacher", None)]
     rows = {}
     for (kind, seed), student in sorted(study.items(), key=lambda kv: str(kv[0])):
@@ -93,15 +96,15 @@ def per_seed(study):
 
 
 def summary(name, rows):
+    """Print the per-seed rows and the over-seed lines."""
     print(f"== {name}: seeds {sorted(rows)}")
     for seed, r in sorted(rows.items()):
         parts = [f"seed {seed}: ppl {r['ppl']:.2f}"]
         for bucket in BUCKETS:
             if bucket in r:
                 x = r[bucket]
-                parts.append(
-                    f"{bucket}: ppl {x['ppl']:.2f}, /(b) {x['ratio_b']:.3f} ± {x['ratio_b_se']:.3f}, gap {100 * x['gap']:.0f}%"
-                )
+                ratio = f"/(b) {x['ratio_b']:.3f} ± {x['ratio_b_se']:.3f}"
+                parts.append(f"{bucket}: ppl {x['ppl']:.2f}, {ratio}, gap {100 * x['gap']:.0f}%")
         for key in ("passkey", "passkey-b", "recall", "recall-b"):
             if key in r:
                 parts.append(f"{key} {r[key]:+.0f}" if key.endswith("-b") else f"{key} {r[key]:.0f}%")
@@ -117,8 +120,9 @@ def summary(name, rows):
         ratios, gaps = [x["ratio_b"] for x in have], [100 * x["gap"] for x in have]
         beats = -st.mean(logs) > 2 * st.stdev(logs)
         print(
-            f"{bucket} over {len(have)} seeds: /(b) {st.mean(ratios):.3f} ± {se(ratios):.3f} (mean log {st.mean(logs):+.4f},"
-            f" seed SD {st.stdev(logs):.4f}: below by > 2 SDs {beats}); gap closed {st.mean(gaps):.1f}% ± {se(gaps):.1f}%"
+            f"{bucket} over {len(have)} seeds: /(b) {st.mean(ratios):.3f} ± {se(ratios):.3f} "
+            f"(mean log {st.mean(logs):+.4f}, seed SD {st.stdev(logs):.4f}: below by > 2 SDs {beats}); "
+            f"gap closed {st.mean(gaps):.1f}% ± {se(gaps):.1f}%"
         )
     bars = [r["bar"] for r in rows.values() if r["bar"]]
     if bars:
@@ -132,6 +136,7 @@ def summary(name, rows):
 
 
 def against(study, other):
+    """Print each seed's student paired with the other study's student of the same seed."""
     print("== paired with the other study's student, the same seed")
     for seed in sorted(s for (k, s) in study if k == "student"):
         x, y = study[("student", seed)], other.get(("student", seed))
@@ -143,7 +148,8 @@ def against(study, other):
             a, b = nll(x, bucket), nll(y, bucket)
             if a and b:
                 d = [p - q for p, q in zip(a, b)]
-                parts.append(f"{bucket} ratio {math.exp(st.mean(d)):.3f} ± {math.exp(st.mean(d)) * se(d):.3f}")
+                ratio = math.exp(st.mean(d))
+                parts.append(f"{bucket} ratio {ratio:.3f} ± {ratio * se(d):.3f}")
         for task in ("passkey", "recall"):
             a, b = items(x, task), items(y, task)
             if a and b:
