@@ -1,0 +1,81 @@
+"""The rule of "Copying from beyond the window" (docs/results/far_term README), applied: quickstart_heads_copy against
+quickstart_heads (seed 0 each) on the choosing passkey prompts (retrieval seed 1) and on validation (perplexity over 32
+blocks, 40 recall items), and its fit's wall time.
+
+    python docs/results/far_term/records/copy_rule.py [PASSKEY_OUT [VALIDATION_OUT]]
+
+(defaults runs/far_term_copy and runs/far_term; without the cells, the copies committed beside this script:
+quickstart_heads{,_copy}_choose_passkey.json, quickstart_heads_copy_{fit,ppl,recall}.json.)
+"""
+
+import json
+import math
+import statistics as st
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+PASSKEY = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/far_term_copy") / "C64"
+VALIDATION = Path(sys.argv[2] if len(sys.argv) > 2 else "runs/far_term") / "C64"
+BASE, ROW = "quickstart_heads", "quickstart_heads_copy"
+
+
+def load(cell, committed):
+    """A cell's record, else the committed copy beside this script, else None."""
+    for path in (cell, HERE / committed):
+        if path.exists():
+            return json.loads(path.read_text())
+    return None
+
+
+def passkey(row):
+    """The choosing passkey record of a row (retrieval seed 1), checked to be the design's grid."""
+    record = load(PASSKEY / row / "retrieval" / "passkey.json", f"{row}_choose_passkey.json")
+    if record:
+        grid = record["provenance"]["retrieval"]
+        assert grid["seed"] == 1 and grid["contexts"] == [2048, 4096] and grid["trials"] == 3, grid
+    return record
+
+
+def hits(record, context):
+    """(hits, prompts) at one context over every depth."""
+    cells = record["cells"][str(context)].values()
+    return round(sum(c["mean"] * c["n"] for c in cells)), sum(c["n"] for c in cells)
+
+
+base, row = passkey(BASE), passkey(ROW)
+ok = {}
+if base and row:
+    for name, record in ((BASE, base), (ROW, row)):
+        print(name, "passkey (choosing prompts):", ", ".join("%d: %d/%d" % (c, *hits(record, c)) for c in (2048, 4096)))
+    a, b = row["items"], base["items"]
+    gained, lost = sum(x > y for x, y in zip(a, b)), sum(x < y for x, y in zip(a, b))
+    print(f"paired over the {len(a)} prompts: {ROW} gains {gained}, loses {lost}")
+    ok["passkey >= 0.5 at 2048 and 4096"] = all(h / n >= 0.5 for h, n in (hits(row, 2048), hits(row, 4096)))
+    ok["passkey above quickstart_heads (gained > lost)"] = gained > lost
+else:
+    print("passkey: not measured yet")
+
+ppl, base_ppl = load(VALIDATION / ROW / "ppl.json", f"{ROW}_ppl.json"), load(HERE / "nothing", f"{BASE}_ppl.json")
+recall = load(VALIDATION / ROW / "retrieval" / "recall.json", f"{ROW}_recall.json")
+if ppl and recall:
+    assert ppl["split"] == "validation" and ppl["tokens"] == base_ppl["tokens"], "not the rule's blocks"
+    d = [x - y for x, y in zip(ppl["by_position"]["block_nll"], base_ppl["by_position"]["block_nll"])]
+    se = st.stdev(d) / math.sqrt(len(d))
+    recalled = sum(recall["items"]["exact_match"])
+    print(
+        f"validation: ppl {ppl['ppl']:.2f} against {base_ppl['ppl']:.2f}, paired log ratio {st.mean(d):+.4f} ± {se:.4f} "
+        f"(ratio {math.exp(st.mean(d)):.3f}); recall {recalled:.0f}/40"
+    )
+    ok["validation ppl not above by > 2 block SEs"] = st.mean(d) <= 2 * se
+    ok["recall >= 22/40"] = recalled >= 22
+else:
+    print("validation: not measured yet")
+fit = load(VALIDATION / ROW / "fit.json", f"{ROW}_fit.json")
+if fit:
+    print(f"fit: {fit['wall_seconds'] / 60:.0f} min, Σ M {fit['total_features']:.0f}")
+    ok["fit < 60 min"] = fit["wall_seconds"] < 3600
+for condition, met in ok.items():
+    print(f"  {condition}: {met}")
+if len(ok) == 5:
+    print("rule:", f"{ROW} goes to the test-split study" if all(ok.values()) else f"{BASE} stays")
