@@ -64,8 +64,8 @@ if ppl and recall:
     se = st.stdev(d) / math.sqrt(len(d))
     recalled = sum(recall["items"]["exact_match"])
     print(
-        f"validation: ppl {ppl['ppl']:.2f} against {base_ppl['ppl']:.2f}, paired log ratio {st.mean(d):+.4f} ± {se:.4f} "
-        f"(ratio {math.exp(st.mean(d)):.3f}); recall {recalled:.0f}/40"
+        f"validation: ppl {ppl['ppl']:.2f} against {base_ppl['ppl']:.2f}, "
+        f"paired log ratio {st.mean(d):+.4f} ± {se:.4f} (ratio {math.exp(st.mean(d)):.3f}); recall {recalled:.0f}/40"
     )
     ok["validation ppl not above by > 2 block SEs"] = st.mean(d) <= 2 * se
     ok["recall >= 22/40"] = recalled >= 22
