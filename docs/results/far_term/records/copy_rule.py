@@ -1,11 +1,11 @@
-"""The rule of "Copying from beyond the window" (docs/results/far_term README), applied: quickstart_heads_copy against
-quickstart_heads (seed 0 each) on the choosing passkey prompts (retrieval seed 1) and on validation (perplexity over 32
+"""The rule of "Copying from beyond the window" (docs/results/far_term README), applied: quickstart_heads_reach_copy
+against quickstart_heads_reach (seed 0 each) on the choosing passkey prompts (retrieval seed 1) and on validation (perplexity over 32
 blocks, 40 recall items), and its fit's wall time.
 
     python docs/results/far_term/records/copy_rule.py [PASSKEY_OUT [VALIDATION_OUT]]
 
 (defaults runs/far_term_copy and runs/far_term; without the cells, the copies committed beside this script:
-quickstart_heads{,_copy}_choose_passkey.json, quickstart_heads_copy_{fit,ppl,recall}.json.)
+quickstart_heads_reach{,_copy}_choose_passkey.json, quickstart_heads_reach_copy_{fit,ppl,recall}.json.)
 """
 
 import json
@@ -17,7 +17,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 PASSKEY = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/far_term_copy") / "C64"
 VALIDATION = Path(sys.argv[2] if len(sys.argv) > 2 else "runs/far_term") / "C64"
-BASE, ROW = "quickstart_heads", "quickstart_heads_copy"
+BASE, ROW = "quickstart_heads_reach", "quickstart_heads_reach_copy"
 
 
 def load(cell, committed):
@@ -43,16 +43,18 @@ def hits(record, context):
     return round(sum(c["mean"] * c["n"] for c in cells)), sum(c["n"] for c in cells)
 
 
-base, row = passkey(BASE), passkey(ROW)
+base, row, shipped = passkey(BASE), passkey(ROW), passkey("quickstart_heads")
 ok = {}
 if base and row:
-    for name, record in ((BASE, base), (ROW, row)):
+    for name, record in (("quickstart_heads", shipped), (BASE, base), (ROW, row)):
+        if not record:
+            continue
         print(name, "passkey (choosing prompts):", ", ".join("%d: %d/%d" % (c, *hits(record, c)) for c in (2048, 4096)))
     a, b = row["items"], base["items"]
     gained, lost = sum(x > y for x, y in zip(a, b)), sum(x < y for x, y in zip(a, b))
     print(f"paired over the {len(a)} prompts: {ROW} gains {gained}, loses {lost}")
     ok["passkey >= 0.5 at 2048 and 4096"] = all(h / n >= 0.5 for h, n in (hits(row, 2048), hits(row, 4096)))
-    ok["passkey above quickstart_heads (gained > lost)"] = gained > lost
+    ok[f"passkey above {BASE} (gained > lost)"] = gained > lost
 else:
     print("passkey: not measured yet")
 

@@ -1,0 +1,92 @@
+"""Can a student copy from beyond its window? A probe on validation text, no training (issue #45, bar 3).
+
+Each of the first 16 validation blocks of ``T`` tokens gets one repeat of 16 of its own tokens
+(``lit_dof.data.repeated_spans.RepeatedSpans(share=1, min_length=16, max_length=16, min_distance=D)``, keyed
+``probe/<T>/<i>``: the same repeats for every model), the repeat starting at least D tokens after its source ends.
+Scored on the repeat's tokens 2–16 (the first cannot be known to be a copy): greedy top-1 accuracy and mean NLL, for
+the teacher, each student and the student's (a) control (the teacher behind the student's window + sinks, its exact
+KV heads exact). Two settings: T = 512, D = 128 (the distances a 512-token training block holds) and T = 2048,
+D = 1024 (the passkey's distances at 2k).
+
+Run: ``python docs/results/far_term/records/copy_probe.py <corpus> NAME=STUDENT_DIR ... --out copy_probe.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+
+from lit_dof.data.datamodule import PackedBlocks
+from lit_dof.data.sources import LocalDocuments
+from lit_dof.data.corpus import iter_documents
+from lit_dof.data.repeated_spans import RepeatedSpans
+from lit_dof.evaluation.controls import control_models
+from lit_dof.evaluation.loading import load_model
+from lit_dof.teacher.loading import load_teacher
+import functools
+
+SETTINGS = ((512, 128, 16), (2048, 1024, 16))  # (T, D, blocks)
+
+
+def probe_blocks(corpus: str, tokenizer, T: int, D: int, blocks: int):
+    """``[(ids (T,), SpanCopy)]``: validation blocks with one 16-token repeat each."""
+    spans = RepeatedSpans(share=1.0, min_length=16, max_length=16, min_distance=D)
+    data = PackedBlocks(LocalDocuments(functools.partial(iter_documents, corpus)), tokenizer, T, "val", 100, max_blocks=blocks)
+    out = []
+    for i, block in enumerate(data):
+        key = f"probe/{T}/{i}"
+        (copy,) = spans.draw(T, key)
+        out.append((spans(block["input_ids"], key), copy))
+    return out
+
+
+@torch.no_grad()
+def score(model, items) -> dict:
+    """Top-1 accuracy and mean NLL over the repeats' tokens 2–16."""
+    hits, nll, n = 0, 0.0, 0
+    for ids, copy in items:
+        logits = model(ids[None]).logits[0].float()
+        positions = torch.arange(copy.target + 1, copy.target + copy.length)  # predicted from position p - 1
+        pred = logits[positions - 1]
+        targets = ids[positions]
+        hits += int((pred.argmax(-1) == targets).sum())
+        nll += float(torch.nn.functional.cross_entropy(pred, targets, reduction="sum"))
+        n += len(positions)
+    return {"accuracy": hits / n, "nll": nll / n, "tokens": n}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("corpus")
+    parser.add_argument("students", nargs="*", help="NAME=STUDENT_DIR")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    teacher, tokenizer = load_teacher()
+    teacher.eval()
+    settings = {f"T{T}_D{D}": probe_blocks(args.corpus, tokenizer, T, D, blocks) for T, D, blocks in SETTINGS}
+    result = json.loads(open(args.out).read()) if os.path.exists(args.out) else {}
+
+    def measure(name, model):
+        if name in result:
+            return
+        start = time.time()
+        result[name] = {key: score(model, items) for key, items in settings.items()}
+        result[name]["seconds"] = time.time() - start
+        print(name, json.dumps(result[name]), flush=True)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+    measure("teacher", teacher)
+    for spec in args.students:
+        name, path = spec.split("=", 1)
+        student = load_model(path)[0].eval()
+        measure(name, student)
+        measure(f"{name}:window_sinks", control_models(student, teacher, tail=False)["window_sinks"])
+
+
+if __name__ == "__main__":
+    main()
