@@ -222,7 +222,8 @@ class WikipediaDataModule(L.LightningDataModule):
                 )
         if repeated_spans is not None:
             repeated_spans.check_block(seq_len)
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["repeated_spans"])  # an object: recorded as its plain settings
+        self.hparams["repeated_spans"] = None if repeated_spans is None else repeated_spans.settings()
         self.tokenizer_name = tokenizer
         self.path = path or os.environ.get(CORPUS_ENV) or None
         self.seq_len, self.batch_size, self.val_every, self.val_blocks = seq_len, batch_size, val_every, val_blocks

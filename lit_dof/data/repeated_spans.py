@@ -68,6 +68,16 @@ class RepeatedSpans:
         self.share, self.copies = float(share), copies
         self.min_length, self.max_length, self.min_distance = min_length, max_length, min_distance
 
+    def settings(self) -> dict:
+        """The settings as plain values (what a checkpoint records: it loads with ``weights_only``)."""
+        return {
+            "share": self.share,
+            "copies": self.copies,
+            "min_length": self.min_length,
+            "max_length": self.max_length,
+            "min_distance": self.min_distance,
+        }
+
     def min_block(self) -> int:
         """The shortest block (tokens) that holds a repeat of the longest span: ``2 · max_length + min_distance``."""
         return 2 * self.max_length + self.min_distance
@@ -129,7 +139,4 @@ class RepeatedSpans:
         return out
 
     def __repr__(self) -> str:
-        return (
-            f"RepeatedSpans(share={self.share}, copies={self.copies}, min_length={self.min_length}, "
-            f"max_length={self.max_length}, min_distance={self.min_distance})"
-        )
+        return "RepeatedSpans(" + ", ".join(f"{k}={v}" for k, v in self.settings().items()) + ")"

@@ -129,6 +129,7 @@ def test_a_fit_with_repeated_spans_checkpoints_safely_and_resumes(tmp_path):
     """Through the CLI (``class_path``): the checkpoint loads with ``weights_only`` (the data module's settings are
     recorded as plain values, not the object) and ``--ckpt_path last`` resumes the same experiment."""
     from lit_dof.pipeline.cli import build_cli
+    from lit_dof.pipeline.resume import ResumeMismatchError
     from tests.pipeline.conftest import fit_args
 
     spans = (
@@ -138,6 +139,20 @@ def test_a_fit_with_repeated_spans_checkpoints_safely_and_resumes(tmp_path):
     build_cli(fit_args(tmp_path, steps=2, extra=[spans]))
     last = tmp_path / "lit-dof" / "version_0" / "checkpoints" / "last.ckpt"
     checkpoint = torch.load(last, weights_only=True)
-    assert checkpoint["datamodule_hyper_parameters"]["repeated_spans"]["init_args"]["min_distance"] == 16
+    assert checkpoint["datamodule_hyper_parameters"]["repeated_spans"]["min_distance"] == 16
     resumed = build_cli(fit_args(tmp_path, steps=3, extra=[spans, "--ckpt_path=last"]))
     assert resumed.trainer.global_step == 3 and resumed.trainer.log_dir.endswith("version_0")
+    other = spans.replace("min_distance: 16", "min_distance: 20")
+    with pytest.raises(ResumeMismatchError, match="repeated_spans"):  # other repeats: another experiment
+        build_cli(fit_args(tmp_path, steps=4, extra=[other, "--ckpt_path=last"]))
+
+
+def test_a_data_module_built_in_python_records_plain_settings():
+    module = WikipediaDataModule(path="unused", seq_len=512, repeated_spans=RepeatedSpans(copies=2))
+    assert module.hparams["repeated_spans"] == {
+        "share": 0.5,
+        "copies": 2,
+        "min_length": 8,
+        "max_length": 32,
+        "min_distance": 128,
+    }
