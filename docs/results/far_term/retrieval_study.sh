@@ -12,7 +12,8 @@
 # (one 8k prompt takes the teacher ≈ 70 s on 2 cores; the bars are at 2k and 4k).
 # Resumable: each pass skips finished records. Env: LIT_DOF_CORPUS (the corpus file), OUT (cells; default
 # runs/far_term_test), REPORT_DIR (default: docs/results/far_term/retrieval_test), SEEDS (default '[0, 1, 2]'),
-# ROW (default quickstart_retrieval; quickstart_heads runs the same protocol for the exact-KV-head candidate).
+# ROW (default quickstart_retrieval; quickstart_heads runs the same protocol for the exact-KV-head candidate), STAGES
+# (the measuring stages after the fits, in order; default 'ppl retrieval long_documents').
 set -u
 cd "$(dirname "$0")/../../.." && source .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -22,7 +23,7 @@ common=(--rows "[teacher, $row]" --controls "[$row]" --seeds "${SEEDS:-[0, 1, 2]
         --long_documents 12 --retrieval_tasks '[passkey, recall]' --retrieval.contexts '[1024, 2048, 4096]'
         --retrieval.depths '[0.0, 0.25, 0.5, 0.75, 1.0]' --retrieval.trials 2)
 lit-dof compare "${common[@]}" --stages '[fit]' || exit 1  # the fits first (each resumes from last.ckpt)
-for stage in ppl retrieval long_documents; do
+for stage in ${STAGES:-ppl retrieval long_documents}; do
   echo "=== stage $stage $(date)"
   extra=(); [ "$stage" = retrieval ] && extra=(--retrieval_batch_size 1)  # one prompt per forward: no padding
   lit-dof compare "${common[@]}" "${extra[@]}" --stages "[$stage]" || echo "stage $stage failed: $?"
