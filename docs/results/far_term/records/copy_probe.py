@@ -14,20 +14,21 @@ Run: ``python docs/results/far_term/records/copy_probe.py <corpus> NAME=STUDENT_
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import time
 
 import torch
 
-from lit_dof.data.datamodule import PackedBlocks
-from lit_dof.data.sources import LocalDocuments
 from lit_dof.data.corpus import iter_documents
+from lit_dof.data.datamodule import PackedBlocks
 from lit_dof.data.repeated_spans import RepeatedSpans
-from lit_dof.evaluation.controls import control_models
+from lit_dof.data.sources import LocalDocuments
+from lit_dof.evaluation.controls import control_info, control_models
 from lit_dof.evaluation.loading import load_model
+from lit_dof.students.surgery import exact_heads
 from lit_dof.teacher.loading import load_teacher
-import functools
 
 SETTINGS = ((512, 128, 16), (2048, 1024, 16))  # (T, D, blocks)
 
@@ -35,7 +36,8 @@ SETTINGS = ((512, 128, 16), (2048, 1024, 16))  # (T, D, blocks)
 def probe_blocks(corpus: str, tokenizer, T: int, D: int, blocks: int):
     """``[(ids (T,), SpanCopy)]``: validation blocks with one 16-token repeat each."""
     spans = RepeatedSpans(share=1.0, min_length=16, max_length=16, min_distance=D)
-    data = PackedBlocks(LocalDocuments(functools.partial(iter_documents, corpus)), tokenizer, T, "val", 100, max_blocks=blocks)
+    documents = LocalDocuments(functools.partial(iter_documents, corpus))
+    data = PackedBlocks(documents, tokenizer, T, "val", 100, max_blocks=blocks)
     out = []
     for i, block in enumerate(data):
         key = f"probe/{T}/{i}"
@@ -60,6 +62,7 @@ def score(model, items) -> dict:
 
 
 def main() -> None:
+    """Measure the teacher, each student and its (a) once; write the record after each."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("corpus")
     parser.add_argument("students", nargs="*", help="NAME=STUDENT_DIR")
@@ -71,6 +74,7 @@ def main() -> None:
     result = json.loads(open(args.out).read()) if os.path.exists(args.out) else {}
 
     def measure(name, model):
+        """Score ``model`` in both settings unless the record has it; write the record."""
         if name in result:
             return
         start = time.time()
@@ -85,7 +89,18 @@ def main() -> None:
         name, path = spec.split("=", 1)
         student = load_model(path)[0].eval()
         measure(name, student)
-        measure(f"{name}:window_sinks", control_models(student, teacher, tail=False)["window_sinks"])
+        control = control_models(student, teacher, tail=False)["window_sinks"]
+        info = control_info(control)  # one model for every student with the same window, sinks and exact heads
+        layers = list(student.config.softmax_layers or [])
+        key = json.dumps([info.window, info.sink_tokens, layers, exact_heads(student.model)])
+        same = next((n for n, e in result.items() if n.endswith(":window_sinks") and e.get("control") == key), None)
+        if same and f"{name}:window_sinks" not in result:
+            result[f"{name}:window_sinks"] = {"same_as": same, "control": key}
+            continue
+        measure(f"{name}:window_sinks", control)
+        result[f"{name}:window_sinks"]["control"] = key
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":
