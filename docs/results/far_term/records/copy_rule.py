@@ -50,7 +50,7 @@ if base and row:
         if not record:
             continue
         print(name, "passkey (choosing prompts):", ", ".join("%d: %d/%d" % (c, *hits(record, c)) for c in (2048, 4096)))
-    a, b = row["items"], base["items"]
+    a, b = row["items"]["exact_match"], base["items"]["exact_match"]
     gained, lost = sum(x > y for x, y in zip(a, b)), sum(x < y for x, y in zip(a, b))
     print(f"paired over the {len(a)} prompts: {ROW} gains {gained}, loses {lost}")
     ok["passkey >= 0.5 at 2048 and 4096"] = all(h / n >= 0.5 for h, n in (hits(row, 2048), hits(row, 4096)))
