@@ -123,6 +123,7 @@ class PackedBlocks(IterableDataset):
         emitted = 0
         skip = self._skip_blocks()
         blocks = itertools.count()
+        key = f"{self.shuffle_seed}/rank{self.rank}/role{self._worker()[1]}/block"  # + the block index: its repeats
         for doc in self._my_documents():
             buffer.extend(self.tokenizer(doc, add_special_tokens=False)["input_ids"])
             if eos is not None:
@@ -134,8 +135,7 @@ class PackedBlocks(IterableDataset):
                     continue
                 ids = torch.tensor(block, dtype=torch.long)
                 if self.repeated_spans is not None:
-                    _, role = self._worker()
-                    ids = self.repeated_spans(ids, f"{self.shuffle_seed}/rank{self.rank}/role{role}/block{index}")
+                    ids = self.repeated_spans(ids, f"{key}{index}")
                 yield {"input_ids": ids}
                 emitted += 1
                 if self.max_blocks is not None and emitted >= self.max_blocks:
@@ -302,8 +302,9 @@ class WikipediaDataModule(L.LightningDataModule):
         return next(iter(self._train_loader(index)))
 
     def _train_loader(self, skip_batches: int) -> DataLoader:
-        spans = self.repeated_spans
-        data = self._train_blocks(skip_batches=skip_batches, batch_size=self.batch_size, repeated_spans=spans)
+        data = self._train_blocks(
+            skip_batches=skip_batches, batch_size=self.batch_size, repeated_spans=self.repeated_spans
+        )
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers)
 
     def _train_blocks(self, **limits) -> PackedBlocks:

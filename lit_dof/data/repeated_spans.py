@@ -26,7 +26,7 @@ import torch
 @dataclass(frozen=True)
 class SpanCopy:
     """One repeat written into a block: tokens ``[source, source + length)`` copied to ``[target, target + length)``
-    (positions in tokens, ``target ≥ source + length + gap``)."""
+    (positions in tokens, ``target ≥ source + length + min_distance``)."""
 
     source: int
     target: int
