@@ -9,22 +9,20 @@ KV heads exact). Two settings: T = 512, D = 128 (the distances a 512-token train
 D = 1024 (the passkey's distances at 2k).
 
 Run: ``python docs/results/far_term/records/copy_probe.py <corpus> NAME=STUDENT_DIR ... --out copy_probe.json``
+(resumable; ``--report`` prints the record's figures without measuring).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import time
 
 import torch
 
-from lit_dof.data.corpus import iter_documents
-from lit_dof.data.datamodule import PackedBlocks
+from lit_dof.data.datamodule import WikipediaDataModule
 from lit_dof.data.repeated_spans import RepeatedSpans
-from lit_dof.data.sources import LocalDocuments
 from lit_dof.evaluation.controls import control_info, control_models
 from lit_dof.evaluation.loading import load_model
 from lit_dof.students.surgery import exact_heads
@@ -34,16 +32,34 @@ SETTINGS = ((512, 128, 16), (2048, 1024, 16))  # (T, D, blocks)
 
 
 def probe_blocks(corpus: str, tokenizer, T: int, D: int, blocks: int):
-    """``[(ids (T,), SpanCopy)]``: validation blocks with one 16-token repeat each."""
+    """``[(ids (T,), SpanCopy)]``: the data module's first ``blocks`` validation blocks, one 16-token repeat each."""
     spans = RepeatedSpans(share=1.0, min_length=16, max_length=16, min_distance=D)
-    documents = LocalDocuments(functools.partial(iter_documents, corpus))
-    data = PackedBlocks(documents, tokenizer, T, "val", 100, max_blocks=blocks)
+    module = WikipediaDataModule(path=corpus, seq_len=T, val_blocks=blocks)
+    module.tokenizer = tokenizer
     out = []
-    for i, block in enumerate(data):
+    for i, batch in enumerate(module.val_dataloader()):
         key = f"probe/{T}/{i}"
         (copy,) = spans.draw(T, key)
-        out.append((spans(block["input_ids"], key), copy))
+        out.append((spans(batch["input_ids"][0], key), copy))
     return out
+
+
+def report(result: dict) -> None:
+    """Print the record's table and, per model, the nats it wins back of what (a) loses against the teacher."""
+    teacher = result["teacher"]
+    for name, entry in result.items():
+        if "same_as" in entry:
+            continue
+        cells = []
+        for setting, score in ((k, v) for k, v in entry.items() if k.startswith("T")):
+            line = f"{setting}: {score['accuracy']:.3f} / {score['nll']:.2f}"
+            control = result.get(f"{name}:window_sinks")
+            if control:
+                a = result[control.get("same_as", f"{name}:window_sinks")][setting]["nll"]
+                lost = a - teacher[setting]["nll"]
+                line += f" (wins back {a - score['nll']:.2f} of (a)'s {lost:.2f} nats)"
+            cells.append(line)
+        print(f"{name}: " + "; ".join(cells))
 
 
 @torch.no_grad()
@@ -67,7 +83,11 @@ def main() -> None:
     parser.add_argument("corpus")
     parser.add_argument("students", nargs="*", help="NAME=STUDENT_DIR")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--report", action="store_true", help="print the record's figures; measure nothing")
     args = parser.parse_args()
+    if args.report:
+        report(json.loads(open(args.out).read()))
+        return
     teacher, tokenizer = load_teacher()
     teacher.eval()
     settings = {f"T{T}_D{D}": probe_blocks(args.corpus, tokenizer, T, D, blocks) for T, D, blocks in SETTINGS}
@@ -95,12 +115,12 @@ def main() -> None:
         key = json.dumps([info.window, info.sink_tokens, layers, exact_heads(student.model)])
         same = next((n for n, e in result.items() if n.endswith(":window_sinks") and e.get("control") == key), None)
         if same and f"{name}:window_sinks" not in result:
-            result[f"{name}:window_sinks"] = {"same_as": same, "control": key}
-            continue
+            result[f"{name}:window_sinks"] = {"same_as": same}
         measure(f"{name}:window_sinks", control)
         result[f"{name}:window_sinks"]["control"] = key
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
+    report(result)
 
 
 if __name__ == "__main__":

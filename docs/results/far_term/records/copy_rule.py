@@ -1,6 +1,6 @@
 """The rule of "Copying from beyond the window" (docs/results/far_term README), applied: quickstart_heads_reach_copy
-against quickstart_heads_reach (seed 0 each) on the choosing passkey prompts (retrieval seed 1) and on validation (perplexity over 32
-blocks, 40 recall items), and its fit's wall time.
+against quickstart_heads_reach (seed 0 each) on the choosing passkey prompts (retrieval seed 1) and on validation
+(perplexity over 32 blocks, 40 recall items), and its fit's wall time; quickstart_heads' figures beside them.
 
     python docs/results/far_term/records/copy_rule.py [PASSKEY_OUT [VALIDATION_OUT]]
 
@@ -58,8 +58,25 @@ if base and row:
 else:
     print("passkey: not measured yet")
 
-ppl, base_ppl = load(VALIDATION / ROW / "ppl.json", f"{ROW}_ppl.json"), load(HERE / "nothing", f"{BASE}_ppl.json")
-recall = load(VALIDATION / ROW / "retrieval" / "recall.json", f"{ROW}_recall.json")
+
+def validation(row):
+    """A row's validation ppl, recall and fit records (its cell's, else the committed copies)."""
+    return (
+        load(VALIDATION / row / "ppl.json", f"{row}_ppl.json"),
+        load(VALIDATION / row / "retrieval" / "recall.json", f"{row}_recall.json"),
+        load(VALIDATION / row / "fit.json", f"{row}_fit.json"),
+    )
+
+
+for name in ("quickstart_heads", BASE, ROW):  # the table's columns
+    p, r, f = validation(name)
+    if p and r and f:
+        print(
+            f"{name}: validation ppl {p['ppl']:.2f}, recall {sum(r['items']['exact_match']):.0f}/40, "
+            f"fit {f['wall_seconds'] / 60:.0f} min, Σ M {f['total_features']:.0f}, "
+            f"in-fit validation at step {f['val_curve'][-1][0]}: {f['val_curve'][-1][1]:.3f}"
+        )
+(ppl, recall, fit), base_ppl = validation(ROW), validation(BASE)[0]
 if ppl and recall:
     assert ppl["split"] == "validation" and ppl["tokens"] == base_ppl["tokens"], "not the rule's blocks"
     d = [x - y for x, y in zip(ppl["by_position"]["block_nll"], base_ppl["by_position"]["block_nll"])]
@@ -73,7 +90,6 @@ if ppl and recall:
     ok["recall >= 22/40"] = recalled >= 22
 else:
     print("validation: not measured yet")
-fit = load(VALIDATION / ROW / "fit.json", f"{ROW}_fit.json")
 if fit:
     print(f"fit: {fit['wall_seconds'] / 60:.0f} min, Σ M {fit['total_features']:.0f}")
     ok["fit < 60 min"] = fit["wall_seconds"] < 3600
