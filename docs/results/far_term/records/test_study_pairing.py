@@ -121,7 +121,8 @@ def summary(name, rows):
         beats = -st.mean(logs) > 2 * st.stdev(logs)
         print(
             f"{bucket} over {len(have)} seeds: /(b) {st.mean(ratios):.3f} ± {se(ratios):.3f} "
-            f"(mean log {st.mean(logs):+.4f}, seed SD {st.stdev(logs):.4f}: below by > 2 SDs {beats}); "
+            f"(mean log {st.mean(logs):+.4f}, seed SD {st.stdev(logs):.4f}, "
+            f"below by {-st.mean(logs) / st.stdev(logs):.2f} SDs: > 2 SDs {beats}); "
             f"gap closed {st.mean(gaps):.1f}% ± {se(gaps):.1f}%"
         )
     bars = [r["bar"] for r in rows.values() if r["bar"]]
@@ -138,6 +139,7 @@ def summary(name, rows):
 def against(study, other):
     """Print each seed's student paired with the other study's student of the same seed."""
     print("== paired with the other study's student, the same seed")
+    over = {}  # bucket or task -> per-seed ratio or points
     for seed in sorted(s for (k, s) in study if k == "student"):
         x, y = study[("student", seed)], other.get(("student", seed))
         if not y:
@@ -150,11 +152,17 @@ def against(study, other):
                 d = [p - q for p, q in zip(a, b)]
                 ratio = math.exp(st.mean(d))
                 parts.append(f"{bucket} ratio {ratio:.3f} ± {ratio * se(d):.3f}")
+                over.setdefault(bucket, []).append(ratio)
         for task in ("passkey", "recall"):
             a, b = items(x, task), items(y, task)
             if a and b:
                 parts.append(f"{task} {100 * (st.mean(a) - st.mean(b)):+.0f} points")
+                over.setdefault(task, []).append(100 * (st.mean(a) - st.mean(b)))
         print(" · ".join(parts))
+    for key, vals in over.items():
+        if len(vals) > 1:
+            unit = ".3f" if key in BUCKETS else ".0f"
+            print(f"{key} over {len(vals)} seeds: {st.mean(vals):{unit}} ± {se(vals):{unit}}")
 
 
 if __name__ == "__main__":
