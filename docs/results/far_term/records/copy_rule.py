@@ -68,15 +68,15 @@ def validation(row):
     )
 
 
-for name in ("quickstart_heads", BASE, ROW):  # the table's columns
-    p, r, f = validation(name)
+records = {name: validation(name) for name in ("quickstart_heads", BASE, ROW)}  # the table's columns
+for name, (p, r, f) in records.items():
     if p and r and f:
         print(
             f"{name}: validation ppl {p['ppl']:.2f}, recall {sum(r['items']['exact_match']):.0f}/40, "
             f"fit {f['wall_seconds'] / 60:.0f} min, Σ M {f['total_features']:.0f}, "
             f"in-fit validation at step {f['val_curve'][-1][0]}: {f['val_curve'][-1][1]:.3f}"
         )
-(ppl, recall, fit), base_ppl = validation(ROW), validation(BASE)[0]
+(ppl, recall, fit), base_ppl = records[ROW], records[BASE][0]
 if ppl and recall:
     assert ppl["split"] == "validation" and ppl["tokens"] == base_ppl["tokens"], "not the rule's blocks"
     d = [x - y for x, y in zip(ppl["by_position"]["block_nll"], base_ppl["by_position"]["block_nll"])]
