@@ -1,0 +1,108 @@
+"""The rule of "Long blocks at the quickstart's decay" (docs/results/far_term README), applied: quickstart_heads_long
+against quickstart_heads (seed 0 each) on validation (sliding perplexity at 256–511 and over all positions, paired over
+the 32 blocks; 40 recall items), on the choosing passkey prompts (retrieval seed 1, 15 at 2k and 15 at 4k) and by its
+fit's wall time; quickstart_heads_reach_copy beside them, and the long choosing set's 2048–4095 ratios to both.
+
+    python docs/results/far_term/records/long_rule.py [VALIDATION_OUT [PASSKEY_OUT [LONG_CHOICE_JSON]]]
+
+(defaults runs/far_term, runs/far_term_copy and records/long_choice.json; without the cells, the copies committed
+beside this script: <row>_{fit,ppl,recall,choose_passkey}.json.)
+"""
+
+import json
+import sys
+from pathlib import Path
+
+from lit_dof.evaluation.position_perplexity import bucket_ratios
+
+HERE = Path(__file__).parent
+VALIDATION = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/far_term") / "C64"
+PASSKEY = Path(sys.argv[2] if len(sys.argv) > 2 else "runs/far_term_copy") / "C64"
+LONG = Path(sys.argv[3]) if len(sys.argv) > 3 else HERE / "long_choice.json"
+ROW, BASE, COPY = "quickstart_heads_long", "quickstart_heads", "quickstart_heads_reach_copy"
+ROWS = (BASE, COPY, ROW)
+
+
+def load(cell, committed):
+    """A cell's record, else the committed copy beside this script, else None."""
+    for path in (cell, HERE / committed):
+        if path.exists():
+            return json.loads(path.read_text())
+    return None
+
+
+def hits(record, context):
+    """(hits, prompts) at one context over every depth."""
+    cells = record["cells"][str(context)].values()
+    return round(sum(c["mean"] * c["n"] for c in cells)), sum(c["n"] for c in cells)
+
+
+ok = {}
+ppl = {r: load(VALIDATION / r / "ppl.json", f"{r}_ppl.json") for r in ROWS}
+recall = {r: load(VALIDATION / r / "retrieval" / "recall.json", f"{r}_recall.json") for r in ROWS}
+fit = {r: load(VALIDATION / r / "fit.json", f"{r}_fit.json") for r in ROWS}
+for r in ROWS:
+    if ppl[r] and recall[r] and fit[r]:
+        print(
+            f"{r}: validation ppl {ppl[r]['ppl']:.2f}, recall {sum(recall[r]['items']['exact_match']):.0f}/40, "
+            f"fit {fit[r]['wall_seconds'] / 60:.0f} min, Σ M {fit[r]['total_features']:.0f}"
+        )
+if ppl[ROW]:
+    for r in (BASE, COPY):
+        assert ppl[ROW]["split"] == ppl[r]["split"] == "validation", "not the rule's blocks"
+        assert ppl[ROW]["tokens"] == ppl[r]["tokens"], "not the rule's blocks"
+        ratios = bucket_ratios(ppl[ROW]["by_position"], ppl[r]["by_position"])
+        print(f"validation, {ROW} / {r} (paired over {ratios['all']['blocks']} blocks):")
+        for bucket, v in ratios.items():
+            z = v["log_ratio"] / v["stderr_log"]
+            print(f"  {bucket:>9}: {v['ratio']:.3f} ± {v['stderr']:.3f} (log ratio {v['log_ratio']:+.4f}, {z:+.1f} SE)")
+        if r == BASE:
+            v = ratios["256-511"]
+            ok["validation 256-511 not above quickstart_heads by > 2 paired SEs"] = (
+                v["log_ratio"] <= 2 * v["stderr_log"]
+            )
+else:
+    print("validation: not measured yet")
+if recall[ROW]:
+    recalled = sum(recall[ROW]["items"]["exact_match"])
+    ok["recall >= 22/40"] = recalled >= 22
+if fit[ROW]:
+    ok["fit < 60 min"] = fit[ROW]["wall_seconds"] < 3600
+
+keys = {r: load(PASSKEY / r / "retrieval" / "passkey.json", f"{r}_choose_passkey.json") for r in ROWS}
+for r, record in keys.items():
+    if record:
+        grid = record["provenance"]["retrieval"]
+        assert grid["seed"] == 1 and grid["contexts"] == [2048, 4096] and grid["trials"] == 3, grid
+        print(f"{r} passkey (choosing prompts):", ", ".join("%d: %d/%d" % (c, *hits(record, c)) for c in (2048, 4096)))
+if keys[ROW]:
+    ok["passkey >= 8/15 at 2048 and at 4096"] = all(hits(keys[ROW], c)[0] >= 8 for c in (2048, 4096))
+    for r in (BASE, COPY):
+        if keys[r]:
+            a, b = keys[ROW]["items"]["exact_match"], keys[r]["items"]["exact_match"]
+            gained, lost = sum(x > y for x, y in zip(a, b)), sum(x < y for x, y in zip(a, b))
+            print(f"  paired with {r} over the {len(a)} prompts: {ROW} gains {gained}, loses {lost}")
+else:
+    print("passkey: not measured yet")
+
+long = json.loads(LONG.read_text()) if LONG.exists() else {}
+if ROW in long:
+    print(f"long choosing set ({long['articles']} articles), {ROW} / each neighbour and its own (a), (b):")
+    for r in (BASE, COPY, "a", "b"):
+        other = long[ROW][r] if r in ("a", "b") else long.get(r, {}).get("student")
+        if other:
+            v = bucket_ratios(long[ROW]["student"], other)["2048-4095"]
+            print(
+                f"  2048-4095 / {r}: {v['ratio']:.3f} ± {v['stderr']:.3f} ({v['log_ratio'] / v['stderr_log']:+.1f} SE)"
+            )
+    for r in (BASE, COPY, ROW):
+        if r in long:
+            shares = ", ".join(f"{b} {v:.0%}" for b, v in long[r]["closed"].items() if v is not None)
+            print(f"  {r}: (a)-teacher gap closed {shares}")
+else:
+    print("long choosing set: not measured yet")
+
+for condition, met in ok.items():
+    print(f"  {condition}: {met}")
+if len(ok) == 4:
+    print("rule:", f"{ROW} goes to the test-split study" if all(ok.values()) else f"{ROW} is not kept")
