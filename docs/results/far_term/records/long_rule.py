@@ -1,25 +1,30 @@
-"""The rule of "Long blocks at the quickstart's decay" (docs/results/far_term README), applied: quickstart_heads_long
-against quickstart_heads (seed 0 each) on validation (sliding perplexity at 256–511 and over all positions, paired over
-the 32 blocks; 40 recall items), on the choosing passkey prompts (retrieval seed 1, 15 at 2k and 15 at 4k) and by its
-fit's wall time; quickstart_heads_reach_copy beside them, and the long choosing set's 2048–4095 ratios to both.
+"""The rule of "Long blocks at the quickstart's decay" (docs/results/far_term README), and the same rule of "The
+quickstart's blocks at the copy row's decay", applied: a candidate (``--row``, default quickstart_heads_long) against
+quickstart_heads (seed 0 each) on validation (sliding perplexity at 256–511 and over all positions, paired over the 32
+blocks; 40 recall items), on the choosing passkey prompts (retrieval seed 1, 15 at 2k and 15 at 4k) and by its fit's
+wall time; quickstart_heads_reach_copy beside them, and the long choosing set's 2048–4095 ratios to both.
 
-    python docs/results/far_term/records/long_rule.py [VALIDATION_OUT [PASSKEY_OUT [LONG_CHOICE_JSON]]]
+    python docs/results/far_term/records/long_rule.py [VALIDATION_OUT [PASSKEY_OUT [LONG_CHOICE_JSON]]] [--row ROW]
 
 (defaults runs/far_term, runs/far_term_copy and records/long_choice.json; without the cells, the copies committed
 beside this script: <row>_{fit,ppl,recall,choose_passkey}.json.)
 """
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 from lit_dof.evaluation.position_perplexity import bucket_ratios
 
 HERE = Path(__file__).parent
-VALIDATION = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/far_term") / "C64"
-PASSKEY = Path(sys.argv[2] if len(sys.argv) > 2 else "runs/far_term_copy") / "C64"
-LONG = Path(sys.argv[3]) if len(sys.argv) > 3 else HERE / "long_choice.json"
-ROW, BASE, COPY = "quickstart_heads_long", "quickstart_heads", "quickstart_heads_reach_copy"
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("validation", nargs="?", default="runs/far_term")
+parser.add_argument("passkey", nargs="?", default="runs/far_term_copy")
+parser.add_argument("long_choice", nargs="?", default=str(HERE / "long_choice.json"))
+parser.add_argument("--row", default="quickstart_heads_long")
+args = parser.parse_args()
+VALIDATION, PASSKEY, LONG = Path(args.validation) / "C64", Path(args.passkey) / "C64", Path(args.long_choice)
+ROW, BASE, COPY = args.row, "quickstart_heads", "quickstart_heads_reach_copy"
 ROWS = (BASE, COPY, ROW)
 
 
