@@ -71,6 +71,11 @@ else:
 if recall[ROW]:
     recalled = sum(recall[ROW]["items"]["exact_match"])
     ok["recall >= 22/40"] = recalled >= 22
+    for r in (BASE, COPY):
+        if recall[r]:
+            a, b = recall[ROW]["items"]["exact_match"], recall[r]["items"]["exact_match"]
+            gained, lost = sum(x > y for x, y in zip(a, b)), sum(x < y for x, y in zip(a, b))
+            print(f"recall {recalled:.0f}/40, paired with {r} over the {len(a)} items: gains {gained}, loses {lost}")
 if fit[ROW]:
     ok["fit < 60 min"] = fit[ROW]["wall_seconds"] < 3600
 
