@@ -8,51 +8,27 @@ against quickstart_heads_reach (seed 0 each) on the choosing passkey prompts (re
 quickstart_heads_reach{,_copy}_choose_passkey.json, quickstart_heads_reach_copy_{fit,ppl,recall}.json.)
 """
 
-import json
 import math
 import statistics as st
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).parent
+from rule_records import gained_lost, hits, load, passkey
+
 PASSKEY = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/far_term_copy") / "C64"
 VALIDATION = Path(sys.argv[2] if len(sys.argv) > 2 else "runs/far_term") / "C64"
 BASE, ROW = "quickstart_heads_reach", "quickstart_heads_reach_copy"
 
 
-def load(cell, committed):
-    """A cell's record, else the committed copy beside this script, else None."""
-    for path in (cell, HERE / committed):
-        if path.exists():
-            return json.loads(path.read_text())
-    return None
-
-
-def passkey(row):
-    """The choosing passkey record of a row (retrieval seed 1), checked to be the design's grid."""
-    record = load(PASSKEY / row / "retrieval" / "passkey.json", f"{row}_choose_passkey.json")
-    if record:
-        grid = record["provenance"]["retrieval"]
-        assert grid["seed"] == 1 and grid["contexts"] == [2048, 4096] and grid["trials"] == 3, grid
-    return record
-
-
-def hits(record, context):
-    """(hits, prompts) at one context over every depth."""
-    cells = record["cells"][str(context)].values()
-    return round(sum(c["mean"] * c["n"] for c in cells)), sum(c["n"] for c in cells)
-
-
-base, row, shipped = passkey(BASE), passkey(ROW), passkey("quickstart_heads")
+base, row, shipped = (passkey(PASSKEY, r) for r in (BASE, ROW, "quickstart_heads"))
 ok = {}
 if base and row:
     for name, record in (("quickstart_heads", shipped), (BASE, base), (ROW, row)):
         if not record:
             continue
         print(name, "passkey (choosing prompts):", ", ".join("%d: %d/%d" % (c, *hits(record, c)) for c in (2048, 4096)))
-    a, b = row["items"]["exact_match"], base["items"]["exact_match"]
-    gained, lost = sum(x > y for x, y in zip(a, b)), sum(x < y for x, y in zip(a, b))
-    print(f"paired over the {len(a)} prompts: {ROW} gains {gained}, loses {lost}")
+    gained, lost = gained_lost(row, base)
+    print(f"paired over the {len(row['items']['exact_match'])} prompts: {ROW} gains {gained}, loses {lost}")
     ok["passkey >= 0.5 at 2048 and 4096"] = all(h / n >= 0.5 for h, n in (hits(row, 2048), hits(row, 4096)))
     ok[f"passkey above {BASE} (gained > lost)"] = gained > lost
 else:

@@ -14,9 +14,10 @@ import argparse
 import json
 from pathlib import Path
 
+from rule_records import HERE, gained_lost, hits, load, passkey
+
 from lit_dof.evaluation.position_perplexity import bucket_ratios
 
-HERE = Path(__file__).parent
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("validation", nargs="?", default="runs/far_term")
 parser.add_argument("passkey", nargs="?", default="runs/far_term_copy")
@@ -26,20 +27,6 @@ args = parser.parse_args()
 VALIDATION, PASSKEY, LONG = Path(args.validation) / "C64", Path(args.passkey) / "C64", Path(args.long_choice)
 ROW, BASE, COPY = args.row, "quickstart_heads", "quickstart_heads_reach_copy"
 ROWS = (BASE, COPY, ROW)
-
-
-def load(cell, committed):
-    """A cell's record, else the committed copy beside this script, else None."""
-    for path in (cell, HERE / committed):
-        if path.exists():
-            return json.loads(path.read_text())
-    return None
-
-
-def hits(record, context):
-    """(hits, prompts) at one context over every depth."""
-    cells = record["cells"][str(context)].values()
-    return round(sum(c["mean"] * c["n"] for c in cells)), sum(c["n"] for c in cells)
 
 
 ok = {}
@@ -73,25 +60,21 @@ if recall[ROW]:
     ok["recall >= 22/40"] = recalled >= 22
     for r in (BASE, COPY):
         if recall[r]:
-            a, b = recall[ROW]["items"]["exact_match"], recall[r]["items"]["exact_match"]
-            gained, lost = sum(x > y for x, y in zip(a, b)), sum(x < y for x, y in zip(a, b))
-            print(f"recall {recalled:.0f}/40, paired with {r} over the {len(a)} items: gains {gained}, loses {lost}")
+            gained, lost = gained_lost(recall[ROW], recall[r])
+            print(f"recall {recalled:.0f}/40, paired with {r} over the 40 items: gains {gained}, loses {lost}")
 if fit[ROW]:
     ok["fit < 60 min"] = fit[ROW]["wall_seconds"] < 3600
 
-keys = {r: load(PASSKEY / r / "retrieval" / "passkey.json", f"{r}_choose_passkey.json") for r in ROWS}
+keys = {r: passkey(PASSKEY, r) for r in ROWS}
 for r, record in keys.items():
     if record:
-        grid = record["provenance"]["retrieval"]
-        assert grid["seed"] == 1 and grid["contexts"] == [2048, 4096] and grid["trials"] == 3, grid
         print(f"{r} passkey (choosing prompts):", ", ".join("%d: %d/%d" % (c, *hits(record, c)) for c in (2048, 4096)))
 if keys[ROW]:
     ok["passkey >= 8/15 at 2048 and at 4096"] = all(hits(keys[ROW], c)[0] >= 8 for c in (2048, 4096))
     for r in (BASE, COPY):
         if keys[r]:
-            a, b = keys[ROW]["items"]["exact_match"], keys[r]["items"]["exact_match"]
-            gained, lost = sum(x > y for x, y in zip(a, b)), sum(x < y for x, y in zip(a, b))
-            print(f"  paired with {r} over the {len(a)} prompts: {ROW} gains {gained}, loses {lost}")
+            gained, lost = gained_lost(keys[ROW], keys[r])
+            print(f"  paired with {r} over the 30 prompts: {ROW} gains {gained}, loses {lost}")
 else:
     print("passkey: not measured yet")
 

@@ -1,0 +1,39 @@
+"""What the far-term rule scripts beside this file (copy_rule.py, long_rule.py) read alike: a compare cell's record
+or its committed copy here, the choosing passkey record checked against the designs' grid, hits per context, and two
+rows paired item by item."""
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def load(cell: Path, committed: str):
+    """A cell's record, else the committed copy beside this script, else None."""
+    for path in (cell, HERE / committed):
+        if path.exists():
+            return json.loads(path.read_text())
+    return None
+
+
+def passkey(cells: Path, row: str):
+    """A row's choosing passkey record (retrieval seed 1, 2k and 4k, 3 trials: the designs' grid) from ``cells``
+    (a compare run's ``C64`` folder), else its committed copy ``<row>_choose_passkey.json``, else None."""
+    record = load(cells / row / "retrieval" / "passkey.json", f"{row}_choose_passkey.json")
+    if record:
+        grid = record["provenance"]["retrieval"]
+        assert grid["seed"] == 1 and grid["contexts"] == [2048, 4096] and grid["trials"] == 3, grid
+    return record
+
+
+def hits(record: dict, context: int) -> tuple[int, int]:
+    """(hits, prompts) at one context over every depth."""
+    cells = record["cells"][str(context)].values()
+    return round(sum(c["mean"] * c["n"] for c in cells)), sum(c["n"] for c in cells)
+
+
+def gained_lost(record: dict, other: dict) -> tuple[int, int]:
+    """Items ``record`` gets right and ``other`` wrong, and the reverse (the same prompts, paired)."""
+    a, b = record["items"]["exact_match"], other["items"]["exact_match"]
+    assert len(a) == len(b), "not the same items"
+    return sum(x > y for x, y in zip(a, b)), sum(x < y for x, y in zip(a, b))
