@@ -68,7 +68,13 @@ if fit[ROW]:
 keys = {r: passkey(PASSKEY, r) for r in ROWS}
 for r, record in keys.items():
     if record:
-        print(f"{r} passkey (choosing prompts):", ", ".join("%d: %d/%d" % (c, *hits(record, c)) for c in (2048, 4096)))
+        per = [hits(record, c) for c in (2048, 4096)]
+        total = "all: %d/%d" % tuple(map(sum, zip(*per)))
+        print(
+            f"{r} passkey (choosing prompts):",
+            ", ".join("%d: %d/%d" % (c, *h) for c, h in zip((2048, 4096), per)),
+            total,
+        )
 if keys[ROW]:
     ok["passkey >= 8/15 at 2048 and at 4096"] = all(hits(keys[ROW], c)[0] >= 8 for c in (2048, 4096))
     for r in (BASE, COPY):
