@@ -32,9 +32,11 @@ class TaskScore:
 @dataclass
 class FinetuneScore:
     """What the report reads of a cell's ``finetune/<task>.json`` (METHOD.md §4): the fine-tuned ``score`` (accuracy
-    of the best epoch; MMLU: the last)."""
+    on the report split at the epoch best on the choosing split; MMLU: the last) and ``zero_shot``, the untuned
+    model's accuracy on the same documents (``None``: not measured)."""
 
     score: float
+    zero_shot: float | None = None
 
 
 @dataclass

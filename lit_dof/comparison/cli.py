@@ -20,7 +20,8 @@ from lit_dof.comparison.control_cells import describe_controls
 from lit_dof.comparison.records import Report
 from lit_dof.comparison.report import write_report
 from lit_dof.comparison.rows import control_rows, grid
-from lit_dof.evaluation.task_data import EXTRA_TASKS, TASKS, TRAIN_SPLITS
+from lit_dof.evaluation.finetune_splits import PROTOCOL_TASKS
+from lit_dof.evaluation.task_data import EXTRA_TASKS, TASKS
 from lit_dof.progress import Progress
 
 
@@ -33,7 +34,7 @@ def compare(
     stages: list[str] = ["fit", "ppl", "eval"],  # noqa: B006
     tasks: list[str] = list(TASKS),  # noqa: B006
     controls: list[str] = [],  # noqa: B006
-    finetune_tasks: list[str] = list(TRAIN_SPLITS),  # noqa: B006
+    finetune_tasks: list[str] = list(PROTOCOL_TASKS),  # noqa: B006
     seeds: list[int] = [0],  # noqa: B006
     carry: bool = True,
 ) -> Report:

@@ -158,7 +158,7 @@ def _measured_cell(
     row: Row, budget: int, seed: int, label: str, found: CellFiles, folder: Path, control: Control | None, tasks
 ) -> Cell:
     """The report cell of what :func:`~lit_dof.comparison.artefacts.read_cell` found in ``folder``."""
-    finetuned = {p.stem: load_record(FinetuneScore, p).score for p in sorted((folder / "finetune").glob("*.json"))}
+    tuned = {p.stem: load_record(FinetuneScore, p) for p in sorted((folder / "finetune").glob("*.json"))}
     ppl = found.ppl
     return Cell(
         row=row.name,
@@ -173,7 +173,8 @@ def _measured_cell(
         average=seven_task_average(found.scores, tasks),
         ppl=ppl and ppl.ppl,
         ppl_setting=ppl and ppl.setting,
-        finetuned=finetuned,
+        finetuned={task: record.score for task, record in tuned.items()},
+        finetuned_before={task: r.zero_shot for task, r in tuned.items() if r.zero_shot is not None},
         by_position=ppl and ppl.by_position,
         long=found.long,
         state=ppl and ppl.state,

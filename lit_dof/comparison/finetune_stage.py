@@ -1,6 +1,8 @@
 """The paper's per-task fine-tuning protocol as a comparison stage (METHOD.md §4): a learning rate chosen on the
-teacher from a grid, then every cell's model fine-tuned on each task at that rate, each run a ``lit-dof fit``
-subprocess in its own folder. Mixed into :class:`~lit_dof.comparison.cells.Comparison`, whose settings it reads."""
+teacher from a grid — by its accuracy on the task's choosing split, never the reported one
+(:mod:`lit_dof.evaluation.finetune_splits`) —, then every cell's model fine-tuned on each task at that rate, each run
+a ``lit-dof fit`` subprocess in its own folder. Mixed into :class:`~lit_dof.comparison.cells.Comparison`, whose
+settings it reads."""
 
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ class FinetuneProtocol:
         return result
 
     def finetune_lr(self, task: str) -> float:
-        """The protocol's learning rate for ``task``: the best of :attr:`finetune_lrs` on the teacher.
+        """The protocol's learning rate for ``task``: the one of :attr:`finetune_lrs` whose chosen epoch scores best on
+        the teacher's choosing split (the smallest on ties).
 
         Args:
             task: a task with training data.
@@ -64,10 +67,10 @@ class FinetuneProtocol:
         """
         folder = Path(self.out) / "finetune_lr" / task
         scores = {
-            lr: self._finetune_run(self.teacher_source(), task, lr, folder / f"lr{lr:g}")["score"]
+            lr: self._finetune_run(self.teacher_source(), task, lr, folder / f"lr{lr:g}")["choose_score"]
             for lr in self.finetune_lrs
         }
-        best = max(scores, key=lambda lr: scores[lr])
+        best = max(sorted(scores), key=lambda lr: scores[lr])
         atomic_write_json(
             folder / "selected.json", {"task": task, "scores": {f"{k:g}": v for k, v in scores.items()}, "lr": best}
         )

@@ -47,7 +47,8 @@ class Cell:
             (``None`` for the teacher), what it is, the feature budget C, and ``teacher``/``student``/``control``.
         fit: the fit's summary. reference: the row it is measured against (``None``: none).
         scores: per task. average: the seven zero-shot tasks' mean. ppl, ppl_setting: sliding-window perplexity and
-            its setting. finetuned: per task, the fine-tuned score. by_position, long, long_documents: the
+            its setting. finetuned, finetuned_before: per task, the fine-tuned score and the untuned model's on the
+            same documents. by_position, long, long_documents: the
             position records (:mod:`~lit_dof.evaluation.position_report`). state: the decode state. control: what a
             control is. retrieval: per task. devices: where it was measured. items: per task, the per-example
             scores (:func:`~lit_dof.comparison.collect.encode_items`).
@@ -68,6 +69,7 @@ class Cell:
     ppl: float | None = None
     ppl_setting: str | None = None
     finetuned: dict[str, float] = field(default_factory=dict)
+    finetuned_before: dict[str, float] = field(default_factory=dict)
     by_position: dict[str, Any] | None = None
     long: dict[str, Any] | None = None
     state: StateBytes | None = None

@@ -16,6 +16,12 @@ def _fmt(value, digits=3):
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _tuned(cell, task: str) -> str:
+    """A fine-tuned score with the untuned model's on the same documents in brackets (when measured)."""
+    before = cell.finetuned_before.get(task)
+    return _fmt(cell.finetuned.get(task)) + (f" ({before:.3f})" if before is not None else "")
+
+
 def _fmt_tokens(tokens) -> str:
     """A token count in the largest unit that keeps it above 1 (``1.64M``, ``1.0k``, ``512``); "–" when unknown."""
     if not tokens:
@@ -107,8 +113,9 @@ def markdown(report: Report, header: str = "") -> str:
         lines += [
             "",
             (
-                "Fine-tuned per task (METHOD.md §4; accuracy of the best epoch, MMLU: last; learning rate "
-                "from the teacher's grid):"
+                "Fine-tuned per task (METHOD.md §4; accuracy on the report split at the epoch best on the choosing "
+                "split, MMLU: the last; learning rate chosen on the teacher's choosing split from its grid; in "
+                "brackets the same model untuned on the same documents):"
             ),
             "",
             "| method | " + " | ".join(finetuned_tasks) + " |",
@@ -116,7 +123,7 @@ def markdown(report: Report, header: str = "") -> str:
         ]
         for c in report.cells:
             if c.finetuned:
-                scores = [_fmt(c.finetuned.get(t)) for t in finetuned_tasks]
+                scores = [_tuned(c, t) for t in finetuned_tasks]
                 lines.append(f"| {c.name} | " + " | ".join(scores) + " |")
     lines += beyond_exact_lines(report)
     lines += paired_table(report)

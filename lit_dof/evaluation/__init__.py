@@ -16,6 +16,7 @@ fine-tuning protocol (the comparison runner that uses them is :mod:`lit_dof.comp
 * :mod:`~lit_dof.evaluation.controls` — the controls a student is shown beside;
 * :mod:`~lit_dof.evaluation.request_cache` — the answered requests of an evaluation, for resuming;
 * :mod:`~lit_dof.evaluation.multiple_choice` — option scores as lm-eval's ``multiple_choice`` (acc, acc_norm);
+* :mod:`~lit_dof.evaluation.finetune_splits` — each task's train, choose and report documents for fine-tuning;
 * :mod:`~lit_dof.evaluation.finetune_data` — ``MultipleChoiceDataModule`` (one task's splits, batched);
 * :mod:`~lit_dof.evaluation.finetune` — ``TaskFinetuning``, the per-task fine-tuning phase (METHOD.md §4);
 * :mod:`~lit_dof.evaluation.stats` — the paired-difference statistic;

@@ -3,10 +3,13 @@ a student on a multiple-choice task, validated by accuracy every epoch.
 
 Every example is scored the way zero-shot evaluation scores it (:mod:`lit_dof.evaluation.multiple_choice`; the data:
 :class:`~lit_dof.evaluation.finetune_data.MultipleChoiceDataModule`). Training minimises the cross-entropy of the gold
-option under the softmax over the option scores; validation reports ``acc`` (argmax of the scores) and ``acc_norm``
-(argmax of score / continuation length in characters, as lm-eval). The paper fine-tunes 3 epochs and reports the best
-epoch (MMLU: 1 epoch, the last): :class:`TaskFinetuning` records every epoch's accuracy and writes ``finetune.json``
-with ``best`` and ``last`` at the end of ``fit``.
+option under the softmax over the option scores; validation measures ``acc`` (argmax of the scores) and ``acc_norm``
+(argmax of score / continuation length in characters, as lm-eval) on two disjoint splits
+(:mod:`lit_dof.evaluation.finetune_splits`): ``choose`` and ``report``. The paper fine-tunes 3 epochs and reports the
+best epoch of its evaluation set (MMLU: 1 epoch, the last); here the best epoch is chosen on ``choose`` and its
+``report`` accuracy is the score, so nothing reported was chosen on. :class:`TaskFinetuning` records every epoch's
+accuracies and the untuned model's (the full sanity check before training) and writes ``finetune.json`` at the end of
+``fit``.
 
     lit-dof fit --config configs/finetune/arc_easy.yaml --model.init_args.teacher runs/.../student
 """
@@ -25,6 +28,9 @@ from lit_dof.pipeline.validation import check_fit_steps, check_learning_rate, ch
 from lit_dof.students.trainable import OptimizerCallable, Trainable, check_trainable, trainable_parameters
 from lit_dof.teacher import DEFAULT_TEACHER
 
+SPLITS = ("choose", "report")
+"""The evaluation splits, in the order of the data module's validation loaders."""
+
 
 class TaskFinetuning(L.LightningModule):
     """Fine-tune a teacher or an exported student on one multiple-choice task (METHOD.md §4).
@@ -40,8 +46,8 @@ class TaskFinetuning(L.LightningModule):
             without weight decay. Not a hyperparameter.
         warmup_steps: linear warm-up length (optimizer steps).
         seq_len: linked from the data module.
-        selection: ``"best"`` (paper: best epoch) or ``"last"`` (paper's MMLU rule) — what ``finetune.json``
-            reports as ``score``.
+        selection: ``"best"`` (paper: the best epoch; here chosen on the ``choose`` split) or ``"last"`` (paper's
+            MMLU rule) — the epoch whose ``report`` accuracy ``finetune.json`` gives as ``score``.
 
     Raises:
         ValueError: unknown ``trainable``/``selection``, an ``lr`` that is not a finite number > 0, a negative
@@ -69,7 +75,9 @@ class TaskFinetuning(L.LightningModule):
         self.warmup_steps, self.seq_len, self.selection = warmup_steps, seq_len, selection
         self.model = None
         self.history: list[dict] = []
-        self._sums = torch.zeros(3)
+        self.before: dict | None = None
+        self._sums = torch.zeros(2, 3)
+        self._correct: list[list[int]] = [[], []]
 
     def setup(self, stage: str) -> None:
         """Before :meth:`configure_model` loads the model, refuse a fit that trains nothing.
@@ -117,37 +125,55 @@ class TaskFinetuning(L.LightningModule):
         return loss
 
     def on_validation_epoch_start(self) -> None:
-        """Reset the epoch's sums (correct, correct length-normalised, examples)."""
-        self._sums = torch.zeros(3)
+        """Reset the epoch's sums: per split (choose, report) correct, correct length-normalised, examples; and the
+        per-document record."""
+        self._sums = torch.zeros(2, 3)
+        self._correct = [[], []]
 
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        """Add the batch's correct answers by summed (acc) and per-token (acc_norm) log-likelihood, and its size."""
+    def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Add the batch's correct answers by summed (acc) and per-character (acc_norm) log-likelihood, and its size,
+        to the sums of its split (loader 0: choose, 1: report), and each document's right (1) or wrong (0) answer to
+        its record."""
         scores = option_scores(self.model, batch)
         matrix = score_matrix(scores, batch)
         normed = score_matrix(scores / batch["lengths"].clamp_min(1), batch)
         gold = batch["gold"]
-        self._sums += torch.tensor(
-            [float((matrix.argmax(-1) == gold).sum()), float((normed.argmax(-1) == gold).sum()), float(len(gold))]
+        right = matrix.argmax(-1) == gold
+        self._sums[dataloader_idx] += torch.tensor(
+            [float(right.sum()), float((normed.argmax(-1) == gold).sum()), float(len(gold))]
         )
+        self._correct[dataloader_idx] += right.int().tolist()
 
     def on_validation_epoch_end(self) -> None:
-        """Reduce the sums over ranks, log ``val/acc`` and ``val/acc_norm``; record the epoch (not the sanity check)."""
+        """Reduce the sums over ranks, log ``choose/acc`` … ``report/acc_norm``; record the epoch (the sanity check
+        of a fresh fit — ``num_sanity_val_steps: -1`` — as ``before``, the untuned model)."""
         sums = self._sums.to(self.device)
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if distributed:
             torch.distributed.all_reduce(sums)
-        acc, acc_norm = (sums[:2] / sums[2].clamp_min(1)).tolist()
-        self.log("val/acc", acc, prog_bar=True)
-        self.log("val/acc_norm", acc_norm)
-        if not self.trainer.sanity_checking:
-            self.history.append(
-                {
-                    "epoch": self.current_epoch,
-                    "step": self.global_step,
-                    "acc": acc,
-                    "acc_norm": acc_norm,
-                    "examples": int(sums[2]),
-                }
-            )
+        entry = {}
+        for split, row, correct in zip(SPLITS, sums.tolist(), self._correct):
+            if row[2]:
+                entry[split] = {"acc": row[0] / row[2], "acc_norm": row[1] / row[2], "examples": int(row[2])}
+                if not distributed:  # in document order (ranks see interleaved, padded shares)
+                    entry[split]["correct"] = "".join(map(str, correct))
+                if not self.trainer.sanity_checking:
+                    self.log(f"{split}/acc", entry[split]["acc"], prog_bar=split == "choose")
+                    self.log(f"{split}/acc_norm", entry[split]["acc_norm"])
+        if self.trainer.sanity_checking:
+            if self.global_step == 0 and all(s in entry for s in SPLITS):  # not a resumed fit's re-check
+                self.before = entry
+        else:
+            self.history.append({"epoch": self.current_epoch, "step": self.global_step, **entry})
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Keep the measured epochs (and ``before``) in the checkpoint, so a resumed fit reports them all."""
+        checkpoint["finetune_history"] = {"before": self.before, "history": self.history}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Restore what :meth:`on_save_checkpoint` kept."""
+        kept = checkpoint.get("finetune_history", {})
+        self.before, self.history = kept.get("before"), list(kept.get("history", []))
 
     def configure_optimizers(self):
         """The ``optimizer`` (default AdamW) over the trainable parameters at ``lr``, warmed up linearly over
@@ -160,16 +186,34 @@ class TaskFinetuning(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def summary(self) -> dict:
-        """``{"history", "best", "last", "score", "selection"}`` over the validated epochs."""
-        best = max(self.history, key=lambda h: h["acc"]) if self.history else None
-        last = self.history[-1] if self.history else None
-        chosen = best if self.selection == "best" else last
+        """What ``finetune.json`` holds.
+
+        Returns:
+            ``{"history", "before", "chosen", "selection", "score", "choose_score", "zero_shot", "lr", "trainable",
+            "model"}``: every validated epoch's ``choose`` and ``report`` accuracies; the untuned model's
+            (``None`` without the sanity check); the epoch :attr:`selection` picks — the best ``choose`` accuracy
+            (the first on ties) or the last —; its ``report`` accuracy (``score``) and ``choose`` accuracy; the
+            untuned model's ``report`` accuracy (``zero_shot``, the same documents).
+        """
+        measured = [h for h in self.history if "choose" in h]
+        if not measured:
+            chosen = None
+        elif self.selection == "best":
+            chosen = max(measured, key=lambda h: (h["choose"]["acc"], -h["epoch"]))
+        else:
+            chosen = measured[-1]
+
+        def acc(entry: dict | None, split: str) -> float | None:
+            return entry[split]["acc"] if entry and split in entry else None
+
         return {
             "history": self.history,
-            "best": best,
-            "last": last,
+            "before": self.before,
+            "chosen": chosen,
             "selection": self.selection,
-            "score": chosen["acc"] if chosen else None,
+            "score": acc(chosen, "report"),
+            "choose_score": acc(chosen, "choose"),
+            "zero_shot": acc(self.before, "report"),
             "lr": self.lr,
             "trainable": self.trainable,
             "model": self.teacher_name,

@@ -239,32 +239,6 @@ EXTRA_TASKS = ("mmlu_5shot",)
 """Tasks beyond the paper's seven (not in its average): 5-shot MMLU."""
 
 
-TRAIN_SPLITS = {
-    "arc_easy": lambda d: arc(d, "Easy", "Train"),
-    "arc_challenge": lambda d: arc(d, "Challenge", "Train"),
-    "winogrande": lambda d: winogrande(d, "train_xs"),
-    "logiqa": lambda d: logiqa(d, "Eval"),
-    "mmlu": lambda d: mmlu(d, "val"),
-}
-"""Fine-tuning data available offline (METHOD.md §4): ARC train, WinoGrande ``train_xs`` (160), LogiQA's
-dev split (``Eval.txt``), MMLU's validation questions. PIQA's and LogiQA's train files are missing from the
-snapshot (SOURCES.md) and WSC273 has none."""
-
-
-def load_train_split(name: str, data_dir: str | Path) -> list[dict]:
-    """Training records of ``name`` (see :data:`TRAIN_SPLITS`).
-
-    Raises:
-        ValueError: the task has no training data here (says which tasks do).
-    """
-    if name not in TRAIN_SPLITS:
-        raise ValueError(
-            f"no training split for {name!r} in this data (PIQA's train file is missing from the "
-            f"snapshot, WSC273 has none); tasks with one: {', '.join(TRAIN_SPLITS)}"
-        )
-    return TRAIN_SPLITS[name](data_dir)
-
-
 def load_task(name: str, data_dir: str | Path, **options) -> list[dict]:
     """Records of one of :data:`TASKS` or :data:`EXTRA_TASKS` (``options`` go to the reader, e.g. ``per_subject`` for
     MMLU).

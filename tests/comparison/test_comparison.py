@@ -153,16 +153,21 @@ def test_finetune_stage_selects_the_lr_on_the_teacher_and_reuses_it(tmp_path):
     kwargs = dict(rows=["teacher", "fix"], budgets=[16], out=str(tmp_path / "cells"), teacher=str(TINYSTORIES),
                   corpus=str(WIKIPEDIA), data_dir=str(DATA), fit_args=TINY_FIT, stages=["fit", "finetune"],
                   finetune_tasks=["arc_easy"], finetune_lrs=[1e-6, 3e-3],
-                  finetune_args=["--data.init_args.train_limit=8", "--data.init_args.eval_limit=8",
+                  finetune_args=["--data.init_args.train_limit=8", "--data.init_args.choose_limit=8",
+                                 "--data.init_args.report_limit=6",
                                  "--trainer.max_epochs=1",
                                  "--trainer.enable_progress_bar=false"])  # fmt: skip  # packed args
     report = run_compare(**kwargs)
-    selected = json.loads((tmp_path / "cells" / "finetune_lr" / "arc_easy" / "selected.json").read_text())
-    assert selected["lr"] == max((float(k) for k in selected["scores"]), key=lambda lr: selected["scores"][f"{lr:g}"])
+    folder = tmp_path / "cells" / "finetune_lr" / "arc_easy"
+    selected = json.loads((folder / "selected.json").read_text())
+    runs = {lr: json.loads((folder / f"lr{lr:g}" / "result.json").read_text()) for lr in (1e-6, 3e-3)}
+    assert selected["scores"] == {f"{lr:g}": run["choose_score"] for lr, run in runs.items()}  # chosen on choose
+    assert selected["lr"] == max(sorted(runs), key=lambda lr: runs[lr]["choose_score"])
     cells = {c["row"]: c for c in report["cells"]}
     student = json.loads((tmp_path / "cells" / "C16" / "fix" / "finetune" / "arc_easy.json").read_text())
     assert student["lr"] == selected["lr"] and student["model"].endswith("student")
     assert cells["fix"]["finetuned"]["arc_easy"] == student["score"] and "arc_easy" in cells["teacher"]["finetuned"]
+    assert cells["fix"]["finetuned_before"]["arc_easy"] == student["zero_shot"] == student["before"]["report"]["acc"]
     assert "Fine-tuned per task" in (tmp_path / "cells" / "comparison.md").read_text()
 
 
