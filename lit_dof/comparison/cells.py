@@ -74,7 +74,8 @@ class Comparison(EvaluationStages, FinetuneProtocol):
         fit_args: extra ``lit-dof fit`` arguments for every student (e.g. ``--trainer.max_steps=200``; planner
             settings, ``--model.init_args.planner.init_args.<key>``, only where every row's planner takes them: the
             window-only controls' FixedPlanner takes no DoF settings).
-        finetune_lrs: the protocol's learning-rate grid, searched on the teacher and reused for the students.
+        finetune_lrs: the protocol's learning-rate grid, searched on the teacher (chosen on each task's choose split)
+            and reused for the students.
         finetune_args: extra ``lit-dof fit`` arguments of every fine-tuning run (e.g.
             ``--data.init_args.train_limit=200`` to fit the protocol into a CPU budget).
         device: ``auto`` (CUDA when available, else CPU), ``cpu`` or ``cuda[:i]``: where the cells are fitted
