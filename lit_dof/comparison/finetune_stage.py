@@ -64,12 +64,20 @@ class FinetuneProtocol:
 
         Returns:
             The selected learning rate (also written to ``finetune_lr/<task>/selected.json``).
+
+        Raises:
+            ValueError: a finished run of the grid without a choose-split score (names its folder).
         """
         folder = Path(self.out) / "finetune_lr" / task
-        scores = {
-            lr: self._finetune_run(self.teacher_source(), task, lr, folder / f"lr{lr:g}")["choose_score"]
-            for lr in self.finetune_lrs
-        }
+        scores = {}
+        for lr in self.finetune_lrs:
+            run = self._finetune_run(self.teacher_source(), task, lr, folder / f"lr{lr:g}")
+            if run.get("choose_score") is None:
+                raise ValueError(
+                    f"{folder / f'lr{lr:g}' / 'result.json'} has no choose-split score (written before the protocol "
+                    "chose on its own split): delete that folder to run it again"
+                )
+            scores[lr] = run["choose_score"]
         best = max(sorted(scores), key=lambda lr: scores[lr])
         atomic_write_json(
             folder / "selected.json", {"task": task, "scores": {f"{k:g}": v for k, v in scores.items()}, "lr": best}

@@ -171,6 +171,17 @@ def test_finetune_stage_selects_the_lr_on_the_teacher_and_reuses_it(tmp_path):
     assert "Fine-tuned per task" in (tmp_path / "cells" / "comparison.md").read_text()
 
 
+def test_a_grid_run_without_a_choose_score_is_refused(tmp_path):
+    from lit_dof.comparison.cells import Comparison
+
+    comparison = Comparison(out=str(tmp_path), teacher=str(TINYSTORIES), finetune_lrs=[1e-5])
+    folder = tmp_path / "finetune_lr" / "piqa" / "lr1e-05"
+    folder.mkdir(parents=True)
+    (folder / "result.json").write_text(json.dumps({"score": 0.5}))  # a run of the old protocol
+    with pytest.raises(ValueError, match="no choose-split score.*delete that folder"):
+        comparison.finetune_lr("piqa")
+
+
 def test_relative_paths_are_resolved_before_the_fits_run_in_the_cell_directory(tmp_path, monkeypatch):
     """Fits run with the cell directory as working directory: a relative ``--corpus`` / ``--data_dir`` /
     teacher path from the user's shell must reach them as the same file."""
