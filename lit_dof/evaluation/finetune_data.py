@@ -11,7 +11,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from lit_dof.evaluation.finetune_splits import PROTOCOL_TASKS, protocol_splits
+from lit_dof.evaluation.finetune_splits import check_protocol_task, protocol_splits
 from lit_dof.evaluation.multiple_choice import collate_choices
 from lit_dof.pipeline.validation import check_number
 from lit_dof.teacher import DEFAULT_TEACHER
@@ -54,11 +54,7 @@ class MultipleChoiceDataModule(L.LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if task not in PROTOCOL_TASKS:
-            raise ValueError(
-                f"no fine-tuning data for {task!r} (WSC273 has no training split); tasks with: "
-                f"{', '.join(PROTOCOL_TASKS)}"
-            )
+        check_protocol_task(task)
         for name, limit in (
             ("train_limit", train_limit),
             ("choose_limit", choose_limit),

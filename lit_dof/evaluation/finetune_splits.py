@@ -98,8 +98,17 @@ def protocol_splits(task: str, data_dir: str | Path, per_subject: int | None = N
     Raises:
         ValueError: a task without fine-tuning data (names the ones with); FileNotFoundError: a missing file.
     """
+    check_protocol_task(task)
+    return PROTOCOL_TASKS[task](data_dir, per_subject)
+
+
+def check_protocol_task(task: str) -> None:
+    """Refuse a task without fine-tuning data.
+
+    Raises:
+        ValueError: ``task`` is not one of :data:`PROTOCOL_TASKS` (names the ones that are).
+    """
     if task not in PROTOCOL_TASKS:
         raise ValueError(
             f"no fine-tuning data for {task!r} (WSC273 has no training split); tasks with: {', '.join(PROTOCOL_TASKS)}"
         )
-    return PROTOCOL_TASKS[task](data_dir, per_subject)

@@ -33,7 +33,7 @@ def test_piqa_partition_covers_the_validation_set_once_by_index():
     docs = task_data.piqa(DATA)
     splits = protocol_splits("piqa", DATA)
     assert (len(splits.train), len(splits.choose), len(splits.report)) == (919, 460, 459)
-    assert splits.train[1] is not None and splits.train[1]["query"] == docs[2]["query"]
+    assert splits.train[1]["query"] == docs[2]["query"]
     assert splits.choose[0]["query"] == docs[1]["query"] and splits.report[0]["query"] == docs[3]["query"]
     with pytest.raises(ValueError, match="WSC273 has no training split"):
         protocol_splits("wsc273", DATA)
