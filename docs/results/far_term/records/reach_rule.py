@@ -51,7 +51,8 @@ for p in (ppl, base_ppl):
     assert p["split"] == "validation" and p["tokens"] == committed["tokens"], "not the rule's blocks"
 drift = max(abs(x - y) for x, y in zip(base_ppl["by_position"]["block_nll"], committed["by_position"]["block_nll"]))
 print(
-    f"{BASE} refitted: validation ppl {base_ppl['ppl']:.3f} (committed {committed['ppl']:.3f}; blocks within {drift:.1e} nats)"
+    f"{BASE} refitted: validation ppl {base_ppl['ppl']:.3f} (committed {committed['ppl']:.3f};"
+    f" blocks within {drift:.1e} nats)"
 )
 mean, se = paired(ppl["by_position"]["block_nll"], base_ppl["by_position"]["block_nll"])
 print(f"{ROW}: validation ppl {ppl['ppl']:.2f}, paired log ratio {mean:+.4f} ± {se:.4f} (ratio {math.exp(mean):.3f})")

@@ -1,4 +1,5 @@
 """Diagnostics for the tail's NaN on the GPU: gradients / parameters finite, q/k magnitudes per step."""
+
 import math
 
 import torch
@@ -20,11 +21,13 @@ class NanProbe(Callback):
             if isinstance(out, torch.Tensor):
                 x = out.detach().float()
                 self.qk[name] = (x.abs().amax().item(), torch.isfinite(x).all().item())
+
         return hook
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self.qk.clear()
         import os
+
         if trainer.global_step >= int(os.environ.get("PROBE_ANOMALY_FROM", "100000")):
             torch.autograd.set_detect_anomaly(True, check_nan=True)
 
@@ -40,10 +43,16 @@ class NanProbe(Callback):
             stats.append((g.norm().item() if finite else math.inf, name, p.detach().float().abs().max().item()))
         stats.sort(key=lambda s: -s[0])
         lrs = [round(group["lr"], 6) for group in optimizer.param_groups]
-        print(f"probe step={trainer.global_step} tail={pl_module.in_finetune()} lrs={lrs} n_grads={len(stats)} "
-              f"bad_grads={len(bad)} {bad[:6]}", flush=True)
-        print("probe   top grad norm (norm, name, max|p|):", [(f"{n:.3g}", nm, f"{pm:.3g}") for n, nm, pm in stats[:5]],
-              flush=True)
+        print(
+            f"probe step={trainer.global_step} tail={pl_module.in_finetune()} lrs={lrs} n_grads={len(stats)} "
+            f"bad_grads={len(bad)} {bad[:6]}",
+            flush=True,
+        )
+        print(
+            "probe   top grad norm (norm, name, max|p|):",
+            [(f"{n:.3g}", nm, f"{pm:.3g}") for n, nm, pm in stats[:5]],
+            flush=True,
+        )
         if self.qk:
             top = sorted(self.qk.items(), key=lambda kv: -kv[1][0])[:4]
             print("probe   max|q|,|k| proj out:", [(nm, f"{v:.3g}", fin) for nm, (v, fin) in top], flush=True)
