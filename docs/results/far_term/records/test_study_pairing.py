@@ -2,7 +2,7 @@
 given a second study, the first study's student paired with the second's of the same seed (same blocks, documents and
 prompts).
 
-    python docs/results/far_term/records/test_study_pairing.py STUDY [OTHER]
+    python docs/results/far_term/records/test_study_pairing.py STUDY [OTHER] [--borrow]
     e.g. docs/results/far_term/reach_test/comparison.json docs/results/far_term/heads_test/comparison.json
 
 Per seed: the student's log-perplexity ratio to its equal-state window (b) at 256–511 (sliding perplexity, paired
@@ -10,7 +10,9 @@ over the blocks) and at in-document 2048–4095 (long documents, paired over the
 (a)–teacher log gap closed there, passkey at 2k / 4k at depths 0.25–0.75 (the bar's cells), passkey and recall over
 all prompts and paired with (b). Over seeds: mean ± SE, and the bar's "more than 2 seed SDs" (the SD over seeds of the
 per-seed log ratio against its mean). The quickstart_heads study's table (README, "seeds 0, 1 and 2") is what this
-prints for docs/results/far_term/heads_test/comparison.json.
+prints for docs/results/far_term/heads_test/comparison.json. With ``--borrow``, an (a) or (b) of STUDY without long
+documents takes OTHER's record of the same control (same seed, window, sinks and state bytes: the same teacher-weight
+model, measured once).
 """
 
 import json
@@ -165,8 +167,27 @@ def against(study, other):
             print(f"{key} over {len(vals)} seeds: {st.mean(vals):{unit}} ± {se(vals):{unit}}")
 
 
+def borrow_long_documents(study, other):
+    """Give each (a)/(b) cell of ``study`` without long documents the other study's record of the same control —
+    the same seed, window, sinks and state bytes: the same teacher-weight model — and say which were borrowed."""
+    for (kind, seed), cell in study.items():
+        twin = other.get((kind, seed))
+        if kind not in ("a", "b") or cell.get("long_documents") or not twin or not twin.get("long_documents"):
+            continue
+        keys = ("window", "sink_tokens", "state_bytes", "student_state_bytes")
+        if all(cell["control"].get(k) == twin["control"].get(k) for k in keys):
+            cell["long_documents"] = twin["long_documents"]
+            print(
+                f"({kind}) seed {seed}: long documents from the other study's same control (window "
+                f"{cell['control']['window']} + {cell['control']['sink_tokens']})"
+            )
+
+
 if __name__ == "__main__":
-    study = cells(sys.argv[1])
-    summary(sys.argv[1], per_seed(study))
-    if len(sys.argv) > 2:
-        against(study, cells(sys.argv[2]))
+    args = [a for a in sys.argv[1:] if a != "--borrow"]
+    study = cells(args[0])
+    if "--borrow" in sys.argv and len(args) > 1:
+        borrow_long_documents(study, cells(args[1]))
+    summary(args[0], per_seed(study))
+    if len(args) > 1:
+        against(study, cells(args[1]))
