@@ -11,8 +11,8 @@ over the blocks) and at in-document 2048–4095 (long documents, paired over the
 all prompts and paired with (b). Over seeds: mean ± SE, and the bar's "more than 2 seed SDs" (the SD over seeds of the
 per-seed log ratio against its mean). The quickstart_heads study's table (README, "seeds 0, 1 and 2") is what this
 prints for docs/results/far_term/heads_test/comparison.json. With ``--borrow``, an (a) or (b) of STUDY without long
-documents takes OTHER's record of the same control (same seed, window, sinks and state bytes: the same teacher-weight
-model, measured once).
+documents takes OTHER's record of the same control (same seed, window, sinks, state bytes and test-split perplexity:
+the same teacher-weight model, measured once).
 """
 
 import json
@@ -169,13 +169,15 @@ def against(study, other):
 
 def borrow_long_documents(study, other):
     """Give each (a)/(b) cell of ``study`` without long documents the other study's record of the same control —
-    the same seed, window, sinks and state bytes: the same teacher-weight model — and say which were borrowed."""
+    the same seed, window, sinks and state bytes, and the same test-split perplexity to the last digit: the same
+    teacher-weight model (the same exact heads) — and say which were borrowed."""
     for (kind, seed), cell in study.items():
         twin = other.get((kind, seed))
         if kind not in ("a", "b") or cell.get("long_documents") or not twin or not twin.get("long_documents"):
             continue
         keys = ("window", "sink_tokens", "state_bytes", "student_state_bytes")
-        if all(cell["control"].get(k) == twin["control"].get(k) for k in keys):
+        same_ppl = cell.get("ppl") is not None and cell.get("ppl") == twin.get("ppl")  # the same test-split blocks
+        if same_ppl and all(cell["control"].get(k) == twin["control"].get(k) for k in keys):
             cell["long_documents"] = twin["long_documents"]
             print(
                 f"({kind}) seed {seed}: long documents from the other study's same control (window "
