@@ -19,7 +19,7 @@ from lit_dof.comparison.cells import Comparison
 from lit_dof.comparison.control_cells import describe_controls
 from lit_dof.comparison.records import Report
 from lit_dof.comparison.report import write_report
-from lit_dof.comparison.rows import control_rows, grid
+from lit_dof.comparison.rows import CONTROLS, control_rows, grid
 from lit_dof.evaluation.finetune_splits import PROTOCOL_TASKS
 from lit_dof.evaluation.task_data import EXTRA_TASKS, TASKS
 from lit_dof.progress import Progress
@@ -34,6 +34,7 @@ def compare(
     stages: list[str] = ["fit", "ppl", "eval"],  # noqa: B006
     tasks: list[str] = list(TASKS),  # noqa: B006
     controls: list[str] = [],  # noqa: B006
+    control_kinds: list[str] = list(CONTROLS),  # noqa: B006
     finetune_tasks: list[str] = list(PROTOCOL_TASKS),  # noqa: B006
     seeds: list[int] = [0],  # noqa: B006
     carry: bool = True,
@@ -62,6 +63,9 @@ def compare(
             with full attention; ``<row>:far_only``, the student with its window cut to the token itself and no
             sinks; lit_dof.evaluation.controls). The teacher-weight controls are measured once per
             window and shared by every seed.
+        control_kinds: which of the four controls each row of ``--controls`` is shown beside: ``window_sinks``,
+            ``equal_state``, ``tail_only``, ``far_only`` (default all four; a study that reads only (a) and (b) saves
+            the other two's stages).
         finetune_tasks: tasks of the protocol (those with training data offline).
         seeds: training seeds of every student row (0: the base config's seeds). With two or more the report
             adds the spread over seeds.
@@ -72,8 +76,8 @@ def compare(
         the report, as written to ``comparison.json``.
 
     Raises:
-        ValueError: an unknown row, stage or task; seeds that are repeated or negative; a ``controls`` row that is
-            not a selected student row.
+        ValueError: an unknown row, stage, task or control kind; seeds that are repeated or negative; a ``controls``
+            row that is not a selected student row.
     """
     known = comparison.known_rows
     rows = list(known) if rows is None else rows
@@ -89,6 +93,8 @@ def compare(
     no_controls = [r for r in controls if r not in rows or known[r].kind != "student"]
     if no_controls:
         raise ValueError(f"--controls {no_controls}: name student rows that --rows selects (e.g. quickstart)")
+    if not control_kinds or set(control_kinds) - set(CONTROLS):
+        raise ValueError(f"--control_kinds {control_kinds}: give one or more of {', '.join(CONTROLS)}")
     if not seeds or len(set(seeds)) != len(seeds) or any(not isinstance(s, int) or s < 0 for s in seeds):
         raise ValueError(f"seeds {seeds}: give distinct integers ≥ 0 (e.g. [0, 1, 2])")
     comparison = replace(
@@ -96,7 +102,9 @@ def compare(
         corpus=comparison.corpus or os.environ.get("LIT_DOF_CORPUS"),
         data_dir=comparison.data_dir or os.environ.get("LIT_DOF_DATA"),
     )
-    selected = [r for name in rows for r in [known[name], *(control_rows(known[name]) if name in controls else [])]]
+    selected = []
+    for name in rows:
+        selected += [known[name], *(control_rows(known[name], control_kinds) if name in controls else [])]
     cells = list(grid(selected, budgets, seeds))
     progress = Progress("compare", len(cells), "cell")  # stderr: cells done / total, elapsed, ETA
     for budget, seed, row in cells:

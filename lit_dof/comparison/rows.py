@@ -139,7 +139,7 @@ CONTROLS = {
 """The controls every student is shown beside (:func:`lit_dof.evaluation.controls.control_models`), by name."""
 
 
-def control_rows(row: Row) -> list[Row]:
+def control_rows(row: Row, kinds: Sequence[str] | None = None) -> list[Row]:
     """The control rows of a student row: ``<row>:window_sinks`` (a), ``<row>:equal_state`` (b),
     ``<row>:tail_only`` (c) and ``<row>:far_only`` (d), each measured against the student (``reference``). Whether
     the student has a control (a pure linear one has no (a) and no (d), one without a tail no (c)) is known only once
@@ -147,18 +147,23 @@ def control_rows(row: Row) -> list[Row]:
 
     Args:
         row: a student row.
+        kinds: which of :data:`CONTROLS`, in that order whatever the order given (``None``: all four).
 
     Returns:
-        The four rows.
+        The rows, (a) to (d) or the ``kinds`` among them.
 
     Raises:
-        ValueError: ``row`` is not a student row.
+        ValueError: ``row`` is not a student row, or a kind not in :data:`CONTROLS`.
     """
     if row.kind != "student":
         raise ValueError(f"{row.name} is a {row.kind} row: only students have controls")
+    unknown = sorted(set(kinds or ()) - set(CONTROLS))
+    if unknown:
+        raise ValueError(f"unknown control kind(s) {unknown}; known: {', '.join(CONTROLS)}")
     return [
         Row(f"{row.name}:{name}", kind="control", note=note, reference=row.name, control=name, of=row.name)
         for name, note in CONTROLS.items()
+        if kinds is None or name in kinds
     ]
 
 

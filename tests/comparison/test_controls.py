@@ -143,6 +143,22 @@ def test_controls_are_refused_for_rows_that_are_not_selected_students(controlled
         run_compare(**{**kwargs, "retrieval_tasks": ["needle"]})
     with pytest.raises(ValueError, match="only students have controls"):
         control_rows(ROWS["teacher"])
+    with pytest.raises(ValueError, match="--control_kinds"):  # refused before any cell runs
+        run_compare(**{**kwargs, "control_kinds": ["window_sinks", "equal_window"]})
+    with pytest.raises(ValueError, match="unknown control kind"):
+        control_rows(ROWS["quickstart"], ["tail"])
+
+
+def test_control_kinds_select_controls_in_table_order():
+    chosen = control_rows(ROWS["quickstart"], ["equal_state", "window_sinks"])
+    assert [r.name for r in chosen] == ["quickstart:window_sinks", "quickstart:equal_state"]
+    assert all(r.kind == "control" and r.reference == "quickstart" for r in chosen)
+    assert [r.control for r in control_rows(ROWS["quickstart"])] == [
+        "window_sinks",
+        "equal_state",
+        "tail_only",
+        "far_only",
+    ]
 
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")

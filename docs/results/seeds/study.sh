@@ -24,7 +24,8 @@ reports=${REPORT_DIR:-docs/results/seeds/reports}
 run() {  # run ROW C SEEDS STAGE [extra args]: one lit-dof compare call for one arm
   local row=$1 budget=$2 seeds=$3 stage=$4; shift 4
   local rows="[$row]"; [ "$budget" = 64 ] && rows="[teacher, $row]"
-  lit-dof compare --rows "$rows" --controls "[$row]" --budgets "[$budget]" --seeds "$seeds" --out "$out" \
+  lit-dof compare --rows "$rows" --controls "[$row]" --control_kinds '[window_sinks, equal_state]' \
+    --budgets "[$budget]" --seeds "$seeds" --out "$out" \
     --report_dir "$reports/${row}_C$budget" --long_documents 12 --retrieval_tasks '[passkey, recall]' \
     --retrieval.contexts '[1024, 2048, 4096]' --retrieval.depths '[0.0, 0.25, 0.5, 0.75, 1.0]' \
     --retrieval.trials 2 --tasks '[logiqa, mmlu_5shot]' --stages "[$stage]" "$@"
