@@ -19,7 +19,7 @@ from lit_dof.comparison.cells import Comparison
 from lit_dof.comparison.control_cells import describe_controls
 from lit_dof.comparison.records import Report
 from lit_dof.comparison.report import write_report
-from lit_dof.comparison.rows import CONTROLS, control_rows, grid
+from lit_dof.comparison.rows import CONTROLS, check_control_kinds, control_rows, grid
 from lit_dof.evaluation.finetune_splits import PROTOCOL_TASKS
 from lit_dof.evaluation.task_data import EXTRA_TASKS, TASKS
 from lit_dof.progress import Progress
@@ -93,8 +93,7 @@ def compare(
     no_controls = [r for r in controls if r not in rows or known[r].kind != "student"]
     if no_controls:
         raise ValueError(f"--controls {no_controls}: name student rows that --rows selects (e.g. quickstart)")
-    if not control_kinds or set(control_kinds) - set(CONTROLS):
-        raise ValueError(f"--control_kinds {control_kinds}: give one or more of {', '.join(CONTROLS)}")
+    check_control_kinds(control_kinds)
     if not seeds or len(set(seeds)) != len(seeds) or any(not isinstance(s, int) or s < 0 for s in seeds):
         raise ValueError(f"seeds {seeds}: give distinct integers ≥ 0 (e.g. [0, 1, 2])")
     comparison = replace(

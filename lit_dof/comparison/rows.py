@@ -139,6 +139,20 @@ CONTROLS = {
 """The controls every student is shown beside (:func:`lit_dof.evaluation.controls.control_models`), by name."""
 
 
+def check_control_kinds(kinds: Sequence[str]) -> None:
+    """Refuse an empty list of control kinds or one not in :data:`CONTROLS` (``--control_kinds``).
+
+    Raises:
+        ValueError: naming the unknown kinds and the known ones.
+    """
+    unknown = sorted(set(kinds) - set(CONTROLS))
+    if unknown or not kinds:
+        raise ValueError(
+            f"--control_kinds {list(kinds)}: unknown control kind(s) {unknown or 'none given'}; "
+            f"give one or more of {', '.join(CONTROLS)}"
+        )
+
+
 def control_rows(row: Row, kinds: Sequence[str] | None = None) -> list[Row]:
     """The control rows of a student row: ``<row>:window_sinks`` (a), ``<row>:equal_state`` (b),
     ``<row>:tail_only`` (c) and ``<row>:far_only`` (d), each measured against the student (``reference``). Whether
@@ -153,13 +167,12 @@ def control_rows(row: Row, kinds: Sequence[str] | None = None) -> list[Row]:
         The rows, (a) to (d) or the ``kinds`` among them.
 
     Raises:
-        ValueError: ``row`` is not a student row, or a kind not in :data:`CONTROLS`.
+        ValueError: ``row`` is not a student row, or ``kinds`` as :func:`check_control_kinds` refuses them.
     """
     if row.kind != "student":
         raise ValueError(f"{row.name} is a {row.kind} row: only students have controls")
-    unknown = sorted(set(kinds or ()) - set(CONTROLS))
-    if unknown:
-        raise ValueError(f"unknown control kind(s) {unknown}; known: {', '.join(CONTROLS)}")
+    if kinds is not None:
+        check_control_kinds(kinds)
     return [
         Row(f"{row.name}:{name}", kind="control", note=note, reference=row.name, control=name, of=row.name)
         for name, note in CONTROLS.items()

@@ -11,28 +11,17 @@ the C whose Σ M is nearest the DoF arm's.
 """
 
 import json
-import statistics
 from pathlib import Path
 
 from lit_dof.dof import DoFReport
 from lit_dof.pipeline.allocation import AttentionShape, allocate_from_report
+from lit_dof.students.surgery import layer_mean_dims, with_exact_heads
 
 HERE = Path(__file__).parent
 FIT = HERE.parent / "far_term" / "records" / "quickstart_heads_fit.json"
 # arm: (strategy, multiple_of, budgets tried); min_dim 8 as configs/quickstart.yaml; dof_head rounds to 8 as
 # configs/methods/dof_head.yaml (few distinct M per layer)
 ARMS = {"dof": ("dof", 1, [64]), "fix": ("fix", 1, [16, 64, 65, 66, 67]), "dof_head": ("dof_head", 8, [64, 66, 68, 70])}
-
-
-def sigma_m(dims: list, exact: dict[int, list[int]], kv_heads: int) -> float:
-    """Σ over layers of the mean M over a layer's KV heads, the exact heads at 0."""
-    total = 0.0
-    for layer, m in enumerate(dims):
-        per_head = list(m) if isinstance(m, list) else [m] * kv_heads
-        for head in exact.get(layer, []):
-            per_head[head] = 0
-        total += statistics.mean(per_head)
-    return total
 
 
 def main() -> None:
@@ -48,8 +37,10 @@ def main() -> None:
     print(f"exact heads: {count} of {3 * layers} KV heads; the fit's Σ M {fitted['total_features']:.1f}")
     for arm, (strategy, multiple_of, budgets) in ARMS.items():
         for budget in budgets:
-            dims = allocate_from_report(report, shape, strategy, budget, multiple_of, 8)
-            print(f"{arm:>8} C={budget:<3} Σ M {sigma_m(dims, exact, 3):7.1f}")
+            dims = with_exact_heads(
+                allocate_from_report(report, shape, strategy, budget, multiple_of, 8), exact, [3] * layers
+            )
+            print(f"{arm:>8} C={budget:<3} Σ M {sum(layer_mean_dims(dims)):7.1f}")  # as a fit's total_features
 
 
 if __name__ == "__main__":

@@ -5,9 +5,9 @@ Every sliding-window layer scores its sink tokens with the query rotated to posi
 would sit in a cache of s sinks followed by w window tokens — instead of its own position p; the window keys keep
 their distances. Measured on a trained student and its (a) window + sinks (``control_models``; the student's exact
 KV heads exact), each at original and at cache positions, by in-document bucket on the 12 articles of
-long_choice.py, with the paired ratio cache / original (± SE over the articles). Inference only: a prefill from
-position 0 (``long_document_perplexity`` scores each article in one forward), the probe patches the window softmax
-of this process (nothing in the package changes).
+long_choice.py, with the paired ratio cache / original (``bucket_ratios``: ± its SE over the articles). Inference
+only: a prefill from position 0 (``long_document_perplexity`` scores each article in one forward), the probe patches
+the window softmax of this process (nothing in the package changes).
 
 Run: ``python docs/results/far_term/records/sink_positions.py <corpus> <student dir> --out sink_positions.json``
 (resumable: the models already in ``--out`` are kept).
@@ -32,6 +32,7 @@ from lit_dof.attention.ops.sliding_window import softmax
 from lit_dof.evaluation.controls import control_models
 from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.long_documents import long_document_perplexity
+from lit_dof.evaluation.position_perplexity import bucket_ratios
 from lit_dof.teacher.loading import load_teacher
 
 PROBE = {"cache": False, "sink_q": None}
@@ -65,13 +66,6 @@ def band_and_sinks(q, keys, values, valid, sink_k, sink_v, sink_ok, position, of
     mask = outside[None, None, None] & sink_ok[:, None, None, None, :]
     o_s, log_z_s = softmax.masked_softmax_part(logits, mask, sink_v.to(q.dtype)[:, :, None])
     return softmax.merge_normalized(o, log_z, o_s, log_z_s)
-
-
-def paired(a: dict, b: dict, bucket: str) -> tuple[float, float]:
-    """exp of the mean per-article log ratio b / a in ``bucket`` and the SE of that mean log ratio."""
-    d = [y - x for x, y in zip(a["buckets"][bucket]["block_nll"], b["buckets"][bucket]["block_nll"])]
-    m = sum(d) / len(d)
-    return math.exp(m), (sum((x - m) ** 2 for x in d) / (len(d) - 1) / len(d)) ** 0.5
 
 
 def main() -> None:
@@ -108,8 +102,9 @@ def main() -> None:
                     json.dump(record, handle, indent=1)
     for name in models:
         a, b = record[f"{name}_original"], record[f"{name}_cache"]
+        ratios = bucket_ratios(b, a)  # paired over the articles
         for bucket in a["buckets"]:
-            ratio, se = paired(a, b, bucket)
+            ratio, se = ratios[bucket]["ratio"], ratios[bucket]["stderr"]
             print(
                 f"{name:>7} {bucket:>9}: original {a['buckets'][bucket]['ppl']:.2f}"
                 f" cache {b['buckets'][bucket]['ppl']:.2f} cache/original {ratio:.3f} ± {se:.3f}"

@@ -15,10 +15,10 @@ documents takes OTHER's record of the same control (same seed, window, sinks, st
 the same teacher-weight model, measured once).
 """
 
+import argparse
 import json
 import math
 import statistics as st
-import sys
 from pathlib import Path
 
 BUCKETS = ("256-511", "2048-4095")
@@ -186,10 +186,15 @@ def borrow_long_documents(study, other):
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--borrow"]
-    study = cells(args[0])
-    if "--borrow" in sys.argv and len(args) > 1:
-        borrow_long_documents(study, cells(args[1]))
-    summary(args[0], per_seed(study))
-    if len(args) > 1:
-        against(study, cells(args[1]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("study", help="a test-split study's comparison.json")
+    parser.add_argument("other", nargs="?", help="a second study's, for the same-seed pairing")
+    parser.add_argument("--borrow", action="store_true", help="take missing (a)/(b) long documents from OTHER")
+    args = parser.parse_args()
+    study = cells(args.study)
+    other = cells(args.other) if args.other else None
+    if args.borrow and other:
+        borrow_long_documents(study, other)
+    summary(args.study, per_seed(study))
+    if other:
+        against(study, other)
