@@ -100,7 +100,8 @@ class SeedPair:
     """A student against another model (its reference, or one of its controls: ``controlled``) at budget C, over the
     ``seeds`` both were measured with: per measure, :func:`~lit_dof.evaluation.stats.paired_seed_difference`'s
     result (``None``: fewer than two seeds measured on both sides) — the sliding-window ``ppl`` ratio, the ratio in
-    each long-document bucket, the exact-match difference of each retrieval task."""
+    each long-document bucket, the exact-match difference of each retrieval task and the primary-metric difference
+    of each task (``tasks``, fractions: 0.01 is a point)."""
 
     student: str
     other: str
@@ -110,6 +111,7 @@ class SeedPair:
     ppl: dict | None
     long_documents: dict[str, dict | None]
     retrieval: dict[str, dict | None]
+    tasks: dict[str, dict | None]
 
 
 def seed_pairs(report: Report) -> list[SeedPair]:
@@ -137,6 +139,7 @@ def seed_pairs(report: Report) -> list[SeedPair]:
             continue
         buckets = {b for _, s, _ in runs for b in s.document_buckets}
         tasks = {t for _, s, _ in runs for t in s.retrieval}
+        scored = [t for t in report.tasks if any(t in s.scores for _, s, _ in runs)]
         out.append(
             SeedPair(
                 student,
@@ -150,6 +153,7 @@ def seed_pairs(report: Report) -> list[SeedPair]:
                     for b in sorted(buckets, key=_bucket_start)
                 },
                 retrieval={t: _compare(runs, lambda c, t=t: _exact_match(c, t)) for t in sorted(tasks)},
+                tasks={t: _compare(runs, lambda c, t=t: _score(c, t)) for t in scored},
             )
         )
     return out
@@ -162,6 +166,11 @@ def _bucket_start(bucket: str) -> int:
 def _exact_match(c: Cell, task: str) -> float | None:
     entry = c.retrieval.get(task)
     return entry.exact_match if entry else None
+
+
+def _score(c: Cell, task: str) -> float | None:
+    score = c.scores.get(task)
+    return score.value if score else None
 
 
 def _compare(runs: list[tuple[int, Cell, Cell]], measure, log: bool = False) -> dict | None:
@@ -203,6 +212,33 @@ def seed_pair_lines(report: Report) -> list[str]:
         cells += [_ratio(p.long_documents.get(b)) for b in buckets]
         cells += [_points(p.retrieval.get(t)) for t in tasks]
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def seed_task_lines(report: Report) -> list[str]:
+    """The "Tasks over seeds" section of :func:`seed_pairs`: per task, student − other in points of the task's
+    primary metric (each seed's pair scored on the same examples), the mean over seeds ± SE [95% t interval]; only
+    pairs with a control (the seed table has the reference's seven-task average), empty when none has two seeds.
+
+    Args:
+        report: a report.
+
+    Returns:
+        The lines.
+    """
+    pairs = [p for p in seed_pairs(report) if p.controlled and any(p.tasks.values())]
+    if not pairs:
+        return []
+    tasks = [t for t in report.tasks if any(p.tasks.get(t) for p in pairs)]
+    columns = ["student", "other", "C", "seeds", *(f"{t} − other" for t in tasks)]
+    title = (
+        "Tasks: each student against its controls over seeds (per seed the student's primary metric minus the "
+        "other's on the same examples, in points; then the mean over seeds ± its standard error [95% t interval]):"
+    )
+    lines = ["", title, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for p in pairs:
+        cells = [p.student, p.other, str(p.budget), ", ".join(map(str, p.seeds))]
+        lines.append("| " + " | ".join(cells + [_points(p.tasks.get(t)) for t in tasks]) + " |")
     return lines
 
 

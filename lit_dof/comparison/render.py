@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from lit_dof.comparison.beyond_window import beyond_exact_lines, retrieval_lines, seed_pair_lines
+from lit_dof.comparison.beyond_window import beyond_exact_lines, retrieval_lines, seed_pair_lines, seed_task_lines
 from lit_dof.comparison.cell_records import FitSummary, StateBytes
 from lit_dof.comparison.records import Cell, Report, Spread
 from lit_dof.comparison.summary import mean_of
@@ -132,6 +132,7 @@ def markdown(report: Report, header: str = "") -> str:
     lines += _position_sections(report)
     lines += retrieval_lines(report)
     lines += seed_pair_lines(report)
+    lines += seed_task_lines(report)
     lines += ["", _device_note(report), ""]
     extra = [t for t in tasks if t not in TASKS]  # shown, not averaged
     lines.append(

@@ -103,6 +103,16 @@ def test_retrieval_and_long_documents_are_reported_and_paired_over_seeds(control
     assert pairs[("quickstart", "quickstart:equal_state")].ppl["ratio"] == pytest.approx(expected, rel=1e-12)
     bucket = pairs[("quickstart", "quickstart:tail_only")].long_documents["0-63"]
     assert bucket["n"] == 2 and bucket["ratio"] > 0
+    # tasks over seeds: student − control on each task's primary metric, from the eval records, paired by seed
+    assert "Tasks: each student against its controls over seeds" in text
+    for name in ("window_sinks", "tail_only"):
+        scores = {}
+        for seed, student_dir in ((0, out / "C16" / "quickstart"), (1, out / "C16" / "seed1" / "quickstart")):
+            control = json.loads((student_dir / "controls" / name / "control.json").read_text())
+            other = (student_dir / "controls" / name / (control["records"] or ".")).resolve()
+            scores[seed] = [json.loads((d / "eval" / "wsc273.json").read_text())["acc"] for d in (student_dir, other)]
+        expected = sum(s - o for s, o in scores.values()) / 2
+        assert pairs[("quickstart", f"quickstart:{name}")].tasks["wsc273"]["difference"] == pytest.approx(expected)
 
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
