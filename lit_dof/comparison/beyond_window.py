@@ -1,6 +1,7 @@
 """The report's sections on what lies beyond a student's exact window: the long-document test set by in-document
 position, retrieval by context, and — the runs being the unit — each student against its reference and its controls
-over seeds (mean of the per-seed paired comparisons ± its standard error over seeds, 95% t interval).
+over seeds (mean of the per-seed paired comparisons ± its standard error over seeds, 95% t interval), on perplexity
+and retrieval and, in a table of their own, on the tasks.
 
 A pair is (student, other): a student row with its reference row (e.g. the quickstart and the untrained
 window-plus-sink control ``swa_sink``), and a student with each of its control rows (``<row>:<control>``), so
@@ -216,7 +217,7 @@ def seed_pair_lines(report: Report) -> list[str]:
 
 
 def seed_task_lines(report: Report) -> list[str]:
-    """The "Tasks over seeds" section of :func:`seed_pairs`: per task, student − other in points of the task's
+    """The "Tasks" section of :func:`seed_pairs`: per task, student − other in points of the task's
     primary metric (each seed's pair scored on the same examples), the mean over seeds ± SE [95% t interval]; only
     pairs with a control (the seed table has the reference's seven-task average), empty when none has two seeds.
 
