@@ -1,6 +1,7 @@
 """Zero-shot evaluation of a teacher or a student through lm-eval (paper §5, Table 3's seven tasks).
 
-:func:`evaluate_model` wraps an *already loaded* model in lm-eval's ``HFLM`` and runs
+:func:`evaluate_model` wraps an *already loaded* model in lm-eval's ``HFLM`` (its loglikelihood batches bounded by
+their logits' bytes: :mod:`~lit_dof.evaluation.batching`) and runs
 ``lm_eval.simple_evaluate`` on the task definitions shipped in ``lm_eval_tasks/`` (one YAML per task,
 ``lit_dof_<task>``, reading the original files of a local data directory through
 :mod:`lit_dof.evaluation.task_data`), with ``TaskManager(include_defaults=False)`` so start-up does not
@@ -13,8 +14,8 @@ the tasks, ``limit``, the batch size and the wall time.
 With ``cache_dir``, every answered request is kept in lm-eval's own request cache (``use_cache``: a SQLite
 file written as requests are answered), so an evaluation that is killed and started again resumes where it
 stopped. lm-eval keys that cache by request only, so
-:func:`~lit_dof.evaluation.request_cache.request_cache` binds the folder to one model (a hash of its weights) and one
-batch size, refuses any other, and refuses a cache file holding anything but plain answers before lm-eval unpickles it.
+:func:`~lit_dof.evaluation.request_cache.request_cache` binds the folder to one model (a hash of its weights), one
+batch size and one logits bound, refuses any other, and refuses a cache file holding anything but plain answers before lm-eval unpickles it.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def evaluate_model(
     max_length: int | None = None,
     cache_dir: str | os.PathLike | None = None,
     retrieval: RetrievalGrid | None = None,
+    max_logits_bytes: int | None = None,
 ) -> dict:
     """Zero-shot accuracy of ``model`` on ``tasks``.
 
@@ -98,7 +100,7 @@ def evaluate_model(
             (:data:`~lit_dof.evaluation.retrieval_data.RETRIEVAL_TASKS`) — or lm-eval names with ``builtin``.
         data_dir: folder in the task data layout (docs/usage.md; default ``$LIT_DOF_DATA``).
         limit: examples per task (int) or fraction (float); ``None``: full sets.
-        batch_size: loglikelihood requests per forward.
+        batch_size: the most loglikelihood requests per forward (fewer where they would exceed ``max_logits_bytes``).
         mmlu_per_subject: first this-many MMLU questions per subject (a fixed stratified subset).
         builtin: use lm-eval's built-in task names (hub datasets, needs internet).
         max_length: longest context in tokens (default: the model config's ``max_position_embeddings``).
@@ -106,6 +108,9 @@ def evaluate_model(
             instead of recomputed, so a killed evaluation resumes; ``None``: no cache.
         retrieval: where the retrieval examples sit (contexts, depths, trials, seed); default
             :class:`~lit_dof.evaluation.retrieval_data.RetrievalGrid` ``()``.
+        max_logits_bytes: the most bytes of one forward's float32 logits (``None``: 2 GiB,
+            :data:`~lit_dof.evaluation.batching.DEFAULT_LOGITS_BYTES`): each task's batch is sized from its longest
+            request (:class:`~lit_dof.evaluation.batching.BoundedBatchLM`), so long prompts cannot exhaust memory.
 
     Returns:
         ``{"tasks": {task: {"acc", "acc_stderr", "acc_norm"?, "acc_norm_stderr"?, "n", "items"}}, "provenance":
@@ -122,7 +127,7 @@ def evaluate_model(
             installed (the ``eval`` extra).
     """
     lm_eval = require_lm_eval("zero-shot evaluation (lit-dof eval, compare)")
-    from lm_eval.models.huggingface import HFLM
+    from lit_dof.evaluation.batching import DEFAULT_LOGITS_BYTES, BoundedBatchLM
 
     if not builtin:
         unknown = sorted(set(tasks) - set(KNOWN_TASKS))
@@ -133,7 +138,15 @@ def evaluate_model(
     names = list(tasks) if builtin else [f"lit_dof_{t}" for t in tasks]
     config = getattr(model.config, "text_config", None) or model.config
     max_length = max_length or getattr(config, "max_position_embeddings", None) or 2048
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size, max_length=max_length)
+    max_logits_bytes = max_logits_bytes or DEFAULT_LOGITS_BYTES
+    lm = BoundedBatchLM(
+        pretrained=model,
+        tokenizer=tokenizer,
+        backend="causal",
+        batch_size=batch_size,
+        max_length=max_length,
+        max_logits_bytes=max_logits_bytes,
+    )
     manager = (
         None
         if builtin
@@ -141,7 +154,8 @@ def evaluate_model(
             data_dir, mmlu_per_subject, tokenizer=tokenizer.name_or_path, max_length=max_length, retrieval=retrieval
         )
     )
-    use_cache = request_cache(cache_dir, model, batch_size=batch_size, max_length=max_length) if cache_dir else None
+    settings = dict(batch_size=batch_size, max_length=max_length, max_logits_bytes=max_logits_bytes)
+    use_cache = request_cache(cache_dir, model, **settings) if cache_dir else None
     start = time.perf_counter()
     model.eval()
     with torch.no_grad():
@@ -180,6 +194,8 @@ def evaluate_model(
         tasks=list(tasks),
         limit=limit,
         batch_size=batch_size,
+        batch_sizes_used=sorted(set(lm.batch_sizes_used)),
+        max_logits_bytes=max_logits_bytes,
         mmlu_per_subject=mmlu_per_subject,
         seconds=seconds,
         device=device,
