@@ -8,7 +8,9 @@ retrieval and tasks as exact-match / accuracy points on the same prompts and que
 mean ± SE of those per-seed differences, the two-sided paired t test (n − 1 degrees of freedom, α = 0.05) and the
 smallest difference the study could detect: (t₀.₉₇₅ + t₀.₈) × SD / √n with the SD of the per-seed differences the
 study itself measures (power 0.8; sizing.py's rule, here on the paired differences). The dose check reads `fix16`
-against `fix`. Each fit's Σ M (its DoF sample follows its seed) is printed beside it.
+against `fix`. Each fit's Σ M (its DoF sample follows its seed) is printed beside it. ``--refits`` also prints the
+`dof` fits beside the same recipe's earlier fits of the same seed (docs/results/far_term/heads_test): what refitting
+one seed on this CPU changes.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ ARMS = {  # arm: (report folder, row)
     "fix16": ("quickstart_heads_fix_C16", "quickstart_heads_fix"),
 }
 QUESTIONS = [("fix", "dof"), ("dof_head", "dof"), ("fix16", "fix")]  # (arm, against)
+EARLIER = Path(__file__).parents[1] / "far_term" / "heads_test" / "comparison.json"  # quickstart_heads, seeds 0-2
 
 
 def _bucket(cell: Cell, name: str) -> float | None:
@@ -86,17 +89,34 @@ def compare(arm: dict[int, Cell], against: dict[int, Cell], read, log: bool) -> 
     return f"n = {n}, {shown}; paired t p = {p:.3f}" + (" (detected)" if p < 0.05 else " (no detectable difference)")
 
 
+def refits(dof: dict[int, Cell]) -> None:
+    """Print each `dof` fit beside the earlier fit of the same seed (:data:`EARLIER`): every endpoint both have."""
+    earlier = {c.seed or 0: c for c in Report.load(EARLIER).cells if c.row == "quickstart_heads"}
+    for seed in sorted(dof.keys() & earlier.keys()):
+        now, then = dof[seed], earlier[seed]
+        parts = [f"validation {now.fit.val_curve[-1][1]:.4f} / {then.fit.val_curve[-1][1]:.4f}"] if now.fit else []
+        for name, (read, log) in ENDPOINTS.items():
+            a, b = read(now), read(then)
+            if a is not None and b is not None:
+                parts.append(f"{name.split(',')[0]} {a:.4f} / {b:.4f}" if log else f"{name} {a:.3f} / {b:.3f}")
+        print(f"refit of seed {seed} (this study / {EARLIER.parent.name}): " + "; ".join(parts))
+
+
 def main() -> None:
     """Print each arm's fits (Σ M) and, per question, every endpoint's paired comparison over seeds."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reports", type=Path, default=Path(__file__).parent / "reports", help="the study's reports")
-    cells = arm_cells(parser.parse_args().reports)
+    parser.add_argument("--refits", action="store_true", help="the dof fits beside the earlier ones of their seed")
+    args = parser.parse_args()
+    cells = arm_cells(args.reports)
     for arm, by_seed in cells.items():
         fits = ", ".join(
             f"seed {s}: Σ M {c.fit.total_features:,.1f}" if c.fit and c.fit.total_features else f"seed {s}"
             for s, c in sorted(by_seed.items())
         )
         print(f"{arm} ({ARMS[arm][1]}, {ARMS[arm][0]}): {fits or 'no fit yet'}")
+    if args.refits:
+        refits(cells["dof"])
     for arm, against in QUESTIONS:
         print(f"\n{arm} − {against} (perplexity: {arm} / {against})")
         for name, (read, log) in ENDPOINTS.items():
