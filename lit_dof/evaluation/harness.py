@@ -13,9 +13,9 @@ the tasks, ``limit``, the batch size and the wall time.
 
 With ``cache_dir``, every answered request is kept in lm-eval's own request cache (``use_cache``: a SQLite
 file written as requests are answered), so an evaluation that is killed and started again resumes where it
-stopped. lm-eval keys that cache by request only, so
-:func:`~lit_dof.evaluation.request_cache.request_cache` binds the folder to one model (a hash of its weights), one
-batch size and one logits bound, refuses any other, and refuses a cache file holding anything but plain answers before lm-eval unpickles it.
+stopped. lm-eval keys that cache by request only, so :func:`~lit_dof.evaluation.request_cache.request_cache` binds
+the folder to one model (a hash of its weights), one batch size and one logits bound, refuses any other, and refuses
+a cache file holding anything but plain answers before lm-eval unpickles it.
 """
 
 from __future__ import annotations
