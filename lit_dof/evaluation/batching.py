@@ -13,7 +13,11 @@ Requires lm-eval (the ``eval`` extra); imported by :func:`~lit_dof.evaluation.ha
 
 from __future__ import annotations
 
-from lm_eval.models.huggingface import HFLM
+from lit_dof.evaluation.extra import require_lm_eval
+
+require_lm_eval("bounded evaluation batches")  # before lm_eval's import: the install line, not a traceback
+
+from lm_eval.models.huggingface import HFLM  # noqa: E402
 
 DEFAULT_LOGITS_BYTES = 2**31
 """Default bound on one batch's float32 logits (2 GiB; lm-eval's log-softmax holds a second copy)."""
