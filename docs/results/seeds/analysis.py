@@ -70,8 +70,8 @@ def arm_cells(reports: Path) -> dict[str, dict[int, Cell]]:
 
 def compare(arm: dict[int, Cell], against: dict[int, Cell], read, log: bool) -> str:
     """One endpoint: arm − against paired by seed (log ratio or points), the t test and the detectable effect."""
-    a = {s: read(c) for s, c in arm.items() if read(c) is not None}
-    b = {s: read(c) for s, c in against.items() if read(c) is not None}
+    a = {s: v for s, v in ((s, read(c)) for s, c in arm.items()) if v is not None}
+    b = {s: v for s, v in ((s, read(c)) for s, c in against.items()) if v is not None}
     seeds = sorted(a.keys() & b.keys())
     if len(seeds) < 2:
         return f"{len(seeds)} paired seed(s): not yet comparable"
