@@ -23,7 +23,7 @@ import os
 from typing import Callable, Iterator
 
 from lit_dof.data.corpus import is_heldout
-from lit_dof.data.splits import check_split, document_split
+from lit_dof.data.splits import LONG_DOCUMENT_CHARS, check_split, document_split
 from lit_dof.errors import CommandError
 from lit_dof.extras import require
 
@@ -253,3 +253,34 @@ def split_documents(source, split: str, val_every: int = 100) -> Iterator[str]:
 
         source = LocalDocuments(functools.partial(iter_documents, source))
     return source.select(split, val_every, rank=0, world=1, role=0, workers=1)
+
+
+def last_long_documents(
+    source, tokenizer, count: int, *, min_tokens: int, split: str = "train"
+) -> tuple[list[str], list[int], int]:
+    """The last ``count`` documents of one split with at least ``LONG_DOCUMENT_CHARS`` characters and ``min_tokens``
+    tokens: long articles that a fit, streaming the training split from its start, never reaches (a long-document
+    choosing set outside the test split; docs/results/far_term).
+
+    Args:
+        source: as for :func:`split_documents`.
+        tokenizer: a Hugging Face tokenizer (the tokens are counted without special tokens).
+        count: how many documents.
+        min_tokens: the fewest tokens a document must have.
+        split: the split they come from.
+
+    Returns:
+        ``(texts, indices, total)``: the documents in corpus order, their indices within the split, and the split's
+        size in documents (the whole split is read).
+    """
+    import collections
+
+    last: collections.deque = collections.deque(maxlen=count)
+    total = 0
+    for index, text in enumerate(split_documents(source, split)):
+        total = index + 1
+        if len(text) < LONG_DOCUMENT_CHARS:
+            continue
+        if len(tokenizer(text, add_special_tokens=False)["input_ids"]) >= min_tokens:
+            last.append((index, text))
+    return [t for _, t in last], [i for i, _ in last], total

@@ -13,7 +13,13 @@ from transformers import AutoTokenizer
 
 from lit_dof.data.corpus import check_corpus, is_heldout, iter_documents
 from lit_dof.data.datamodule import PackedBlocks
-from lit_dof.data.sources import HubDocuments, LocalDocuments, is_heldout_by_content, split_documents
+from lit_dof.data.sources import (
+    HubDocuments,
+    LocalDocuments,
+    is_heldout_by_content,
+    last_long_documents,
+    split_documents,
+)
 from lit_dof.data.splits import (
     LONG_DOCUMENT_CHARS,
     SPLITS,
@@ -186,3 +192,17 @@ def test_split_sizes_counts_every_split(tmp_path):
     out = tmp_path / "s.json"
     record = script.main(["--corpus", str(tmp_path / "c.jsonl"), "--val_every", "8", "--output", str(out)])
     assert json.loads(out.read_text()) == record and "tokens" not in record["splits"]["train"]
+
+
+def test_the_last_long_training_documents_are_those_the_rules_put_in_training_last(tmp_path):
+    """``last_long_documents``: the last long training documents with enough tokens, their indices within the
+    training split and its size, from the split rules computed independently (``_by_rule``)."""
+    texts = _texts()
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    train = _by_rule(texts, {i for i in range(len(texts)) if is_heldout(i, 100)})["train"]
+    long = [(i, t) for i, t in enumerate(train) if len(t) >= LONG_DOCUMENT_CHARS]
+    assert len(long) >= 4
+    chosen, indices, total = last_long_documents(tmp_path / "c.jsonl", _WordTokenizer(), 3, min_tokens=1000)
+    assert (chosen, indices, total) == ([t for _, t in long[-3:]], [i for i, _ in long[-3:]], len(train))
+    words = len(long[0][1].split())
+    assert last_long_documents(tmp_path / "c.jsonl", _WordTokenizer(), 3, min_tokens=words + 1)[:2] == ([], [])

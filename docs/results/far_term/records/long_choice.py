@@ -20,14 +20,12 @@ Run: ``python docs/results/far_term/records/long_choice.py <corpus> NAME=STUDENT
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import math
 import os
 import time
 
-from lit_dof.data.sources import split_documents
-from lit_dof.data.splits import LONG_DOCUMENT_CHARS
+from lit_dof.data.sources import last_long_documents
 from lit_dof.evaluation.controls import control_info, control_models
 from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.long_documents import long_document_perplexity
@@ -56,14 +54,8 @@ class Chosen:
 
 def last_long_articles(corpus: str, tokenizer, count: int) -> tuple[list[str], list[int], int]:
     """The last ``count`` training-split articles of ≥ ``LONG_DOCUMENT_CHARS`` characters and ≥ ``T`` tokens, their
-    indices in the training split and the split's size."""
-    last: collections.deque = collections.deque(maxlen=count)
-    total = 0
-    for index, text in enumerate(split_documents(corpus, "train")):
-        total = index + 1
-        if len(text) >= LONG_DOCUMENT_CHARS and len(tokenizer(text, add_special_tokens=False)["input_ids"]) >= T:
-            last.append((index, text))
-    return [t for _, t in last], [i for i, _ in last], total
+    indices in the training split and the split's size (:func:`lit_dof.data.sources.last_long_documents`)."""
+    return last_long_documents(corpus, tokenizer, count, min_tokens=T)
 
 
 def closed(student: dict, a: dict, teacher: dict, bucket: str) -> float | None:
