@@ -42,7 +42,8 @@ def _buckets(context: int, first: int) -> list[tuple[int, int]]:
 def _twin_masses(twin, q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor, rotary=None) -> dict[str, torch.Tensor]:
     """Per (query head, sampled row) of one sliding-window twin: teacher far share, student far share, log far-sum
     ratio. q ``(1, Hq, T, d)``; ``rotary``: the capture's cos/sin, for a far term on un-rotated q/k. A decaying far
-    term weighs far key j at query i by e^{−λ(i − w − j)} (its :meth:`decay_rates`)."""
+    term weighs far key j at query i by e^{−λ(i − w − j)} (its :meth:`decay_rates`; with one λ per feature, inside
+    the sum over features)."""
     w, s = twin.window, twin.sink_tokens
     _, Hq, T, d = q.shape
     group = Hq // k.shape[1]
@@ -63,12 +64,14 @@ def _twin_masses(twin, q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor, rot
     if log_k.shape[0] != Hq:
         log_k = log_k.repeat_interleave(group, dim=0)  # (Hq, T, M)
     rates = twin.decay_rates(per_query_head=True) if hasattr(twin, "decay_rates") else None
-    rates = torch.zeros(Hq, dtype=torch.float64) if rates is None else rates.detach().double()
-    log_k = log_k + (rates[:, None] * j.double())[:, :, None]  # e^{λ j}: the decay, up to e^{−λ(i − w)} below
+    rates = torch.zeros(Hq, 1, dtype=torch.float64) if rates is None else rates.detach().double()
+    rates = rates if rates.dim() == 2 else rates[:, None]  # (Hq, M or 1): a decay per feature or per head
+    log_k = log_k + rates[:, None, :] * j.double()[None, :, None]  # e^{λ j}: the decay, up to e^{−λ(i − w)} below
     log_k = torch.where((j >= s)[None, :, None], log_k, neg)
-    prefix = log_k.logcumsumexp(1)  # (Hq, T, M): log Σ_{s ≤ j ≤ t} e^{λ j} φ_m(k_j)
+    prefix = log_k.logcumsumexp(1)  # (Hq, T, M): log Σ_{s ≤ j ≤ t} e^{λ_m j} φ_m(k_j)
     last = (rows - w).clamp(min=0)
-    log_far_s = (log_q[0].double() + prefix[:, last]).logsumexp(-1) - rates[:, None] * (rows - w).double()  # (Hq, n)
+    log_q = log_q[0].double() - rates[:, None, :] * (rows - w).double()[None, :, None]  # (Hq, n, M)
+    log_far_s = (log_q + prefix[:, last]).logsumexp(-1)  # (Hq, n)
     if twin.log_mix is not None:
         log_far_s = log_far_s + twin.log_mix.detach().double()[:, None]
     log_far_s = torch.where((rows >= w + s)[None, :], log_far_s, neg)

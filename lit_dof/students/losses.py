@@ -177,6 +177,12 @@ def attention_distillation_loss(
     if not windowed or twin.far_term:
         q_far, k_far = twin.far_inputs(q, k, rotary) if windowed else (q, k)
         log_q, log_k = _twin_log_features(twin, q_far[:, :, rows], k_far, exact=kind == "l2" or windowed)
+        rates = twin.decay_rates(per_query_head=True) if windowed else None
+        if rates is not None and rates.dim() == 2:  # a decay per feature: e^{−λ_f (i − w − j)} inside the sum
+            positions = torch.arange(T, device=q.device, dtype=torch.float32)
+            rates = rates.to(q.device)[None, :, None, :]  # (1, Hq, 1, M)
+            log_q = log_q.float() - rates * (positions[rows] - twin.window)[None, None, :, None]
+            log_k = log_k.float() + rates * positions[None, None, :, None]
         log_khat = log_kernel_scores(log_q.float(), log_k.float())
     if kind == "softmax":
         causal = rows[:, None] >= torch.arange(T, device=q.device)[None, :]  # (R, T)
@@ -210,7 +216,8 @@ def _windowed_scores(
     values: Tensor | None = None,
 ) -> Tensor:
     """The log-terms of a sliding-window twin's rows ``(B, Hq, R, T)``: the teacher's logits on exact pairs,
-    ``β_h − λ_h (i − w − j) + Σ_{j+w<t≤i} g_ht + log K̂`` on far pairs (g: the forget gates the twin reads from
+    ``β_h − λ_h (i − w − j) + Σ_{j+w<t≤i} g_ht + log K̂`` on far pairs (a decay per feature is already inside
+    ``log_khat``, log Σ_f φ_f φ_f e^{−λ_hf (i − w − j)}; g: the forget gates the twin reads from
     ``values`` ``(B, Hk, T, D)``), ``-inf`` elsewhere
     (:func:`~lit_dof.attention.ops.sliding_window.naive.sliding_window_masks`)."""
     exact, far = (m[rows] for m in sliding_window_masks(T, twin.window, twin.sink_tokens, device=logits.device))
@@ -219,7 +226,7 @@ def _windowed_scores(
         if twin.log_mix is not None:
             log_khat = log_khat + twin.log_mix.float()[None, :, None, None]
         rates = twin.decay_rates(per_query_head=True)
-        if rates is not None:  # e^{−λ (i − w − j)} on far pairs
+        if rates is not None and rates.dim() == 1:  # e^{−λ (i − w − j)} on far pairs (per feature: in log_khat)
             beyond = (rows[:, None] - twin.window - torch.arange(T, device=logits.device)).float()  # (R, T)
             log_khat = log_khat - rates.to(logits.device)[None, :, None, None] * beyond
         if twin.far_gated:  # Σ_{j+w<t≤i} g_t = c_i − c_{j+w}, c the inclusive cumulative sum over positions

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from lit_dof.attention import LearnedPRF, SlidingWindow, SlidingWindowLinearAttention
@@ -47,13 +48,16 @@ def test_far_shares_and_log_ratio_match_the_reference_attention_matrix():
     torch.testing.assert_close(result["log_ratio"], logit(student) - logit(teacher), rtol=1e-4, atol=1e-5)
 
 
-def test_a_decaying_far_term_in_a_per_head_layer_matches_the_reference_and_skips_its_exact_heads():
+@pytest.mark.parametrize("spread", [None, 4.0], ids=["per-head", "per-feature"])
+def test_a_decaying_far_term_in_a_per_head_layer_matches_the_reference_and_skips_its_exact_heads(spread):
     """A per-head layer (KV head 0 exact, heads 1 and 2 windowed with M = 16 and 8) whose far terms decay at their own
-    learned rates: each windowed group's shares are the float64 reference's (far pairs weighted e^{−λ(i − w − j)}),
-    in group order, and the exact head contributes no row."""
+    learned rates (one per head or one per feature): each windowed group's shares are the float64 reference's (far
+    pairs weighted e^{−λ(i − w − j)}), in group order, and the exact head contributes no row."""
     torch.manual_seed(4)
     window, sinks, T, d = 3, 1, 16, 8
-    options = SlidingWindow(window=window, sink_tokens=sinks, far_decay=4.0, learn_decay=True)
+    options = SlidingWindow(
+        window=window, sink_tokens=sinks, far_decay=4.0, far_decay_spread=spread, learn_decay=True, gate_min_decay=1.0
+    )
 
     def build(hq: int, hk: int, m: int) -> SlidingWindowLinearAttention:
         return SlidingWindowLinearAttention(LearnedPRF(d, hk, m, seed=m), hq, hk, sliding_window=options)
@@ -62,7 +66,7 @@ def test_a_decaying_far_term_in_a_per_head_layer_matches_the_reference_and_skips
     with torch.no_grad():
         for twin in layer.twins:
             twin.log_mix.normal_()
-            twin.far_log_decay.uniform_(-2.5, -0.5)  # λ between 0.08 and 0.6 per token
+            twin.far_log_decay.uniform_(-2.5, -0.5)  # λ between 0.08 and 0.6 per token (per head or feature)
     q, k = 1.5 * torch.randn(1, 6, T, d), 1.5 * torch.randn(1, 3, T, d)
     rows = torch.tensor([6, 10, 15])
     result = _script()._layer_masses(layer, q, k, rows)

@@ -93,8 +93,7 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             self.far_gate_weight = nn.Parameter(torch.zeros(heads, self.feature_map.head_dim, dtype=torch.float32))
             self.far_gate_bias = nn.Parameter(torch.full((heads,), math.log(start / (1 - start)), dtype=torch.float32))
         else:
-            rate = -math.log(float(sliding_window.far_decay))
-            init = torch.full((self.feature_map.num_heads,), rate, dtype=torch.float32)
+            init = _initial_log_rates(self.feature_map.num_heads, self.feature_map.feature_dim, sliding_window)
             if sliding_window.learn_decay:
                 self.far_log_decay = nn.Parameter(init)
             else:
@@ -136,13 +135,17 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             per_query_head: repeat the rates of maps shared by a KV group for each query head of the group.
 
         Returns:
-            ``(H,)`` float32: H = the feature map's heads, or Hq with ``per_query_head``.
+            ``(H,)`` float32 (``(H, M)``, one per feature, with ``far_decay_spread``, each at most
+            1/``gate_min_decay``): H = the feature map's heads, or Hq with ``per_query_head``.
         """
         if self.far_log_decay is None:
             return None
-        rates = self.far_log_decay.float().exp()
+        log_rates = self.far_log_decay.float()
+        if log_rates.dim() == 2:
+            log_rates = log_rates.clamp_max(-math.log(self.sliding_window.gate_min_decay))
+        rates = log_rates.exp()
         if per_query_head and self.shares_kv_maps:
-            rates = rates.repeat_interleave(self.num_heads // self.num_kv_heads)
+            rates = rates.repeat_interleave(self.num_heads // self.num_kv_heads, dim=0)
         return rates
 
     @property
@@ -200,6 +203,9 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
         """The linear layer's fields plus the sliding window, sink tokens and far term, for ``print(module)``."""
         far = "linear" if self.far_term else "none"
         decay = "" if self.far_log_decay is None else f", far_decay={(-self.far_log_decay).exp().tolist()}"
+        if self.far_log_decay is not None and self.far_log_decay.dim() == 2:  # one τ per feature: their range
+            tau = 1 / self.decay_rates()
+            decay = f", far_decay=per feature, {tau.min().item():.4g}-{tau.max().item():.4g} tokens"
         decay += f", far_gate=True, gate_min_decay={self.sliding_window.gate_min_decay:g}" if self.far_gated else ""
         decay += ", far_memory='delta'" if self.far_delta else ""
         rope = "" if self.sliding_window.far_rope else ", far_rope=False"
@@ -336,6 +342,16 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
                 angles = torch.cat([prev.rotary[:, held - (keep - fresh) :], angles], 1)
             angles = angles.contiguous()
         return dataclasses.replace(new, log_phi_k=None, rotary=angles)
+
+
+def _initial_log_rates(heads: int, features: int, options: SlidingWindow) -> Tensor:
+    """log λ at the start: ``(heads,)`` at 1/``far_decay``, or ``(heads, features)`` with ``far_decay_spread`` r,
+    τ log-spaced from ``far_decay`` to r·``far_decay`` over each head's features (the same for every head)."""
+    fastest = math.log(float(options.far_decay))
+    if options.far_decay_spread is None:
+        return torch.full((heads,), -fastest, dtype=torch.float32)
+    log_tau = torch.linspace(fastest, fastest + math.log(float(options.far_decay_spread)), features)
+    return (-log_tau).to(torch.float32).expand(heads, features).clone()
 
 
 def sliding_window_layers(module: nn.Module) -> list[SlidingWindowLinearAttention]:

@@ -29,7 +29,14 @@ class SlidingWindow:
         far_decay: τ > 0 in tokens: weight the far terms by e^{−(distance past the window)/τ} (RetNet's decay
             on the far part only), so the far term reaches about τ tokens past the window at any context
             length; ``None``: no decay.
-        learn_decay: train the decay rates (log λ per feature-map head, initialised to ``log(1/far_decay)``).
+        learn_decay: train the decay rates (log λ per feature-map head, initialised to ``log(1/far_decay)``; per
+            feature with ``far_decay_spread``).
+        far_decay_spread: r ≥ 1: one decay per feature of the far term instead of one per head (GLA's per-channel
+            decay, Yang et al. 2024, §4, without its data dependence), so one head keeps fast and slow features at
+            the same state; the initial τ of a head's M features log-spaced from ``far_decay`` to r·``far_decay``
+            (r = 1: all at ``far_decay``, which must be ≥ ``gate_min_decay``). A rate is capped at
+            1/``gate_min_decay`` (the kernel's segments stay long). ``None``: one decay per head. With the additive
+            far term alone (no gate, no far cache).
         far_gate: a data-dependent forget gate of the far memory instead of a fixed decay: each token, as it arrives,
             keeps ``e^{g}`` of every far key's weight, ``g = −σ(w_hᵀv/√D + b_h)/gate_min_decay`` from its own value
             vector v per feature-map head (the scalar gate of Mamba-2, Dao & Gu 2024, §3, and simple GLA, Yang et
@@ -61,9 +68,10 @@ class SlidingWindow:
     Raises:
         ValueError: a negative or non-integer ``window``/``sink_tokens``, ``far_decay <= 0``, ``learn_decay``
             without ``far_decay``, ``far_gate`` without ``far_decay``, with ``learn_decay`` or with
-            ``gate_min_decay >= far_decay``, an unknown ``far_memory`` or ``"delta"`` without a far term, a
-            negative ``far_cache`` or one with a gated or delta-rule far term, or a window option set while
-            ``window = 0``.
+            ``gate_min_decay >= far_decay``, ``far_decay_spread`` below 1, without ``far_decay``, with ``far_decay``
+            below ``gate_min_decay`` or with a gate, a far cache or the delta rule, an unknown ``far_memory`` or
+            ``"delta"`` without a far term, a negative ``far_cache`` or one with a gated or delta-rule far term, or
+            a window option set while ``window = 0``.
     """
 
     window: int = 0
@@ -72,6 +80,7 @@ class SlidingWindow:
     learn_mix: bool = True
     far_decay: float | None = None
     learn_decay: bool = False
+    far_decay_spread: float | None = None
     far_gate: bool = False
     gate_min_decay: float = 16.0
     far_memory: str = "additive"
@@ -91,6 +100,7 @@ class SlidingWindow:
         if self.learn_decay and decay is None:
             raise ValueError("sliding_window.learn_decay needs far_decay (the initial decay length in tokens)")
         self._check_gate()
+        self._check_spread()
         if self.far_memory not in ("additive", "delta"):
             raise ValueError(f"sliding_window.far_memory must be 'additive' or 'delta', got {self.far_memory!r}")
         if self.far_memory == "delta" and not self.far_term:
@@ -119,6 +129,25 @@ class SlidingWindow:
             raise ValueError(f"sliding_window.far_cache_pool must be an integer >= 0, novelty score only: {pool!r}")
         if pool and pool >= self.window:
             raise ValueError(f"sliding_window.far_cache_pool {pool} must be below the window ({self.window} tokens)")
+
+    def _check_spread(self) -> None:
+        spread = self.far_decay_spread
+        if spread is None:
+            return
+        if isinstance(spread, bool) or not isinstance(spread, (int, float)) or not spread >= 1:
+            raise ValueError(f"sliding_window.far_decay_spread must be a number >= 1 (or None), got {spread!r}")
+        if self.far_decay is None:
+            raise ValueError("sliding_window.far_decay_spread needs far_decay (the fastest initial decay, in tokens)")
+        if self.far_decay < self.gate_min_decay:
+            raise ValueError(
+                f"sliding_window.far_decay ({self.far_decay}) must be at least gate_min_decay ({self.gate_min_decay}), "
+                "the fastest a feature of a decay per feature may forget: raise far_decay or lower gate_min_decay"
+            )
+        if self.far_gate or self.far_cache or self.far_memory != "additive":
+            raise ValueError(
+                "sliding_window.far_decay_spread (a decay per feature) goes with the additive far term alone: set "
+                "far_gate: false, far_cache: 0 and far_memory: additive"
+            )
 
     def _check_gate(self) -> None:
         floor = self.gate_min_decay

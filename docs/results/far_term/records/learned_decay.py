@@ -1,5 +1,6 @@
 """The decay each far term learned (docs/results/far_term README, "A decay per head, learned"): τ = 1/λ in tokens per
-windowed KV head, read from a student's weights (``far_log_decay`` = log λ), or from the copy committed here.
+windowed KV head (per feature of each, for a decay per feature: uncapped, as stored), read from a student's weights
+(``far_log_decay`` = log λ), or from the copy committed here.
 
     python docs/results/far_term/records/learned_decay.py [STUDENT_DIR] [--save learned_decay.json]
 
@@ -27,7 +28,7 @@ if args.student:
         for name, log_rate in load_file(str(path)).items():
             if name.endswith("far_log_decay"):
                 layer = int(name.split(".layers.")[1].split(".")[0])
-                tau.setdefault(str(layer), []).extend((-log_rate.double()).exp().tolist())
+                tau.setdefault(str(layer), []).extend((-log_rate.double()).exp().flatten().tolist())  # per feature too
 else:
     tau = json.loads((HERE / "quickstart_heads_learn_decay_tau.json").read_text())["tau"]
 tau = dict(sorted(tau.items(), key=lambda item: int(item[0])))
@@ -42,7 +43,8 @@ def summary(label: str, values: list[float]) -> None:
     every = sorted(values)
     q1, median, q3 = statistics.quantiles(every, n=4)
     print(
-        f"{label}: {len(every)} windowed KV heads, τ min {every[0]:.0f}, quartiles {q1:.0f} / {median:.0f} / "
+        f"{label}: {len(every)} decays (per windowed KV head, or per feature), τ min {every[0]:.0f}, "
+        f"quartiles {q1:.0f} / {median:.0f} / "
         f"{q3:.0f}, max {every[-1]:.0f}; below 128: {sum(t < 128 for t in every)}, above 512: "
         f"{sum(t > 512 for t in every)}"
     )

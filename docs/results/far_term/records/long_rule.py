@@ -5,6 +5,11 @@ blocks; 40 recall items), on the choosing passkey prompts (retrieval seed 1, 15 
 wall time; quickstart_heads_reach_copy beside them, and the long choosing set's 2048–4095 ratios to both.
 
     python docs/results/far_term/records/long_rule.py [VALIDATION_OUT [PASSKEY_OUT [LONG_CHOICE_JSON]]] [--row ROW]
+        [--condition passkey|long]
+
+``--condition long`` (the rule of "A decay per feature"): the passkey condition is replaced by the long choosing
+set's — the candidate's perplexity at in-document 2048–4095 below quickstart_heads' by more than 2 SEs of the paired
+log ratio over the articles; the passkeys are then reported beside the rule, not in it.
 
 (defaults runs/far_term, runs/far_term_copy and records/long_choice.json; without the cells, the copies committed
 beside this script: <row>_{fit,ppl,recall,choose_passkey}.json.)
@@ -23,6 +28,7 @@ parser.add_argument("validation", nargs="?", default="runs/far_term")
 parser.add_argument("passkey", nargs="?", default="runs/far_term_copy")
 parser.add_argument("long_choice", nargs="?", default=str(HERE / "long_choice.json"))
 parser.add_argument("--row", default="quickstart_heads_long")
+parser.add_argument("--condition", choices=("passkey", "long"), default="passkey")
 args = parser.parse_args()
 VALIDATION, PASSKEY, LONG = Path(args.validation) / "C64", Path(args.passkey) / "C64", Path(args.long_choice)
 ROW, BASE, COPY = args.row, "quickstart_heads", "quickstart_heads_reach_copy"
@@ -76,7 +82,8 @@ for r, record in keys.items():
             total,
         )
 if keys[ROW]:
-    ok["passkey >= 8/15 at 2048 and at 4096"] = all(hits(keys[ROW], c)[0] >= 8 for c in (2048, 4096))
+    if args.condition == "passkey":
+        ok["passkey >= 8/15 at 2048 and at 4096"] = all(hits(keys[ROW], c)[0] >= 8 for c in (2048, 4096))
     for r in (BASE, COPY):
         if keys[r]:
             gained, lost = gained_lost(keys[ROW], keys[r])
@@ -91,6 +98,10 @@ if ROW in long:
         other = long[ROW][r] if r in ("a", "b") else long.get(r, {}).get("student")
         if other:
             v = bucket_ratios(long[ROW]["student"], other)["2048-4095"]
+            if r == BASE and args.condition == "long":
+                ok["long choosing set 2048-4095 below quickstart_heads by > 2 paired SEs"] = (
+                    v["log_ratio"] < -2 * v["stderr_log"]
+                )
             print(
                 f"  2048-4095 / {r}: {v['ratio']:.3f} ± {v['stderr']:.3f} ({v['log_ratio'] / v['stderr_log']:+.1f} SE)"
             )

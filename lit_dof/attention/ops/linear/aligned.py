@@ -57,16 +57,24 @@ def aligned_linear_attention(
         lv: ``(B, Hk, N, D)`` values.
         state: the carried state ``(B, Hk, M, ·)`` referenced to index −1, or ``None``.
         chunk_size: the chunked kernel's chunk C.
-        log_gates: ``(B, Hk, N)`` g ≤ 0, the log forget gate of each index in nats, or ``None`` (no gate).
+        log_gates: ``(B, Hk, N)`` g ≤ 0, the log forget gate of each index in nats, or ``(B, Hk, N, M)``, one per
+            feature (GLA's per-channel gate: feature f of key m weighs e^{c_nf − c_mf}), or ``None`` (no gate).
         kernel: ``"torch"`` (the chunked kernel; the recurrent form for N = 1) or ``"fla"``
-            (:func:`~lit_dof.attention.ops.linear.fla.fla_aligned_linear_attention`, same contract, for N > 1).
+            (:func:`~lit_dof.attention.ops.linear.fla.fla_aligned_linear_attention`, same contract, for N > 1;
+            a gate per head only).
 
     Returns:
         ``(y (B, Hq, N, D), log_z (B, Hq, N), state)``: outputs, their log-normalisers (``-inf`` for a query with
         no key) and the state after the last index, referenced to it (the next call's index −1).
     """
     N = lq.shape[2]
+    per_feature = log_gates is not None and log_gates.dim() == 4
     if kernel == "fla" and N > 1:
+        if per_feature:
+            raise ValueError(
+                "the fla far-term kernel takes one gate per head (chunk_simple_gla); a decay per feature runs on "
+                "linear_kernel='torch'"
+            )
         return fla_aligned_linear_attention(lq, lk, lv, state, log_gates)
     step = N
     if log_gates is not None and N > chunk_size:  # segments whose gates sum to ≤ SPAN nats
@@ -79,9 +87,10 @@ def aligned_linear_attention(
         q_s, k_s, v_s = (x[:, :, start : start + step] for x in (lq, lk, lv))
         c = None
         if log_gates is not None:
-            c = log_gates[:, :, start : start + step].float().cumsum(-1)  # (B, Hk, n), c_n of the segment
-            k_s = k_s.float() - c[..., None]
-            q_s = q_s.float() + c.repeat_interleave(group, 1)[..., None]
+            c = log_gates[:, :, start : start + step].float().cumsum(2)  # (B, Hk, n[, M]), c_n of the segment
+            c = c if per_feature else c[..., None]  # (B, Hk, n, M or 1)
+            k_s = k_s.float() - c
+            q_s = q_s.float() + c.repeat_interleave(group, 1)
         call = (
             recurrent_linear_attention
             if q_s.shape[2] == 1
@@ -89,7 +98,7 @@ def aligned_linear_attention(
         )
         y, state, log_z = call(q_s, k_s, v_s, initial_state=state, check_inputs=False, return_log_normalizer=True)
         if c is not None:
-            state = rereference(state, -c[..., -1])
+            state = rereference(state, -c[:, :, -1] if per_feature else -c[:, :, -1, 0])
         ys.append(y)
         log_zs.append(log_z)
     if len(ys) == 1:
@@ -98,19 +107,19 @@ def aligned_linear_attention(
 
 
 def rereference(state: LinearAttentionState, shift: Tensor) -> LinearAttentionState:
-    """The state with every key's weight multiplied by e^{−shift}.
+    """The state with every key's weight multiplied by e^{−shift} (in every feature, or feature by feature).
 
     In value a shift of the per-feature log-scale, which the kernels treat as a constant stabiliser; the gradient
     with respect to ``shift`` goes through a factor e^{sg(shift) − shift} = 1 on the accumulators.
 
     Args:
         state: a :class:`~lit_dof.attention.ops.linear.state.LinearAttentionState` ``(B, H, M, D)``.
-        shift: ``(B, H)`` nats.
+        shift: ``(B, H)`` or ``(B, H, M)`` nats.
 
     Returns:
         The re-referenced state (same shapes).
     """
-    shift = shift[..., None]  # (B, H, 1)
+    shift = shift if shift.dim() == 3 else shift[..., None]  # (B, H, M or 1)
     log_scale = state.log_scale - shift.detach()
     if not (torch.is_grad_enabled() and shift.requires_grad):
         return LinearAttentionState(state.kv, state.k_sum, log_scale)

@@ -37,12 +37,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from lit_dof.attention._validation import check_grouped_qkv, check_positive_int, check_sink_tokens
-from lit_dof.attention.ops.delta_rule.far import delta_far_attention
-from lit_dof.attention.ops.linear.aligned import aligned_linear_attention
 from lit_dof.attention.ops.linear.chunked import DEFAULT_CHUNK_SIZE
 from lit_dof.attention.ops.linear.state import EMPTY_LOG_SCALE, LinearAttentionState
 from lit_dof.attention.ops.sliding_window.far_cache import cache_scores, check_cache_score, running_top_k
@@ -53,6 +50,7 @@ from lit_dof.attention.ops.sliding_window.far_cache_state import (
     cached_terms,
     decode_step,
 )
+from lit_dof.attention.ops.sliding_window.far_part import FarPart
 from lit_dof.attention.ops.sliding_window.flex import flex_window_softmax
 from lit_dof.attention.ops.sliding_window.softmax import band_and_sinks_softmax, decode_window_softmax, merge_normalized
 from lit_dof.precision import fp32_region
@@ -183,8 +181,10 @@ def sliding_window_linear_attention(
         sink_tokens: s ≥ 0, the first tokens of the sequence always attended exactly.
         log_mix: ``(Hq,)`` β, log-weight of the linear terms per query head (``None``: 0).
         far_decay: ``(Hk,)`` λ ≥ 0, decay rate of the linear terms per key head in nats per token of distance
-            beyond the window (``None``: 0, no decay): the constant gate ``g = −λ``. A call's state carries it: pass
-            the same λ to every call.
+            beyond the window (``None``: 0, no decay): the constant gate ``g = −λ``; or ``(Hk, M)``, one rate per
+            feature (GLA's per-channel decay, Yang et al. 2024, §4, without its data dependence: feature f of a far
+            key weighs e^{−λ_f (i − w − j)}; the additive far term without gates or a far cache). A call's state
+            carries it: pass the same λ to every call.
         far_log_gates: ``(B, Hk, T)`` g ≤ 0, the log forget gate of the far memory at each new token in nats
             (added to ``−far_decay``), or ``None``.
         far_write: ``(B, Hk, T)`` β ∈ [0, 1], the write strength of each new token's key: the far values then
@@ -220,7 +220,8 @@ def sliding_window_linear_attention(
 
     Raises:
         ValueError: inconsistent shapes, ``window < 1``, ``sink_tokens < 0``, only one of the log-features,
-            ``far_decay`` not of shape ``(Hk,)``, ``far_log_gates`` or ``far_write`` not of shape ``(B, Hk, T)``, an
+            ``far_decay`` not of shape ``(Hk,)`` or ``(Hk, M)`` (the latter with gates, ``far_write`` or a far
+            cache), ``far_log_gates`` or ``far_write`` not of shape ``(B, Hk, T)``, an
             unknown ``window_kernel`` or ``linear_kernel``, ``far_cache`` where it does not apply, or an unknown
             ``far_cache_score`` or a ``far_cache_pool`` outside [0, w) or not with the novelty score.
     """
@@ -236,8 +237,18 @@ def sliding_window_linear_attention(
         raise ValueError(f"window_kernel must be 'torch' or 'flex', got {window_kernel!r}")
     if linear_kernel not in ("torch", "fla"):
         raise ValueError(f"linear_kernel must be 'torch' or 'fla', got {linear_kernel!r}")
-    if far_decay is not None and tuple(far_decay.shape) != (Hk,):
-        raise ValueError(f"far_decay must have shape (Hk,) = ({Hk},), got {tuple(far_decay.shape)}")
+    M = None if log_phi_k is None else log_phi_k.shape[-1]
+    if far_decay is not None and tuple(far_decay.shape) not in ((Hk,), (Hk, M)):
+        raise ValueError(f"far_decay must have shape (Hk,) or (Hk, M) = ({Hk}, {M}), got {tuple(far_decay.shape)}")
+    if (
+        far_decay is not None
+        and far_decay.dim() == 2
+        and (far_cache or far_log_gates is not None or far_write is not None)
+    ):
+        raise ValueError(
+            "a decay per feature (far_decay (Hk, M)) goes with the additive far term alone: no gates, "
+            "no far_write, no far_cache"
+        )
     for name, x in (("far_log_gates", far_log_gates), ("far_write", far_write)):
         if x is not None and tuple(x.shape) != (B, Hk, T):
             raise ValueError(f"{name} must have shape (B, Hk, T) = {(B, Hk, T)}, got {tuple(x.shape)}")
@@ -294,8 +305,8 @@ def sliding_window_linear_attention(
         log_phi = log_phi.masked_fill(~valid[:, None, :, None], EMPTY_LOG_SCALE)
         gates = far_log_gates
         if far_decay is not None:
-            gates = (0 if gates is None else gates) - far_decay[None, :, None].expand(B, Hk, T)
-        far = _FarPart(b, P, window, sink_tokens, chunk_size, linear_kernel)
+            gates = (0 if gates is None else gates) - far_decay[None, :, None].expand(B, Hk, T, *far_decay.shape[1:])
+        far = FarPart(b, P, window, sink_tokens, chunk_size, linear_kernel)
         y_lin, log_z_lin, linear, memory = far(log_phi_q, log_phi, values, prev.linear, gates, write, memory)
         if y_lin is not None:
             if log_mix is not None:
@@ -337,56 +348,3 @@ def sliding_window_linear_attention(
         cache,
     )
     return o.to(v.dtype), new_state
-
-
-@dataclass(frozen=True)
-class _FarPart:
-    """Linear attention of T queries over the stream delayed by w tokens (keys of position < s excluded).
-
-    The stream holds b buffered then T new tokens; stream index j is position P − b + j. Query i sees stream
-    keys j0 ≤ j ≤ b + i − w (j0: the first non-sink) plus the carried state: queries and far keys are aligned one
-    to one (query i with the key w positions earlier), so the gates Σ_{t+w<i'≤P+i} g_i' of a far key at position t
-    are those of the aligned indices after the key's (``gates`` ``(B, Hk, T)``, one per query). With ``write``
-    (``(B, Hk, b + T)``, per stream key) the values are read from the delta-rule memory
-    (:func:`~lit_dof.attention.ops.delta_rule.far.delta_far_attention`).
-    """
-
-    b: int
-    P: int
-    window: int
-    sinks: int
-    chunk_size: int
-    kernel: str
-
-    def __call__(self, log_phi_q, log_phi, values, linear, gates, write, memory):
-        """``(y (B, Hq, T, D), log_z (B, Hq, T), state, memory)``, or ``(None, None, linear, memory)`` when no
-        query has a far key."""
-        T = log_phi_q.shape[2]
-        j0 = max(0, self.sinks - (self.P - self.b))  # the first stream key that is not a sink
-        first = j0 + self.window - self.b  # the first query with a stream key in its far part (≥ 0: b ≤ w)
-        count = max(0, T - first)  # queries (and stream keys) aligned one to one
-        if linear is None and count == 0:
-            return None, None, None, memory
-        lk, lv = log_phi[:, :, j0 : j0 + count], values[:, :, j0 : j0 + count]
-        beta = None if write is None else write[:, :, j0 : j0 + count]
-        if linear is None:  # the first `first` queries have no far key at all: run the others alone
-            g = None if gates is None else gates[:, :, first:]
-            y, log_z, state, memory = self._run(log_phi_q[:, :, first:], lk, lv, None, g, beta, None)
-            y = F.pad(y, (0, 0, T - count, 0))
-            log_z = F.pad(log_z, (T - count, 0), value=float("-inf"))
-            return y, log_z, state, memory
-        skip = T - count  # queries that see only the carried state: empty keys (φ = 0, β = 0) in front
-        lk = F.pad(lk, (0, 0, skip, 0), value=EMPTY_LOG_SCALE)
-        lv = F.pad(lv, (0, 0, skip, 0))
-        beta = None if beta is None else F.pad(beta, (skip, 0))
-        return self._run(log_phi_q, lk, lv, linear, gates, beta, memory)
-
-    def _run(self, lq, lk, lv, linear, gates, beta, memory):
-        if beta is None:
-            y, log_z, state = aligned_linear_attention(
-                lq, lk, lv, linear, chunk_size=self.chunk_size, log_gates=gates, kernel=self.kernel
-            )
-            return y, log_z, state, None
-        return delta_far_attention(
-            lq, lk, lv, linear, memory, beta, chunk_size=self.chunk_size, log_gates=gates, kernel=self.kernel
-        )

@@ -64,7 +64,8 @@ def naive_sliding_window_attention(
         window: w, tokens attended exactly.
         sink_tokens: s, first tokens attended exactly.
         log_mix: ``(Hq,)`` β, log-weight of the linear terms (``None``: 0).
-        far_decay: ``(Hk,)`` λ, decay rate of the linear terms per key head (``None``: 0).
+        far_decay: ``(Hk,)`` λ, decay rate of the linear terms per key head, or ``(Hk, M)``, one per feature: far
+            pair (i, j) then scores ``β_h + log Σ_f φ_f(q_i) φ_f(k_j) e^{−λ_hf (i − w − j)}`` (``None``: 0).
         far_log_gates: ``(B, Hk, T)`` g ≤ 0, the log forget gate of the far terms at each token (``None``: 0).
         far_write: ``(B, Hk, T)`` β of each token's key: the far part's value is then the readout of the
             delta-rule memory of the far keys (:func:`~lit_dof.attention.ops.delta_rule.naive.naive_delta_rule`
@@ -94,10 +95,18 @@ def naive_sliding_window_attention(
         exact, linear = exact | cached, linear & ~cached  # (B, Hq, T, T) each
     far = torch.full_like(logits, float("-inf"))
     if log_phi_q is not None:
-        far = log_kernel_matrix(log_phi_q.double(), log_phi_k.double().repeat_interleave(group, dim=1))
+        lq, lk = log_phi_q.double(), log_phi_k.double().repeat_interleave(group, dim=1)
+        if far_decay is not None and far_decay.dim() == 2:  # per feature: inside the sum over features
+            beyond = (torch.arange(T, device=q.device)[:, None] - window - torch.arange(T, device=q.device)).double()
+            rates = far_decay.double().repeat_interleave(group, dim=0)  # (Hq, M)
+            far = torch.logsumexp(
+                lq[:, :, :, None] + lk[:, :, None] - rates[None, :, None, None, :] * beyond[..., None], dim=-1
+            )
+        else:
+            far = log_kernel_matrix(lq, lk)
         if log_mix is not None:
             far = far + log_mix.double()[None, :, None, None]
-        if far_decay is not None:
+        if far_decay is not None and far_decay.dim() == 1:
             beyond = (torch.arange(T, device=q.device)[:, None] - window - torch.arange(T, device=q.device)).double()
             far = far - far_decay.double().repeat_interleave(group)[:, None, None] * beyond
         if far_log_gates is not None:  # Σ_{j+w<t≤i} g_t = c_i − c_{j+w}, c the inclusive cumulative sum
