@@ -12,8 +12,9 @@ row=quickstart_heads_feature_decay out=${OUT:-runs/far_term} records=docs/result
 lit-dof compare --rows "[$row]" --stages '[fit, ppl, retrieval]' --retrieval_tasks '[recall]' \
   --retrieval.contexts '[2048, 4096]' --retrieval.depths '[0.1, 0.3, 0.5, 0.7, 0.9]' --retrieval.trials 4 \
   --ppl_split validation --out "$out"
-mkdir -p "${out}_copy/C64" && [ -d "${out}_copy/C64/$row" ] || cp -r "$out/C64/$row" "${out}_copy/C64/$row"
-rm -rf "${out}_copy/C64/$row/retrieval"  # the choosing prompts (seed 1), not the validation recall's
+if [ ! -d "${out}_copy/C64/$row" ]; then  # the choosing prompts (seed 1) in a copy of the cell, not the recall's
+  mkdir -p "${out}_copy/C64" && cp -r "$out/C64/$row" "${out}_copy/C64/$row" && rm -rf "${out}_copy/C64/$row/retrieval"
+fi
 lit-dof compare --rows "[$row]" --stages '[retrieval]' --retrieval_tasks '[passkey]' \
   --retrieval.contexts '[2048, 4096]' --retrieval.depths '[0.1, 0.3, 0.5, 0.7, 0.9]' --retrieval.trials 3 \
   --retrieval.seed 1 --retrieval_batch_size 1 --out "${out}_copy"
