@@ -1,7 +1,8 @@
-"""The far term's decay past the window (``far_decay``): the kernel against the float64 reference (forward and
-gradients, the decay rates' included), chunked prefill and decoding equal to one pass, decays large enough to
-force the kernel's finer stabilisers, the bounded reach that makes a long context look like a short one, the
-layer's options, the windowed layer loss, and students that generate, save and load with it."""
+"""The far term's decay past the window (``far_decay``), per head and per feature (``far_decay_spread``): the
+kernel against the float64 reference (forward and gradients, the decay rates' included), chunked prefill and
+decoding equal to one pass, decays large enough to force the kernel's finer stabilisers, the bounded reach that
+makes a long context look like a short one, the layer against the reference, the layer's options, the windowed layer
+loss, and students that generate, save and load with it."""
 
 from __future__ import annotations
 
@@ -31,14 +32,19 @@ def _run(q, k, v, lq, lk, mix, rates, **kw):
     return sliding_window_linear_attention(q, k, v, lq, lk, log_mix=mix, far_decay=rates, **kw)
 
 
+@pytest.mark.parametrize("per_feature", [False, True], ids=["per-head", "per-feature"])
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("layout", [(2, 2), (4, 2)], ids=["mha", "gqa"])
-def test_forward_and_gradients_match_float64_reference(case, layout, seed):
+def test_forward_and_gradients_match_float64_reference(case, layout, seed, per_feature):
+    """Per KV head, or per feature (``far_decay`` ``(Hk, M)``: the head's rate scaled from 0.3 to 1.7 over its 6
+    features)."""
     T, window, sinks, chunk, rates = CASES[case]
     Hq, Hk = layout
     inputs = [x.double().requires_grad_() for x in _inputs(2, Hq, Hk, T, seed=seed)]
-    inputs.append(torch.tensor(rates, dtype=torch.float64, requires_grad=True))
+    rates = torch.tensor(rates, dtype=torch.float64)
+    rates = rates[:, None] * torch.linspace(0.3, 1.7, 6, dtype=torch.float64) if per_feature else rates
+    inputs.append(rates.requires_grad_())
     ref_inputs = [x.detach().clone().requires_grad_() for x in inputs]
     weight = torch.randn(2, Hq, T, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
     out = _run(*inputs, window=window, sink_tokens=sinks, chunk_size=chunk)[0]
@@ -108,14 +114,21 @@ def test_bad_decay_shape_is_named():
 
 @pytest.mark.parametrize("share_kv_maps", [True, False], ids=["shared", "per-query-head"])
 @pytest.mark.parametrize("learn_decay", [False, True], ids=["fixed", "learned"])
-def test_layer_matches_reference_and_trains_its_rates_only_when_asked(share_kv_maps, learn_decay):
+@pytest.mark.parametrize("spread", [None, 16.0], ids=["per-head", "per-feature"])
+def test_layer_matches_reference_and_trains_its_rates_only_when_asked(share_kv_maps, learn_decay, spread):
+    """One rate per head at 1/far_decay, or (``far_decay_spread``) one per feature, τ log-spaced from far_decay to
+    spread × far_decay."""
     torch.manual_seed(0)
     Hq, Hk, d, T = 4, 2, 8, 31
-    fm = LearnedPRF(d, Hk if share_kv_maps else Hq, 6, seed=1)
-    layer = SlidingWindowLinearAttention(
-        fm, Hq, Hk, sliding_window=SlidingWindow(window=5, sink_tokens=2, far_decay=12.0, learn_decay=learn_decay)
+    fm = LearnedPRF(d, Hk if share_kv_maps else Hq, 5, seed=1)
+    options = SlidingWindow(window=5, sink_tokens=2, far_decay=16.0, learn_decay=learn_decay, far_decay_spread=spread)
+    layer = SlidingWindowLinearAttention(fm, Hq, Hk, sliding_window=options)
+    tau = (
+        torch.tensor([16.0, 32.0, 64.0, 128.0, 256.0]).expand(fm.num_heads, 5)
+        if spread
+        else torch.full((fm.num_heads,), 16.0)
     )
-    torch.testing.assert_close(layer.decay_rates(), torch.full((fm.num_heads,), 1 / 12))
+    torch.testing.assert_close(layer.decay_rates(), 1 / tau)
     assert ("far_log_decay" in dict(layer.named_parameters())) == learn_decay
     assert "far_log_decay" in layer.state_dict()
     q, k, v = torch.randn(1, Hq, T, d), torch.randn(1, Hk, T, d), torch.randn(1, Hk, T, 3)
@@ -126,7 +139,10 @@ def test_layer_matches_reference_and_trains_its_rates_only_when_asked(share_kv_m
         q, kk, vv, lq, lk, window=5, sink_tokens=2, log_mix=layer.log_mix, far_decay=layer.decay_rates()
     )
     torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-6)
-    assert layer.decay_rates(per_query_head=True).shape == (Hq,)
+    assert layer.decay_rates(per_query_head=True).shape == (Hq, *tau.shape[1:])
+    if learn_decay:
+        y.square().sum().backward()
+        assert (layer.far_log_decay.grad != 0).all()  # every rate (per head, or per feature) has its gradient
 
 
 def test_layer_refuses_bad_decay_options():
@@ -140,13 +156,16 @@ def test_layer_refuses_bad_decay_options():
         linearize(tiny_model("llama"), LearnedPRF, 8, sliding_window=SlidingWindow(far_decay=64))
 
 
-def test_windowed_softmax_loss_includes_the_decay():
-    """KL(teacher row ‖ twin row) with the twin's row read off the float64 reference with one-hot values."""
+@pytest.mark.parametrize("spread", [None, 8.0], ids=["per-head", "per-feature"])
+def test_windowed_softmax_loss_includes_the_decay(spread):
+    """KL(teacher row ‖ twin row) with the twin's row read off the float64 reference with one-hot values; with a
+    decay per feature (``far_decay_spread``) every feature's rate gets its own gradient."""
     torch.manual_seed(4)
     fm = LearnedPRF(8, 2, 16, seed=4)
-    twin = SlidingWindowLinearAttention(
-        fm, 4, 2, sliding_window=SlidingWindow(window=3, sink_tokens=1, far_decay=4.0, learn_decay=True)
+    options = SlidingWindow(
+        window=3, sink_tokens=1, far_decay=4.0, learn_decay=True, far_decay_spread=spread, gate_min_decay=1.0
     )
+    twin = SlidingWindowLinearAttention(fm, 4, 2, sliding_window=options)
     B, T = 2, 12
     q, k = 1.5 * torch.randn(B, 4, T, 8), 1.5 * torch.randn(B, 2, T, 8)
     loss = attention_distillation_loss(twin, q, k, None, kind="softmax")
@@ -162,7 +181,7 @@ def test_windowed_softmax_loss_includes_the_decay():
     kl = torch.where(causal, p * (p.clamp_min(1e-300).log() - p_hat.clamp_min(1e-300).log()), 0).sum(-1)
     torch.testing.assert_close(loss.double(), kl.mean(), rtol=1e-4, atol=1e-6)
     loss.backward()
-    assert twin.far_log_decay.grad.abs().sum() > 0
+    assert (twin.far_log_decay.grad != 0).all()
 
 
 @pytest.mark.parametrize("learn_decay", [False, True], ids=["fixed", "learned"])
