@@ -86,7 +86,7 @@ def test_a_rate_is_capped_at_one_over_gate_min_decay_and_printed_as_a_range():
     assert "far_decay=per feature, 16-16 tokens" in repr(layer)
 
 
-def test_options_refuse_a_spread_without_its_decay_or_beside_a_gate_or_cache():
+def test_options_refuse_a_spread_without_its_decay_or_beside_a_gate_or_cache_or_the_fla_kernel():
     with pytest.raises(ValueError, match="far_decay_spread must be a number >= 1"):
         SlidingWindow(window=3, far_decay=8.0, far_decay_spread=0.5)
     with pytest.raises(ValueError, match="far_decay_spread needs far_decay"):
@@ -96,6 +96,12 @@ def test_options_refuse_a_spread_without_its_decay_or_beside_a_gate_or_cache():
     for extra in ({"far_gate": True}, {"far_cache": 4}, {"far_memory": "delta"}):
         with pytest.raises(ValueError, match="additive far term alone"):
             SlidingWindow(window=3, far_decay=64.0, far_decay_spread=4.0, **extra)
+    options = SlidingWindow(window=3, far_decay=64.0, far_decay_spread=4.0)
+    with pytest.raises(ValueError, match="a decay per feature .* runs on linear_kernel 'torch'"):
+        SlidingWindowLinearAttention(LearnedPRF(8, 2, 4), 4, 2, sliding_window=options, linear_kernel="fla")
+    q, k, v, lq, lk, mix = _inputs(1, 4, 2, 9)  # the kernel itself, called directly
+    with pytest.raises(ValueError, match="one gate per head"):
+        _run(q, k, v, lq, lk, mix, torch.full((2, 6), 0.1), window=2, linear_kernel="fla")
 
 
 def test_student_generates_like_reforward_and_round_trips(tmp_path):

@@ -73,6 +73,11 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
             feature_map, num_heads, num_kv_heads, chunk_size=chunk_size, decode_max_tokens=decode_max_tokens
         )
         self.window_kernel, self.linear_kernel = window_kernel, linear_kernel
+        if linear_kernel == "fla" and sliding_window.far_decay_spread is not None:
+            raise ValueError(
+                "linear_kernel 'fla' takes one far-term gate per head (fla's chunk_simple_gla); a decay per feature "
+                "(sliding_window.far_decay_spread) runs on linear_kernel 'torch'"
+            )
         if not isinstance(sliding_window, SlidingWindow) or not sliding_window.enabled:
             raise ValueError(f"sliding_window must be a SlidingWindow with window >= 1, got {sliding_window!r}")
         self.sliding_window = sliding_window

@@ -13,11 +13,12 @@ GLA (Yang et al. 2024, as flash-linear-attention's ``chunk_simple_gla``); ``None
 carried state's terms get ``e^{c_n}``: it is referenced to index −1, the last index of the call before.
 
 The gate needs no kernel of its own: ``e^{c_n − c_m}`` is an offset of the query log-features (``+c_n``) and of the
-key log-features (``−c_m``) per head, exact, with the linear kernel's stabilisers absorbing the offsets. Offsets are
-taken from the start of segments of at most :data:`SEGMENT` tokens whose gates sum to at most :data:`SPAN` nats
-(one host sync for the fastest gate of the call), so float32 keeps them exact to about 1e-6 and the kernel's
-per-block stabiliser does not underflow a row; the state carried from one segment to the next is re-referenced by
-a shift of its per-feature log-scale (:func:`rereference`), so it stays finite at any context length.
+key log-features (``−c_m``) per head — or per feature, for GLA's per-channel gate (Yang et al. 2024, §4) —, exact,
+with the linear kernel's stabilisers absorbing the offsets. Offsets are taken from the start of segments of at most
+:data:`SEGMENT` tokens whose gates sum to at most :data:`SPAN` nats (one host sync for the fastest gate of the call),
+so float32 keeps them exact to about 1e-6 and the kernel's per-block stabiliser does not underflow a row; the state
+carried from one segment to the next is re-referenced by a shift of its per-feature log-scale (:func:`rereference`),
+so it stays finite at any context length.
 """
 
 from __future__ import annotations
