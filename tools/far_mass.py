@@ -29,8 +29,12 @@ import torch
 
 from lit_dof.data.sources import last_long_documents
 from lit_dof.evaluation.perplexity import heldout_documents, text_tokens
+from lit_dof.evaluation.stats import weighted_mean
 from lit_dof.students import load_student
 from lit_dof.teacher.capture import capture_attention
+
+MASSES = ("teacher", "student", "log_ratio")
+"""What :func:`_twin_masses` returns per (query head, row): the two far shares and the log far-sum ratio."""
 
 
 def _buckets(context: int, first: int) -> list[tuple[int, int]]:
@@ -63,7 +67,7 @@ def _twin_masses(twin, q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor, rot
     log_k = log_k[0].double()
     if log_k.shape[0] != Hq:
         log_k = log_k.repeat_interleave(group, dim=0)  # (Hq, T, M)
-    rates = twin.decay_rates(per_query_head=True) if hasattr(twin, "decay_rates") else None
+    rates = twin.decay_rates(per_query_head=True)
     rates = torch.zeros(Hq, 1, dtype=torch.float64) if rates is None else rates.detach().double()
     rates = rates if rates.dim() == 2 else rates[:, None]  # (Hq, M or 1): a decay per feature or per head
     log_k = log_k + rates[:, None, :] * j.double()[None, :, None]  # e^{λ j}: the decay, up to e^{−λ(i − w)} below
@@ -90,7 +94,7 @@ def _layer_masses(layer, q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor, r
         for twin, q_g, k_g, _ in layer.split(q, k)
         if getattr(twin, "far_term", False)
     ]
-    return {key: torch.cat([p[key] for p in parts]) for key in ("teacher", "student", "log_ratio")}
+    return {key: torch.cat([p[key] for p in parts]) for key in MASSES}
 
 
 def _documents(args, tokenizer) -> list[torch.Tensor]:
@@ -153,16 +157,12 @@ def main() -> None:
     for b, (lo, hi) in enumerate(buckets):
         part = slice(b * args.queries, (b + 1) * args.queries)
         stats = {key: [] for key in ("teacher", "student", "log_ratio", "median")}
-        for results in per_document:
-            values = {
-                key: torch.cat([r[key][:, part].flatten() for r in results.values()])
-                for key in stats
-                if key != "median"
-            }
-            ratio = values["log_ratio"][values["log_ratio"].isfinite()]
-            values["log_ratio"], values["median"] = ratio, ratio.median()
-            for key in stats:
-                stats[key].append(float(values[key].mean()))
+        for results in per_document:  # per document: the mean over layers, heads and rows
+            pooled = {key: torch.cat([r[key][:, part].flatten() for r in results.values()]) for key in MASSES}
+            ratio = pooled["log_ratio"][pooled["log_ratio"].isfinite()]
+            means = (pooled["teacher"].mean(), pooled["student"].mean(), ratio.mean(), ratio.median())
+            for key, value in zip(stats, means):
+                stats[key].append(float(value))
         print(
             f"{lo:>5}-{hi - 1:<6} | {_mean_se(stats['teacher']):>17} | {_mean_se(stats['student']):>17} | "
             f"{_mean_se(stats['log_ratio'], '+.2f')} (median {sum(stats['median']) / len(stats['median']):+.2f})"
@@ -188,12 +188,11 @@ def _window_sinks(layer) -> tuple[int, int]:
 
 
 def _mean_se(values: list[float], spec: str = ".3f") -> str:
-    """``mean ± SE`` over documents (the mean alone for one document)."""
-    n = len(values)
-    mean = sum(values) / n
-    if n == 1:
-        return format(mean, spec)
-    se = (sum((v - mean) ** 2 for v in values) / (n - 1) / n) ** 0.5
+    """``mean ± SE`` over documents (:func:`~lit_dof.evaluation.stats.weighted_mean`, equal weights; the value alone
+    for one document)."""
+    if len(values) == 1:
+        return format(values[0], spec)
+    mean, se, _ = weighted_mean(values, [1.0] * len(values))
     return f"{format(mean, spec)} ± {se:.3f}"
 
 

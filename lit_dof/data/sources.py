@@ -17,6 +17,7 @@ rule for both: :mod:`lit_dof.data.splits`):
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import itertools
 import os
@@ -273,8 +274,6 @@ def last_long_documents(
         ``(texts, indices, total)``: the documents in corpus order, their indices within the split, and the split's
         size in documents (the whole split is read).
     """
-    import collections
-
     last: collections.deque = collections.deque(maxlen=count)
     total = 0
     for index, text in enumerate(split_documents(source, split)):

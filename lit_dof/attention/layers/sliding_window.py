@@ -207,10 +207,12 @@ class SlidingWindowLinearAttention(CausalLinearAttention):
     def extra_repr(self) -> str:
         """The linear layer's fields plus the sliding window, sink tokens and far term, for ``print(module)``."""
         far = "linear" if self.far_term else "none"
-        decay = "" if self.far_log_decay is None else f", far_decay={(-self.far_log_decay).exp().tolist()}"
+        decay = ""
         if self.far_log_decay is not None and self.far_log_decay.dim() == 2:  # one τ per feature: their range
             tau = 1 / self.decay_rates()
             decay = f", far_decay=per feature, {tau.min().item():.4g}-{tau.max().item():.4g} tokens"
+        elif self.far_log_decay is not None:
+            decay = f", far_decay={(-self.far_log_decay).exp().tolist()}"
         decay += f", far_gate=True, gate_min_decay={self.sliding_window.gate_min_decay:g}" if self.far_gated else ""
         decay += ", far_memory='delta'" if self.far_delta else ""
         rope = "" if self.sliding_window.far_rope else ", far_rope=False"

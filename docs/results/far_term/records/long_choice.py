@@ -52,12 +52,6 @@ class Chosen:
         return self.label
 
 
-def last_long_articles(corpus: str, tokenizer, count: int) -> tuple[list[str], list[int], int]:
-    """The last ``count`` training-split articles of ≥ ``LONG_DOCUMENT_CHARS`` characters and ≥ ``T`` tokens, their
-    indices in the training split and the split's size (:func:`lit_dof.data.sources.last_long_documents`)."""
-    return last_long_documents(corpus, tokenizer, count, min_tokens=T)
-
-
 def closed(student: dict, a: dict, teacher: dict, bucket: str) -> float | None:
     """The share of (a)'s log-perplexity gap to the teacher that the student closes in ``bucket`` (``None`` where
     there is no gap: (a) is the teacher inside its window + sinks)."""
@@ -80,7 +74,7 @@ def main() -> None:
     parser.add_argument("--out", default="long_choice.json")
     args = parser.parse_args()
     teacher, tokenizer = load_teacher()
-    texts, indices, total = last_long_articles(args.corpus, tokenizer, args.articles)
+    texts, indices, total = last_long_documents(args.corpus, tokenizer, args.articles, min_tokens=T)
     print(f"{len(texts)} articles, training-split indices {indices[0]}..{indices[-1]} of {total}", flush=True)
     source = Chosen(texts, f"the last {len(texts)} long training articles of {args.corpus}")
 

@@ -22,13 +22,14 @@ import os
 import time
 
 import torch
-from long_choice import EDGES, Chosen, T, last_long_articles
+from long_choice import EDGES, Chosen, T
 from transformers.models.llama.modeling_llama import rotate_half
 
 import lit_dof.attention.ops.sliding_window.chunked as chunked
 from lit_dof.attention.layers.sliding_window import SlidingWindowLinearAttention
 from lit_dof.attention.ops.rotary import unrotate
 from lit_dof.attention.ops.sliding_window import softmax
+from lit_dof.data.sources import last_long_documents
 from lit_dof.evaluation.controls import control_models
 from lit_dof.evaluation.loading import load_model
 from lit_dof.evaluation.long_documents import long_document_perplexity
@@ -78,7 +79,7 @@ def main() -> None:
     SlidingWindowLinearAttention.forward = forward
     chunked.band_and_sinks_softmax = band_and_sinks
     teacher, tokenizer = load_teacher()
-    texts, indices, _ = last_long_articles(args.corpus, tokenizer, 12)
+    texts, indices, _ = last_long_documents(args.corpus, tokenizer, 12, min_tokens=T)
     source = Chosen(texts, f"the last {len(texts)} long training articles of {args.corpus}")
     record = {"student": args.student, "train_indices": indices}
     if os.path.exists(args.out):

@@ -99,7 +99,7 @@ def aligned_linear_attention(
         )
         y, state, log_z = call(q_s, k_s, v_s, initial_state=state, check_inputs=False, return_log_normalizer=True)
         if c is not None:
-            state = rereference(state, -c[:, :, -1] if per_feature else -c[:, :, -1, 0])
+            state = rereference(state, -c[:, :, -1])  # (B, Hk, M or 1)
         ys.append(y)
         log_zs.append(log_z)
     if len(ys) == 1:
