@@ -1,0 +1,57 @@
+"""The reading of "Why seed 2 misses the passkeys" (docs/results/far_term README): the 30 choosing passkey prompts
+(retrieval seed 1, 15 at 2k and 15 at 4k) found by quickstart_heads_feature_decay at seeds 0, 1 and 2 (step 1) and by
+the three seed-0 fits that each take one of seed 2's settings — data order, initialisation, DoF sample (step 2).
+
+    python docs/results/far_term/records/seed2_rule.py [PASSKEY_OUT]   (default runs/far_term_copy)
+
+A fit "misses" with fewer than 8 of 15 at 2k or at 4k (the choosing rule's bar). Step 2 is read only if seed 2
+misses and seed 0 does not; a setting "carries" the miss if its fit misses. Without the cells, the copies committed
+beside this script: <row>_choose_passkey.json (seed s > 0: <row>_seed<s>_choose_passkey.json).
+"""
+
+import argparse
+from pathlib import Path
+
+from rule_records import hits, load, passkey
+
+ROW = "quickstart_heads_feature_decay"
+PARTS = {"data2": "data order", "init2": "initialisation", "dof2": "DoF sample"}
+
+
+def misses(record: dict) -> bool:
+    """Fewer than 8 of 15 choosing prompts at 2k or at 4k."""
+    return any(hits(record, context)[0] < 8 for context in (2048, 4096))
+
+
+def show(name: str, record: dict | None) -> None:
+    """One fit's hits per context, or that it is not measured yet."""
+    if record is None:
+        print(f"{name}: not measured yet")
+        return
+    per = [hits(record, context) for context in (2048, 4096)]
+    print(f"{name}: 2k {per[0][0]}/{per[0][1]}, 4k {per[1][0]}/{per[1][1]}" + (" — misses" if misses(record) else ""))
+
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("cells", nargs="?", default="runs/far_term_copy")
+cells = Path(parser.parse_args().cells) / "C64"
+seeds = {0: passkey(cells, ROW)}
+for seed in (1, 2):  # a seed's cell is C64/seed<s>/<row>; its committed copy <row>_seed<s>_choose_passkey.json
+    cell = cells / f"seed{seed}" / ROW / "retrieval" / "passkey.json"
+    seeds[seed] = load(cell, f"{ROW}_seed{seed}_choose_passkey.json")
+    grid = seeds[seed]["provenance"]["retrieval"] if seeds[seed] else None
+    assert grid is None or (grid["seed"] == 1 and grid["contexts"] == [2048, 4096] and grid["trials"] == 3), grid
+for seed, record in seeds.items():
+    show(f"{ROW} seed {seed}", record)
+parts = {part: passkey(cells, f"{ROW}_{part}") for part in PARTS}
+if seeds[2] is None or seeds[0] is None:
+    print("step 1 not complete")
+elif not misses(seeds[2]) or misses(seeds[0]):
+    print("step 1: seed 2 does not miss where seed 0 finds them on the choosing prompts — step 2 is not read")
+else:
+    print("step 1: seed 2 misses on the choosing prompts too; step 2:")
+    for part, record in parts.items():
+        show(f"  seed 0 with seed 2's {PARTS[part]} ({ROW}_{part})", record)
+    if all(parts.values()):
+        carriers = [PARTS[p] for p, r in parts.items() if misses(r)]
+        print("carried by: " + (", ".join(carriers) if carriers else "none of the three alone (an interaction)"))
