@@ -16,10 +16,11 @@ def load(cell: Path, committed: str):
     return None
 
 
-def passkey(cells: Path, row: str):
+def passkey(cells: Path, row: str, committed: str | None = None):
     """A row's choosing passkey record (retrieval seed 1, 2k and 4k, 3 trials: the designs' grid) from ``cells``
-    (a compare run's ``C64`` folder), else its committed copy ``<row>_choose_passkey.json``, else None."""
-    record = load(cells / row / "retrieval" / "passkey.json", f"{row}_choose_passkey.json")
+    (a compare run's ``C64`` folder, or its ``seed<s>`` folder), else its committed copy (``committed``, default
+    ``<row>_choose_passkey.json``), else None."""
+    record = load(cells / row / "retrieval" / "passkey.json", committed or f"{row}_choose_passkey.json")
     if record:
         grid = record["provenance"]["retrieval"]
         assert grid["seed"] == 1 and grid["contexts"] == [2048, 4096] and grid["trials"] == 3, grid

@@ -4,12 +4,14 @@ the three seed-0 fits that each take one of seed 2's settings — data order, in
 
     python docs/results/far_term/records/seed2_rule.py [PASSKEY_OUT]   (default runs/far_term_copy)
 
-A fit "misses" with fewer than 8 of 15 at 2k or at 4k (the choosing rule's bar). Step 2 is read only if seed 2
+A fit "misses" with fewer than 8 of 15 at 2k or at 4k (the choosing rule's bar); for a fit that misses, its
+commonest answer openings are printed; for step 2's fits, their fit time and Σ M. Step 2 is read only if seed 2
 misses and seed 0 does not; a setting "carries" the miss if its fit misses. Without the cells, the copies committed
-beside this script: <row>_choose_passkey.json (seed s > 0: <row>_seed<s>_choose_passkey.json).
+beside this script: <row>_choose_passkey.json (seed s > 0: <row>_seed<s>_choose_passkey.json) and <row>_fit.json.
 """
 
 import argparse
+from collections import Counter
 from pathlib import Path
 
 from rule_records import hits, load, passkey
@@ -23,35 +25,40 @@ def misses(record: dict) -> bool:
     return any(hits(record, context)[0] < 8 for context in (2048, 4096))
 
 
-def show(name: str, record: dict | None) -> None:
-    """One fit's hits per context, or that it is not measured yet."""
+def show(name: str, record: dict | None, fit: dict | None = None) -> None:
+    """One fit's hits per context (and, for a miss, its commonest answer openings), or that it is not measured."""
     if record is None:
         print(f"{name}: not measured yet")
         return
     per = [hits(record, context) for context in (2048, 4096)]
-    print(f"{name}: 2k {per[0][0]}/{per[0][1]}, 4k {per[1][0]}/{per[1][1]}" + (" — misses" if misses(record) else ""))
+    made = f" (fit {fit['wall_seconds'] / 60:.0f} min, Σ M {fit['total_features']:.0f})" if fit else ""
+    print(
+        f"{name}{made}: 2k {per[0][0]}/{per[0][1]}, 4k {per[1][0]}/{per[1][1]}"
+        + (" — misses" if misses(record) else "")
+    )
+    if misses(record):
+        openings = Counter(example["generation"][:40] for example in record["examples"]).most_common(3)
+        print("    answers: " + "; ".join(f"{count}× {text!r}…" for text, count in openings))
 
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("cells", nargs="?", default="runs/far_term_copy")
 cells = Path(parser.parse_args().cells) / "C64"
 seeds = {0: passkey(cells, ROW)}
-for seed in (1, 2):  # a seed's cell is C64/seed<s>/<row>; its committed copy <row>_seed<s>_choose_passkey.json
-    cell = cells / f"seed{seed}" / ROW / "retrieval" / "passkey.json"
-    seeds[seed] = load(cell, f"{ROW}_seed{seed}_choose_passkey.json")
-    grid = seeds[seed]["provenance"]["retrieval"] if seeds[seed] else None
-    assert grid is None or (grid["seed"] == 1 and grid["contexts"] == [2048, 4096] and grid["trials"] == 3), grid
+for seed in (1, 2):
+    seeds[seed] = passkey(cells / f"seed{seed}", ROW, f"{ROW}_seed{seed}_choose_passkey.json")
 for seed, record in seeds.items():
     show(f"{ROW} seed {seed}", record)
-parts = {part: passkey(cells, f"{ROW}_{part}") for part in PARTS}
 if seeds[2] is None or seeds[0] is None:
     print("step 1 not complete")
 elif not misses(seeds[2]) or misses(seeds[0]):
     print("step 1: seed 2 does not miss where seed 0 finds them on the choosing prompts — step 2 is not read")
 else:
     print("step 1: seed 2 misses on the choosing prompts too; step 2:")
+    parts = {part: passkey(cells, f"{ROW}_{part}") for part in PARTS}
     for part, record in parts.items():
-        show(f"  seed 0 with seed 2's {PARTS[part]} ({ROW}_{part})", record)
+        fit = load(cells / f"{ROW}_{part}" / "fit.json", f"{ROW}_{part}_fit.json")
+        show(f"  seed 0 with seed 2's {PARTS[part]} ({ROW}_{part})", record, fit)
     if all(parts.values()):
         carriers = [PARTS[p] for p, r in parts.items() if misses(r)]
         print("carried by: " + (", ".join(carriers) if carriers else "none of the three alone (an interaction)"))
