@@ -33,6 +33,7 @@ from lit_dof.pipeline.validation import check_position_shift, check_schedule
 from lit_dof.pipeline.window_dropout import WindowDropout
 from lit_dof.students.layer_losses import LayerLoss, SoftmaxRowLoss, resolve_layer_loss
 from lit_dof.students.losses import logit_distillation_loss
+from lit_dof.students.query_rows import StratifiedRows
 from lit_dof.students.trainable import OptimizerCallable
 from lit_dof.teacher.capture import CapturedAttention, capture_attention
 from lit_dof.teacher.families import has_rotary_positions, text_config
@@ -61,7 +62,7 @@ class LayerwiseDistillation(StudentModule):
             ``finetune_lr_ratio`` in the end-to-end tail, the only phase in which they receive gradients.
         warmup_steps: linear warm-up length (optimizer steps).
         min_lr_ratio: floor of the cosine decay, as a fraction of each learning rate.
-        query_rows: score this many random query rows per sequence (``None``: all; see the losses module).
+        query_rows: score R random query rows per sequence (``None``: all), or a StratifiedRows (students.query_rows).
         optimizer: builds the optimizer from the parameter groups, each carrying its own ``lr`` (a callable
             ``params -> Optimizer``; in YAML a ``class_path`` with ``init_args`` but no ``lr``, e.g.
             ``{class_path: torch.optim.AdamW, init_args: {weight_decay: 0.01}}``); ``None`` (default): Adam with
@@ -105,7 +106,7 @@ class LayerwiseDistillation(StudentModule):
         lr_lora: float = 1e-3,
         warmup_steps: int = 20,
         min_lr_ratio: float = 0.1,
-        query_rows: int | None = None,
+        query_rows: int | StratifiedRows | None = None,
         optimizer: OptimizerCallable | None = None,
         finetune_fraction: float = 0.0,
         finetune_lr_ratio: float = 0.1,

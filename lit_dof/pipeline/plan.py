@@ -19,6 +19,7 @@ import torch
 from lit_dof.attention import CausalLinearAttention, FeatureMapFactory, SlidingWindow
 from lit_dof.pipeline.architecture import Architecture, PlanError
 from lit_dof.students.layer_losses import LayerLoss, LayerStep
+from lit_dof.students.query_rows import StratifiedRows, scored_rows
 
 GIB = 1024**3
 RUNTIME_DEVICE_BYTES = GIB  # CUDA context, NCCL buffers, allocator slack (not counted on a CPU device)
@@ -36,8 +37,8 @@ class RunSettings:
         teacher: the teacher's name. accelerator: ``"gpu"``/``"cuda"`` or ``"cpu"``. devices, num_nodes: per
             node / nodes. sharded: FSDP2 (ModelParallelStrategy) shards the teacher; else it is replicated.
         teacher_dtype: the teacher's parameter dtype. batch_size, seq_len: per-rank batch B and block T.
-        query_rows: R scored rows per sequence (``None``: all T). loss: the layer-wise phase's :class:`LayerLoss`,
-            asked for its memory (:meth:`LayerLoss.step_bytes`).
+        query_rows: R scored rows per sequence (``None``: all T; a StratifiedRows: its count).
+        loss: the layer-wise phase's :class:`LayerLoss`, asked for its memory (:meth:`LayerLoss.step_bytes`).
         feature_map: the twins' feature-map factory (the twins are built on the meta device and measured).
         feature_dims: M per linear layer, the planner's own allocation (``None``: ``budget`` on average, up to
             ``max_dim`` in one layer, after the fit's DoF estimate); a layer with one M per KV head counts its
@@ -65,7 +66,7 @@ class RunSettings:
     teacher_dtype: torch.dtype
     batch_size: int
     seq_len: int
-    query_rows: int | None
+    query_rows: int | StratifiedRows | None
     loss: LayerLoss
     feature_map: FeatureMapFactory
     feature_dims: list[int] | None
@@ -137,7 +138,7 @@ def plan_phases(arch: Architecture, run: RunSettings) -> list[Phase]:
         )
     a, b = arch, _DTYPE_BYTES[run.teacher_dtype]
     B, T, W, L = run.batch_size, run.seq_len, run.world_size, a.linear_layers
-    R = min(run.query_rows or T, T)
+    R = scored_rows(T, run.query_rows)
     Hq, Hk, d, h, ffn, V = a.heads, a.kv_heads, a.head_dim, a.hidden, a.intermediate, a.vocab  # ffn: I, the MLP width
     dims = run.feature_dims or [run.budget] * L  # per linear layer
     max_m = max(run.feature_dims) if run.feature_dims else run.max_dim

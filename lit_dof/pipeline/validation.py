@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+from lit_dof.students.query_rows import StratifiedRows
+
 MODEL_ARGS = "--model.init_args."
 """The command-line prefix of a phase's own options."""
 
@@ -126,7 +128,7 @@ def check_schedule(
         example=1.0,
         what="temperature of the logit distillation",
     )
-    if query_rows is not None:
+    if query_rows is not None and not isinstance(query_rows, StratifiedRows):  # which checks itself
         check_number(
             "query_rows",
             query_rows,

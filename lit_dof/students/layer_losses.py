@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from lit_dof.students.losses import attention_distillation_loss, attention_output_loss
+from lit_dof.students.query_rows import StratifiedRows
 
 if TYPE_CHECKING:
     from lit_dof.attention import CausalLinearAttention
@@ -103,7 +104,7 @@ class LayerLoss(ABC):
         twin: CausalLinearAttention,
         captured: CapturedAttention,
         *,
-        query_rows: int | None = None,
+        query_rows: int | StratifiedRows | None = None,
         generator: torch.Generator | None = None,
     ) -> Tensor:
         """The loss of ``twin`` on one layer's capture (only the twin's parameters may receive gradients).
@@ -113,7 +114,8 @@ class LayerLoss(ABC):
             captured: the teacher's ``q (B, Hq, T, d)``, ``k (B, Hk, T, d)``, ``key_padding (B, T)`` (or ``None``)
                 and, when ``needs_values``, ``v (B, Hk, T, D)`` and ``out (B, T, Hq, D)`` (``v`` also for a twin
                 whose far memory has a forget gate, ``twin.far_gated``).
-            query_rows: score this many random query rows per sequence (``None``: all T); a loss may ignore it.
+            query_rows: score this many random query rows per sequence (``None``: all T), or a
+                :class:`~lit_dof.students.query_rows.StratifiedRows`; a loss may ignore it.
             generator: RNG for the row subset.
 
         Returns:

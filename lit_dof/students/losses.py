@@ -23,7 +23,8 @@ whatever the trainer's precision: half-precision inputs are upcast first, and th
 The layer-wise phase takes these losses as objects (:mod:`lit_dof.students.layer_losses`).
 
 ``query_rows`` scores a random subset of R query rows per sequence (each row's loss is independent of the
-others given the keys), cutting the O(T²) cost by T/R — an unbiased estimate of the full-row loss.
+others given the keys), cutting the O(T²) cost by T/R — an unbiased estimate of the full-row loss; drawn by
+position strata instead (:class:`~lit_dof.students.query_rows.StratifiedRows`), it weights the strata equally.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from lit_dof.attention.layers.grouped import HeadGroupedAttention
 from lit_dof.attention.ops.rotary import Rotary
 from lit_dof.attention.ops.sliding_window.naive import sliding_window_masks
 from lit_dof.precision import fp32_region, upcast
+from lit_dof.students.query_rows import StratifiedRows, select_rows
 
 KernelLossKind = Literal["softmax", "l2"]
 """The losses :func:`attention_distillation_loss` computes (the output loss is :func:`attention_output_loss`)."""
@@ -81,14 +83,6 @@ def log_kernel_scores(log_q: Tensor, log_k: Tensor) -> Tensor:
     return (torch.log(x.clamp_min(torch.finfo(x.dtype).tiny)) + a + b.transpose(-1, -2)).float()
 
 
-def _select_rows(T: int, query_rows: int | None, generator: torch.Generator | None, device) -> Tensor:
-    if query_rows is None or query_rows >= T:
-        return torch.arange(T, device=device)
-    draw_on = None if generator is None else generator.device  # a CPU generator draws on the CPU
-    idx = torch.randperm(T, generator=generator, device=draw_on)[:query_rows].sort().values
-    return idx.to(device)
-
-
 @fp32_region()
 def attention_distillation_loss(
     twin: CausalLinearAttention,
@@ -97,7 +91,7 @@ def attention_distillation_loss(
     key_padding: Tensor | None = None,
     *,
     kind: KernelLossKind = "softmax",
-    query_rows: int | None = None,
+    query_rows: int | StratifiedRows | None = None,
     generator: torch.Generator | None = None,
     rotary: Rotary | None = None,
     values: Tensor | None = None,
@@ -110,7 +104,8 @@ def attention_distillation_loss(
         k: ``(B, Hk, T, d)`` teacher keys.
         key_padding: ``(B, T)`` bool, False at padding (padding rows and columns are excluded).
         kind: ``"softmax"`` (KL of attention rows) or ``"l2"`` (squared kernel error, float64).
-        query_rows: score this many random query rows per sequence (``None``: all T).
+        query_rows: score this many random query rows per sequence (``None``: all T), or rows drawn by position
+            strata (:class:`~lit_dof.students.query_rows.StratifiedRows`).
         generator: RNG for the row subset.
         rotary: the teacher's rotary ``(cos, sin)`` of the T positions; needed by a twin whose far term sees
             un-rotated q/k (``needs_rotary``).
@@ -160,12 +155,41 @@ def attention_distillation_loss(
             "this twin's far memory has a forget gate that reads the values (sliding_window.far_gate): pass the "
             "teacher's values (the layer-wise capture keeps them for gated twins)"
         )
+    B, T = q.shape[0], q.shape[2]
+    q, k = q.detach(), k.detach()
+    rows = select_rows(T, query_rows, generator, q.device)
+    valid = torch.ones(B, T, dtype=torch.bool, device=q.device) if key_padding is None else key_padding.bool()
+    # A causal row attends to no later key: rows drawn by strata are scored stratum by stratum on the prefix that
+    # ends there (the same sums, without the keys a stratum's rows cannot see). The l2 loss scores every key.
+    stops = [stop for _, stop in query_rows.strata(T)] if isinstance(query_rows, StratifiedRows) else [T]
+    total, count, start = 0.0, torch.zeros(()), 0
+    for stop in stops if kind == "softmax" else [T]:
+        part, prefix = rows[(rows >= start) & (rows < stop)], slice(0, stop)
+        if len(part):
+            sums = _row_sums(
+                twin, q[:, :, prefix], k[:, :, prefix], valid[:, prefix], part, kind, windowed,
+                None if rotary is None else tuple(t[:, prefix] for t in rotary),
+                None if values is None else values[:, :, prefix],
+            )  # fmt: skip
+            total, count = total + sums[0], count + sums[1]
+        start = stop
+    loss = (total / count.clamp_min(1)).float()
+    if not torch.isfinite(loss):
+        raise FloatingPointError(
+            f"non-finite {kind} distillation loss ({loss.item()}); check the teacher's q/k (max |q| "
+            f"{q.abs().max().item():.3g}, max |k| {k.abs().max().item():.3g}) and the feature map's parameters"
+        )
+    return loss
+
+
+def _row_sums(
+    twin, q: Tensor, k: Tensor, valid: Tensor, rows: Tensor, kind: str, windowed: bool, rotary, values
+) -> tuple[Tensor, Tensor]:
+    """The loss summed over the scored ``rows`` of q ``(B, Hq, T, d)``, k ``(B, Hk, T, d)`` and what it averages
+    over (valid rows × heads for softmax, valid pairs × heads for l2), each a 0-d tensor; ``valid`` ``(B, T)``."""
     B, Hq, T, d = q.shape
     G = q.shape[1] // k.shape[1]
-    q, k = q.detach(), k.detach()
-    rows = _select_rows(T, query_rows, generator, q.device)
     q_r = q[:, :, rows]
-    valid = torch.ones(B, T, dtype=torch.bool, device=q.device) if key_padding is None else key_padding.bool()
     row_valid = valid[:, rows]  # (B, R)
     k_full = k.repeat_interleave(G, dim=1)
     logits = (
@@ -194,17 +218,10 @@ def attention_distillation_loss(
         p = log_p.exp()
         kl = (p * (log_p - log_phat)).masked_fill(~allowed, 0.0).sum(-1)  # (B, Hq, R)
         weights = row_valid[:, None, :].expand_as(kl).float()
-        loss = (kl * weights).sum() / weights.sum().clamp_min(1.0)
-    else:
-        pair = (row_valid[:, :, None] & valid[:, None, :])[:, None]  # (B, 1, R, T)
-        err = (logits.exp() - log_khat.double().exp()).pow(2).masked_fill(~pair, 0.0)
-        loss = (err.sum() / (pair.sum() * Hq).clamp_min(1)).float()
-    if not torch.isfinite(loss):
-        raise FloatingPointError(
-            f"non-finite {kind} distillation loss ({loss.item()}); check the teacher's q/k (max |q| "
-            f"{q.abs().max().item():.3g}, max |k| {k.abs().max().item():.3g}) and the feature map's parameters"
-        )
-    return loss
+        return (kl * weights).sum(), weights.sum()
+    pair = (row_valid[:, :, None] & valid[:, None, :])[:, None]  # (B, 1, R, T)
+    err = (logits.exp() - log_khat.double().exp()).pow(2).masked_fill(~pair, 0.0)
+    return err.sum(), (pair.sum() * Hq).double()  # float64: squared kernel errors reach e^320
 
 
 def _windowed_scores(

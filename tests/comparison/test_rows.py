@@ -8,6 +8,7 @@ import pytest
 from lit_dof.comparison.cells import Comparison
 from lit_dof.comparison.rows import ROWS, Row
 from lit_dof.pipeline.cli import parse_fit_config
+from lit_dof.students.query_rows import StratifiedRows
 from tests.conftest import TINYSTORIES, WIKIPEDIA
 
 TRAINED = [row for row in ROWS.values() if row.kind == "student"]
@@ -27,6 +28,8 @@ def test_every_trained_row_builds_the_fit_it_names(tmp_path):
     heads = built["quickstart_heads_gate_dropout"].model
     assert heads.exact_heads.share == 0.2 and heads.sliding_window.far_gate  # the probe: 18 of SmolLM2's 90
     assert heads.window_dropout.rate == 0.25 and heads.window_dropout.window == 16
+    long = built["quickstart_heads_feature_decay_long"]
+    assert long.model.query_rows == StratifiedRows(count=384, bounds=(256, 512)) and long.data.seq_len == 2048
     assert built["quickstart_retrieval"].model.softmax_layers == [7, 8, 14, 18, 20, 23]
     assert built["quickstart"].data.shuffle["shuffle_seed"] == 1  # the seed's data order reaches the data module
 

@@ -13,6 +13,7 @@ from lit_dof.pipeline.architecture import PlanError, resolve_teacher_config
 from lit_dof.pipeline.cli import parse_fit_config, plan_main
 from lit_dof.pipeline.plan import GIB
 from lit_dof.pipeline.plan_report import plan_config
+from lit_dof.students.query_rows import StratifiedRows
 from tests.conftest import REPO, TINYSTORIES, WIKIPEDIA
 from tests.pipeline.conftest import BASE
 
@@ -117,6 +118,20 @@ def test_sharded_plan_shrinks_with_devices_and_nodes(capsys):
     }
     assert len(replicated) == 1
     capsys.readouterr()
+
+
+def test_stratified_query_rows_parse_from_the_command_line_and_plan_as_their_count(tmp_path):
+    tiny = [*MEASURED, f"--model.init_args.teacher={TINYSTORIES}", "--data.init_args.seq_len=512",
+            f"--trainer.logger.init_args.save_dir={tmp_path}"]  # fmt: skip  # packed args
+    _, run, phases = plan_config(
+        parse_fit_config([*tiny, "--model.init_args.query_rows={count: 96, bounds: [64, 256]}"])
+    )
+    assert run.query_rows == StratifiedRows(count=96, bounds=(64, 256))
+    _, _, uniform = plan_config(parse_fit_config([*tiny, "--model.init_args.query_rows=96"]))
+    assert [p.host for p in phases] == [p.host for p in uniform]
+    assert "96 in equal shares from the strata split at [64, 256]" in plan_main(
+        [*tiny, "--model.init_args.query_rows={count: 96, bounds: [64, 256]}"]
+    )
 
 
 def test_teacher_config_without_weights(smollm2_dir):

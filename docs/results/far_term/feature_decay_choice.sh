@@ -1,6 +1,7 @@
 #!/bin/bash
-# Issue #45, "A decay per feature: design" (docs/results/far_term README): one fit (seed 0) of
-# quickstart_heads_feature_decay and the measures of its rule — validation perplexity and the 40 recall items, the 30
+# Issue #45, "A decay per feature: design" (docs/results/far_term README), and with
+# ROW=quickstart_heads_feature_decay_long BESIDE=quickstart_heads_feature_decay "A decay per feature on long blocks:
+# design": one fit (seed 0) of the row and the measures of its rule — validation perplexity and the 40 recall items, the 30
 # choosing passkey prompts (retrieval seed 1), the long choosing set beside its (a) and (b), and where its far mass
 # goes by depth — then the rule (records/long_rule.py --condition long). The neighbours' numbers are the committed
 # records (quickstart_heads seed 0: records/quickstart_heads_*.json, records/long_choice.json). Resumable: each step
@@ -8,7 +9,7 @@
 set -eu
 cd "$(dirname "$0")/../../.." && source .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-row=quickstart_heads_feature_decay out=${OUT:-runs/far_term} records=docs/results/far_term/records
+row=${ROW:-quickstart_heads_feature_decay} out=${OUT:-runs/far_term} records=docs/results/far_term/records
 lit-dof compare --rows "[$row]" --stages '[fit, ppl, retrieval]' --retrieval_tasks '[recall]' \
   --retrieval.contexts '[2048, 4096]' --retrieval.depths '[0.1, 0.3, 0.5, 0.7, 0.9]' --retrieval.trials 4 \
   --ppl_split validation --out "$out"
@@ -25,6 +26,7 @@ cp "$out/C64/$row/retrieval/recall.json" "$records/${row}_recall.json"
 cp "${out}_copy/C64/$row/retrieval/passkey.json" "$records/${row}_choose_passkey.json"
 python docs/results/far_term/records/long_choice.py "$LIT_DOF_CORPUS" "$row=$student" --out "$records/long_choice.json"
 python tools/far_mass.py "$student" --corpus "$LIT_DOF_CORPUS" --context 4096 --queries 16 --long-articles 12 \
-  --per-layer 2>/dev/null | sed "s#^$out/#runs/far_term/#" > "$records/far_mass_feature_decay.txt"
+  --per-layer 2>/dev/null | sed "s#^$out/#runs/far_term/#" > "$records/far_mass_${row#quickstart_heads_}.txt"
 python docs/results/far_term/records/learned_decay.py "$student" --save "$records/${row}_tau.json" | tail -3
-python docs/results/far_term/records/long_rule.py "$out" "${out}_copy" --row "$row" --condition long
+python docs/results/far_term/records/long_rule.py "$out" "${out}_copy" --row "$row" --condition long \
+  ${BESIDE:+--beside "$BESIDE"}

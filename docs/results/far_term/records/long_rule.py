@@ -5,11 +5,13 @@ blocks; 40 recall items), on the choosing passkey prompts (retrieval seed 1, 15 
 wall time; quickstart_heads_reach_copy beside them, and the long choosing set's 2048–4095 ratios to both.
 
     python docs/results/far_term/records/long_rule.py [VALIDATION_OUT [PASSKEY_OUT [LONG_CHOICE_JSON]]] [--row ROW]
-        [--condition passkey|long]
+        [--condition passkey|long] [--beside ROW ...]
 
 ``--condition long`` (the rule of "A decay per feature"): the passkey condition is replaced by the long choosing
 set's — the candidate's perplexity at in-document 2048–4095 below quickstart_heads' by more than 2 SEs of the paired
 log ratio over the articles; the passkeys are then reported beside the rule, not in it.
+
+``--beside`` adds neighbours to quickstart_heads and quickstart_heads_reach_copy (reported, not in the rule).
 
 (defaults runs/far_term, runs/far_term_copy and records/long_choice.json; without the cells, the copies committed
 beside this script: <row>_{fit,ppl,recall,choose_passkey}.json.)
@@ -29,10 +31,12 @@ parser.add_argument("passkey", nargs="?", default="runs/far_term_copy")
 parser.add_argument("long_choice", nargs="?", default=str(HERE / "long_choice.json"))
 parser.add_argument("--row", default="quickstart_heads_long")
 parser.add_argument("--condition", choices=("passkey", "long"), default="passkey")
+parser.add_argument("--beside", action="append", default=[])
 args = parser.parse_args()
 VALIDATION, PASSKEY, LONG = Path(args.validation) / "C64", Path(args.passkey) / "C64", Path(args.long_choice)
 ROW, BASE, COPY = args.row, "quickstart_heads", "quickstart_heads_reach_copy"
-ROWS = (BASE, COPY, ROW)
+NEIGHBOURS = (BASE, COPY, *args.beside)
+ROWS = (*NEIGHBOURS, ROW)
 
 
 ok = {}
@@ -46,7 +50,7 @@ for r in ROWS:
             f"fit {fit[r]['wall_seconds'] / 60:.0f} min, Σ M {fit[r]['total_features']:.0f}"
         )
 if ppl[ROW]:
-    for r in (BASE, COPY):
+    for r in NEIGHBOURS:
         assert ppl[ROW]["split"] == ppl[r]["split"] == "validation", "not the rule's blocks"
         assert ppl[ROW]["tokens"] == ppl[r]["tokens"], "not the rule's blocks"
         ratios = bucket_ratios(ppl[ROW]["by_position"], ppl[r]["by_position"])
@@ -64,7 +68,7 @@ else:
 if recall[ROW]:
     recalled = sum(recall[ROW]["items"]["exact_match"])
     ok["recall >= 22/40"] = recalled >= 22
-    for r in (BASE, COPY):
+    for r in NEIGHBOURS:
         if recall[r]:
             gained, lost = gained_lost(recall[ROW], recall[r])
             print(f"recall {recalled:.0f}/40, paired with {r} over the 40 items: gains {gained}, loses {lost}")
@@ -84,7 +88,7 @@ for r, record in keys.items():
 if keys[ROW]:
     if args.condition == "passkey":
         ok["passkey >= 8/15 at 2048 and at 4096"] = all(hits(keys[ROW], c)[0] >= 8 for c in (2048, 4096))
-    for r in (BASE, COPY):
+    for r in NEIGHBOURS:
         if keys[r]:
             gained, lost = gained_lost(keys[ROW], keys[r])
             print(f"  paired with {r} over the 30 prompts: {ROW} gains {gained}, loses {lost}")
@@ -94,7 +98,7 @@ else:
 long = json.loads(LONG.read_text()) if LONG.exists() else {}
 if ROW in long:
     print(f"long choosing set ({long['articles']} articles), {ROW} / each neighbour and its own (a), (b):")
-    for r in (BASE, COPY, "a", "b"):
+    for r in (*NEIGHBOURS, "a", "b"):
         other = long[ROW][r] if r in ("a", "b") else long.get(r, {}).get("student")
         if other:
             v = bucket_ratios(long[ROW]["student"], other)["2048-4095"]
@@ -105,7 +109,7 @@ if ROW in long:
             print(
                 f"  2048-4095 / {r}: {v['ratio']:.3f} ± {v['stderr']:.3f} ({v['log_ratio'] / v['stderr_log']:+.1f} SE)"
             )
-    for r in (BASE, COPY, ROW):
+    for r in ROWS:
         if r in long:
             shares = ", ".join(f"{b} {v:.0%}" for b, v in long[r]["closed"].items() if v is not None)
             print(f"  {r}: (a)-teacher gap closed {shares}")
