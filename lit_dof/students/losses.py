@@ -161,16 +161,16 @@ def attention_distillation_loss(
     valid = torch.ones(B, T, dtype=torch.bool, device=q.device) if key_padding is None else key_padding.bool()
     # A causal row attends to no later key: rows drawn by strata are scored stratum by stratum on the prefix that
     # ends there (the same sums, without the keys a stratum's rows cannot see). The l2 loss scores every key.
-    stops = [stop for _, stop in query_rows.strata(T)] if isinstance(query_rows, StratifiedRows) else [T]
+    stratified = isinstance(query_rows, StratifiedRows) and kind == "softmax"
+    stops = [stop for _, stop in query_rows.strata(T)] if stratified else [T]
     total, count, start = 0.0, torch.zeros(()), 0
-    for stop in stops if kind == "softmax" else [T]:
-        part, prefix = rows[(rows >= start) & (rows < stop)], slice(0, stop)
+    for stop in stops:
+        part = rows[(rows >= start) & (rows < stop)]
         if len(part):
-            sums = _row_sums(
-                twin, q[:, :, prefix], k[:, :, prefix], valid[:, prefix], part, kind, windowed,
-                None if rotary is None else tuple(t[:, prefix] for t in rotary),
-                None if values is None else values[:, :, prefix],
-            )  # fmt: skip
+            cut_rotary = None if rotary is None else tuple(t[:, :stop] for t in rotary)
+            cut_values = None if values is None else values[:, :, :stop]
+            prefix = (q[:, :, :stop], k[:, :, :stop], valid[:, :stop])
+            sums = _row_sums(twin, *prefix, part, kind, windowed, cut_rotary, cut_values)
             total, count = total + sums[0], count + sums[1]
         start = stop
     loss = (total / count.clamp_min(1)).float()

@@ -121,8 +121,8 @@ def test_sharded_plan_shrinks_with_devices_and_nodes(capsys):
 
 
 def test_stratified_query_rows_parse_from_the_command_line_and_plan_as_their_count(tmp_path):
-    tiny = [*MEASURED, f"--model.init_args.teacher={TINYSTORIES}", "--data.init_args.seq_len=512",
-            f"--trainer.logger.init_args.save_dir={tmp_path}"]  # fmt: skip  # packed args
+    tiny = [*MEASURED, f"--model.init_args.teacher={TINYSTORIES}", "--data.init_args.seq_len=512"]
+    tiny.append(f"--trainer.logger.init_args.save_dir={tmp_path}")
     _, run, phases = plan_config(
         parse_fit_config([*tiny, "--model.init_args.query_rows={count: 96, bounds: [64, 256]}"])
     )

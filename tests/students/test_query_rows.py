@@ -46,11 +46,16 @@ def test_the_draw_is_uniform_within_each_stratum():
     assert torch.allclose(frequency[8:], torch.full((32,), 2 / 32), atol=0.02)
 
 
-@pytest.mark.parametrize(
-    ("count", "bounds", "match"),
-    [(1, (4,), "count must be an integer >= 2"), (2.0, (), "count"), (4, (8, 8), "strictly increasing"),
-     (4, (0,), "strictly increasing"), (4, (True,), "strictly increasing")],
-)  # fmt: skip
+BAD_STRATA = [
+    (1, (4,), "count must be an integer >= 2"),
+    (2.0, (), "count"),
+    (4, (8, 8), "strictly increasing"),
+    (4, (0,), "strictly increasing"),
+    (4, (True,), "strictly increasing"),
+]
+
+
+@pytest.mark.parametrize(("count", "bounds", "match"), BAD_STRATA)
 def test_bad_strata_name_the_problem(count, bounds, match):
     with pytest.raises(ValueError, match=match):
         StratifiedRows(count=count, bounds=bounds)
