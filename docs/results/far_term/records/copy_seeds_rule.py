@@ -1,0 +1,85 @@
+"""The rule of "Repeated spans with the decay per feature, three seeds" (docs/results/far_term README):
+quickstart_heads_feature_decay_copy at seeds 0, 1 and 2 against quickstart_heads_feature_decay at the same seeds, on
+the 30 choosing passkey prompts (retrieval seed 1, 15 at 2k and 15 at 4k), validation perplexity (32 blocks, paired
+by seed) and seed 0's 40 recall items.
+
+    python docs/results/far_term/records/copy_seeds_rule.py [FITS [PASSKEYS [BASE_VALIDATION]]]
+        (defaults runs/far_term, runs/far_term_copy, runs/far_term_val: copy_seeds_choice.sh's folders)
+
+The rule, fixed before the fits: to the test split if (1) every seed finds >= 8 of 15 at 2k and at 4k, (2) the
+validation perplexity over the three seeds, each / the feature-decay fit of its seed, is <= 1.005 on average, and
+(3) seed 0 recalls >= 22 of 40 items. Without the cells: the records committed beside this script,
+<row>[_seed<s>]_{fit,ppl,choose_passkey}.json, <row>_recall.json, quickstart_heads_feature_decay[_seed<s>]_ppl.json.
+"""
+
+import argparse
+import math
+from pathlib import Path
+
+from rule_records import gained_lost, hits, load, passkey
+
+from lit_dof.evaluation.position_perplexity import bucket_ratios
+
+ROW, BASE = "quickstart_heads_feature_decay_copy", "quickstart_heads_feature_decay"
+SEEDS = (0, 1, 2)
+
+
+def cell(seed: int, row: str) -> str:
+    """A compare cell's path under its run folder's ``C64``."""
+    return row if seed == 0 else f"seed{seed}/{row}"
+
+
+def tag(seed: int) -> str:
+    """The committed records' seed tag."""
+    return "" if seed == 0 else f"_seed{seed}"
+
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("fits", nargs="?", default="runs/far_term")
+parser.add_argument("passkeys", nargs="?", default="runs/far_term_copy")
+parser.add_argument("base_validation", nargs="?", default="runs/far_term_val")
+args = parser.parse_args()
+fits, keys, val = (Path(p) / "C64" for p in (args.fits, args.passkeys, args.base_validation))
+ok, ratios = {}, []
+for seed in SEEDS:
+    fit = load(fits / cell(seed, ROW) / "fit.json", f"{ROW}{tag(seed)}_fit.json")
+    if fit is None:
+        print(f"seed {seed}: not fitted yet")
+        continue
+    line = f"seed {seed}: fit {fit['wall_seconds'] / 60:.0f} min, Σ M {fit['total_features']:.0f}"
+    record = passkey(keys / f"seed{seed}" if seed else keys, ROW, f"{ROW}{tag(seed)}_choose_passkey.json")
+    base_key = passkey(keys / f"seed{seed}" if seed else keys, BASE, f"{BASE}{tag(seed)}_choose_passkey.json")
+    if record:
+        per = [hits(record, context) for context in (2048, 4096)]
+        was = [hits(base_key, context)[0] for context in (2048, 4096)] if base_key else ["–", "–"]
+        line += f"; choosing passkeys 2k {per[0][0]}/{per[0][1]}, 4k {per[1][0]}/{per[1][1]}"
+        line += f" ({BASE}: {was[0]}, {was[1]})"
+        ok[f"seed {seed} >= 8/15 at 2k and 4k"] = all(found >= 8 for found, _ in per)
+    ppl = load(fits / cell(seed, ROW) / "ppl.json", f"{ROW}{tag(seed)}_ppl.json")
+    base_root = fits if seed == 0 else val
+    base = load(base_root / cell(seed, BASE) / "ppl.json", f"{BASE}{tag(seed)}_ppl.json")
+    if ppl and base:
+        v = bucket_ratios(ppl["by_position"], base["by_position"])["all"]
+        ratios.append(v["ratio"])
+        line += f"; validation ppl {ppl['ppl']:.2f}, / {BASE}'s {base['ppl']:.2f}: {v['ratio']:.3f} ± {v['stderr']:.3f}"
+    print(line)
+if len(ratios) == len(SEEDS):
+    mean = sum(ratios) / len(ratios)
+    se = math.sqrt(sum((r - mean) ** 2 for r in ratios) / (len(ratios) - 1) / len(ratios))
+    print(f"validation ppl / {BASE}'s, paired by seed: {mean:.4f} ± {se:.4f} (mean ± SE over the 3 seeds)")
+    ok["validation ppl ratio <= 1.005"] = mean <= 1.005
+recall = load(fits / ROW / "retrieval" / "recall.json", f"{ROW}_recall.json")
+if recall:
+    recalled = sum(recall["items"]["exact_match"])
+    ok["seed 0 recall >= 22/40"] = recalled >= 22
+    for other in (BASE, "quickstart_heads"):
+        record = load(fits / other / "retrieval" / "recall.json", f"{other}_recall.json")
+        gained, lost = gained_lost(recall, record)
+        print(
+            f"seed 0 recall {recalled:.0f}/40; paired with {other}'s ({sum(record['items']['exact_match']):.0f}): "
+            f"gains {gained}, loses {lost}"
+        )
+for name, passed in ok.items():
+    print(f"  {name}: {passed}")
+complete = len(ok) == len(SEEDS) + 2
+print("to the test split" if complete and all(ok.values()) else "not kept" if complete else "rule not complete")
