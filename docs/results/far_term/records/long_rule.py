@@ -12,6 +12,8 @@ set's — the candidate's perplexity at in-document 2048–4095 below quickstart
 log ratio over the articles; the passkeys are then reported beside the rule, not in it.
 
 ``--beside`` adds neighbours to quickstart_heads and quickstart_heads_reach_copy (reported, not in the rule).
+``--budget C`` reads the candidate's cells at that budget (``C<C>/<row>``; the neighbours stay at C = 64) and its
+records and long-choosing-set entry as ``<row>_C<C>`` (C = 64: ``<row>``).
 
 (defaults runs/far_term, runs/far_term_copy and records/long_choice.json; without the cells, the copies committed
 beside this script: <row>_{fit,ppl,recall,choose_passkey}.json.)
@@ -32,17 +34,28 @@ parser.add_argument("long_choice", nargs="?", default=str(HERE / "long_choice.js
 parser.add_argument("--row", default="quickstart_heads_long")
 parser.add_argument("--condition", choices=("passkey", "long"), default="passkey")
 parser.add_argument("--beside", action="append", default=[])
+parser.add_argument("--budget", type=int, default=64)
 args = parser.parse_args()
-VALIDATION, PASSKEY, LONG = Path(args.validation) / "C64", Path(args.passkey) / "C64", Path(args.long_choice)
-ROW, BASE, COPY = args.row, "quickstart_heads", "quickstart_heads_reach_copy"
+LONG, BASE, COPY = Path(args.long_choice), "quickstart_heads", "quickstart_heads_reach_copy"
+ROW = args.row if args.budget == 64 else f"{args.row}_C{args.budget}"  # the candidate's name in records and here
 NEIGHBOURS = (BASE, COPY, *args.beside)
 ROWS = (*NEIGHBOURS, ROW)
 
 
+def cells(root: str, r: str) -> Path:
+    """The compare folder (``C<budget>``) that holds row ``r``'s cell under a run folder."""
+    return Path(root) / (f"C{args.budget}" if r == ROW else "C64")
+
+
+def cell(root: str, r: str) -> Path:
+    """Row ``r``'s cell under a run folder."""
+    return cells(root, r) / (args.row if r == ROW else r)
+
+
 ok = {}
-ppl = {r: load(VALIDATION / r / "ppl.json", f"{r}_ppl.json") for r in ROWS}
-recall = {r: load(VALIDATION / r / "retrieval" / "recall.json", f"{r}_recall.json") for r in ROWS}
-fit = {r: load(VALIDATION / r / "fit.json", f"{r}_fit.json") for r in ROWS}
+ppl = {r: load(cell(args.validation, r) / "ppl.json", f"{r}_ppl.json") for r in ROWS}
+recall = {r: load(cell(args.validation, r) / "retrieval" / "recall.json", f"{r}_recall.json") for r in ROWS}
+fit = {r: load(cell(args.validation, r) / "fit.json", f"{r}_fit.json") for r in ROWS}
 for r in ROWS:
     if ppl[r] and recall[r] and fit[r]:
         print(
@@ -75,7 +88,7 @@ if recall[ROW]:
 if fit[ROW]:
     ok["fit < 60 min"] = fit[ROW]["wall_seconds"] < 3600
 
-keys = {r: passkey(PASSKEY, r) for r in ROWS}
+keys = {r: passkey(cells(args.passkey, r), cell(args.passkey, r).name, f"{r}_choose_passkey.json") for r in ROWS}
 for r, record in keys.items():
     if record:
         per = [hits(record, c) for c in (2048, 4096)]
