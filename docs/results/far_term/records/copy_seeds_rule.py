@@ -14,6 +14,7 @@ validation perplexity over the three seeds, each / the feature-decay fit of its 
 
 import argparse
 import math
+from collections import Counter
 from pathlib import Path
 
 from rule_records import gained_lost, hits, load, passkey
@@ -40,7 +41,7 @@ parser.add_argument("passkeys", nargs="?", default="runs/far_term_copy")
 parser.add_argument("base_validation", nargs="?", default="runs/far_term_val")
 args = parser.parse_args()
 fits, keys, val = (Path(p) / "C64" for p in (args.fits, args.passkeys, args.base_validation))
-ok, ratios = {}, []
+ok, ratios, misses = {}, [], []
 for seed in SEEDS:
     fit = load(fits / cell(seed, ROW) / "fit.json", f"{ROW}{tag(seed)}_fit.json")
     if fit is None:
@@ -55,6 +56,9 @@ for seed in SEEDS:
         line += f"; choosing passkeys 2k {per[0][0]}/{per[0][1]}, 4k {per[1][0]}/{per[1][1]}"
         line += f" ({BASE}: {was[0]}, {was[1]})"
         ok[f"seed {seed} >= 8/15 at 2k and 4k"] = all(found >= 8 for found, _ in per)
+        if not ok[f"seed {seed} >= 8/15 at 2k and 4k"]:
+            openings = Counter(example["generation"][:40] for example in record["examples"]).most_common(3)
+            misses.append(f"seed {seed}'s answers: " + "; ".join(f"{n}× {text!r}…" for text, n in openings))
     ppl = load(fits / cell(seed, ROW) / "ppl.json", f"{ROW}{tag(seed)}_ppl.json")
     base_root = fits if seed == 0 else val
     base = load(base_root / cell(seed, BASE) / "ppl.json", f"{BASE}{tag(seed)}_ppl.json")
@@ -62,7 +66,11 @@ for seed in SEEDS:
         v = bucket_ratios(ppl["by_position"], base["by_position"])["all"]
         ratios.append(v["ratio"])
         line += f"; validation ppl {ppl['ppl']:.2f}, / {BASE}'s {base['ppl']:.2f}: {v['ratio']:.3f} ± {v['stderr']:.3f}"
+    elif ppl:
+        line += f"; validation ppl {ppl['ppl']:.2f} ({BASE} at this seed not measured on validation)"
     print(line)
+for line in misses:
+    print("  " + line)
 if len(ratios) == len(SEEDS):
     mean = sum(ratios) / len(ratios)
     se = math.sqrt(sum((r - mean) ** 2 for r in ratios) / (len(ratios) - 1) / len(ratios))
@@ -82,4 +90,7 @@ if recall:
 for name, passed in ok.items():
     print(f"  {name}: {passed}")
 complete = len(ok) == len(SEEDS) + 2
-print("to the test split" if complete and all(ok.values()) else "not kept" if complete else "rule not complete")
+if not all(ok.values()):
+    print("not kept" + ("" if complete else ": a condition already fails, whatever the fits still to come give"))
+else:
+    print("to the test split" if complete else "rule not complete")
