@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> list[tuple[int, int]]:
         teacher = teacher_kv_nbytes(config, args.context, torch.float32)
         print(
             f"{source}: {own / 2**20:.2f} MiB at {args.context} tokens; the teacher's fp32 KV cache "
-            f"{teacher / 2**20:.2f} MiB; {own / teacher:.1%}"
+            f"{teacher / 2**20:.2f} MiB; {own / teacher:.2%}"
         )
         sizes.append((own, teacher))
     return sizes

@@ -23,4 +23,4 @@ def test_state_share_matches_the_prefilled_caches(tmp_path, capsys):
     assert own == prefill_cache_nbytes(student, context)
     assert teacher == plain == plain_teacher == prefill_cache_nbytes(model, context)
     assert 0 < own < teacher
-    assert f"{own / teacher:.1%}" in capsys.readouterr().out
+    assert f"{own / teacher:.2%}" in capsys.readouterr().out
