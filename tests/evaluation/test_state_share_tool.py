@@ -3,6 +3,7 @@ prefill leaves behind."""
 
 import torch
 
+from lit_dof.evaluation.loading import load_model
 from lit_dof.students.cache import prefill_cache_nbytes
 from lit_dof.teacher.loading import load_teacher
 from tests.conftest import TINYSTORIES, load_script
@@ -15,8 +16,6 @@ def test_state_share_matches_the_prefilled_caches(tmp_path, capsys):
     (own, teacher), (plain, plain_teacher) = load_script("state_share", "tools").main(
         [str(student_dir), str(TINYSTORIES), "--context", str(context)]
     )
-    from lit_dof.evaluation.loading import load_model
-
     student, _ = load_model(str(student_dir))
     model, _ = load_teacher(str(TINYSTORIES))
     assert next(model.parameters()).dtype == torch.float32

@@ -42,26 +42,21 @@ NEIGHBOURS = (BASE, COPY, *args.beside)
 ROWS = (*NEIGHBOURS, ROW)
 
 
-def cells(root: str, r: str) -> Path:
-    """The compare folder (``C<budget>``) that holds row ``r``'s cell under a run folder."""
-    return Path(root) / (f"C{args.budget}" if r == ROW else "C64")
-
-
 def cell(root: str, r: str) -> Path:
-    """Row ``r``'s cell under a run folder."""
-    return cells(root, r) / (args.row if r == ROW else r)
+    """Row ``r``'s cell under a run folder (the candidate's at its budget, the neighbours' at C = 64)."""
+    return Path(root) / (f"C{args.budget}/{args.row}" if r == ROW else f"C64/{r}")
 
 
 ok = {}
 ppl = {r: load(cell(args.validation, r) / "ppl.json", f"{r}_ppl.json") for r in ROWS}
 recall = {r: load(cell(args.validation, r) / "retrieval" / "recall.json", f"{r}_recall.json") for r in ROWS}
 fit = {r: load(cell(args.validation, r) / "fit.json", f"{r}_fit.json") for r in ROWS}
-for r in ROWS:
-    if ppl[r] and recall[r] and fit[r]:
-        print(
-            f"{r}: validation ppl {ppl[r]['ppl']:.2f}, recall {sum(recall[r]['items']['exact_match']):.0f}/40, "
-            f"fit {fit[r]['wall_seconds'] / 60:.0f} min, Σ M {fit[r]['total_features']:.0f}"
-        )
+for r in ROWS:  # what each row has of validation ppl, recall and its fit
+    parts = [f"validation ppl {ppl[r]['ppl']:.2f}"] if ppl[r] else []
+    parts += [f"recall {sum(recall[r]['items']['exact_match']):.0f}/40"] if recall[r] else []
+    parts += [f"fit {fit[r]['wall_seconds'] / 60:.0f} min, Σ M {fit[r]['total_features']:.0f}"] if fit[r] else []
+    if parts:
+        print(f"{r}: " + ", ".join(parts))
 if ppl[ROW]:
     for r in NEIGHBOURS:
         assert ppl[ROW]["split"] == ppl[r]["split"] == "validation", "not the rule's blocks"
@@ -88,7 +83,7 @@ if recall[ROW]:
 if fit[ROW]:
     ok["fit < 60 min"] = fit[ROW]["wall_seconds"] < 3600
 
-keys = {r: passkey(cells(args.passkey, r), cell(args.passkey, r).name, f"{r}_choose_passkey.json") for r in ROWS}
+keys = {r: passkey(cell(args.passkey, r).parent, cell(args.passkey, r).name, f"{r}_choose_passkey.json") for r in ROWS}
 for r, record in keys.items():
     if record:
         per = [hits(record, c) for c in (2048, 4096)]
@@ -125,7 +120,11 @@ if ROW in long:
     for r in ROWS:
         if r in long:
             shares = ", ".join(f"{b} {v:.0%}" for b, v in long[r]["closed"].items() if v is not None)
-            print(f"  {r}: (a)-teacher gap closed {shares}")
+            b = long[r]["b"]
+            print(
+                f"  {r}: (a)-teacher gap closed {shares}; state {long[r]['state_bytes'] / 1e6:.2f} MB at 512 "
+                f"tokens, (b) window {b['window']} + {b['sinks']}"
+            )
 else:
     print("long choosing set: not measured yet")
 

@@ -3,6 +3,7 @@ or its committed copy here, the choosing passkey record checked against the desi
 rows paired item by item."""
 
 import json
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -38,3 +39,9 @@ def gained_lost(record: dict, other: dict) -> tuple[int, int]:
     a, b = record["items"]["exact_match"], other["items"]["exact_match"]
     assert len(a) == len(b), "not the same items"
     return sum(x > y for x, y in zip(a, b)), sum(x < y for x, y in zip(a, b))
+
+
+def answer_openings(record: dict, count: int = 3) -> str:
+    """A passkey record's commonest answer openings (40 characters), ``n× 'text'…`` joined by ``; ``."""
+    openings = Counter(example["generation"][:40] for example in record["examples"]).most_common(count)
+    return "; ".join(f"{n}× {text!r}…" for text, n in openings)

@@ -14,10 +14,9 @@ cells, the copies committed beside this script: <row>_choose_passkey.json (seed 
 """
 
 import argparse
-from collections import Counter
 from pathlib import Path
 
-from rule_records import hits, load, passkey
+from rule_records import answer_openings, hits, load, passkey
 
 from lit_dof.evaluation.position_perplexity import bucket_ratios
 
@@ -50,8 +49,7 @@ def show(name: str, record: dict | None, fit: dict | None = None) -> None:
         + (" — misses" if misses(record) else "")
     )
     if misses(record):
-        openings = Counter(example["generation"][:40] for example in record["examples"]).most_common(3)
-        print("    answers: " + "; ".join(f"{count}× {text!r}…" for text, count in openings))
+        print("    answers: " + answer_openings(record))
 
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
