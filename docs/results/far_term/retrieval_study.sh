@@ -13,7 +13,9 @@
 # Resumable: each pass skips finished records. Env: LIT_DOF_CORPUS (the corpus file), OUT (cells; default
 # runs/far_term_test), REPORT_DIR (default: docs/results/far_term/retrieval_test), SEEDS (default '[0, 1, 2]'),
 # ROW (default quickstart_retrieval; quickstart_heads runs the same protocol for the exact-KV-head candidate), STAGES
-# (the measuring stages after the fits, in order; default 'ppl retrieval long_documents').
+# (the measuring stages after the fits, in order; default 'ppl retrieval long_documents'), KINDS (the controls the
+# retrieval and long-document stages measure, e.g. '[window_sinks, equal_state]' for (a) and (b) only; default every
+# control; when set, a last perplexity pass, all cached, writes the report with every control's perplexity).
 set -u
 cd "$(dirname "$0")/../../.." && source .venv/bin/activate
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -26,6 +28,8 @@ lit-dof compare "${common[@]}" --stages '[fit]' || exit 1  # the fits first (eac
 for stage in ${STAGES:-ppl retrieval long_documents}; do
   echo "=== stage $stage $(date)"
   extra=(); [ "$stage" = retrieval ] && extra=(--retrieval_batch_size 1)  # one prompt per forward: no padding
+  [ -n "${KINDS:-}" ] && [ "$stage" != ppl ] && extra+=(--control_kinds "$KINDS")
   lit-dof compare "${common[@]}" "${extra[@]}" --stages "[$stage]" || echo "stage $stage failed: $?"
 done
+[ -n "${KINDS:-}" ] && { lit-dof compare "${common[@]}" --stages '[ppl]' || echo "report failed: $?"; }
 echo "=== done $(date)"
