@@ -14,16 +14,11 @@ bar). Without the cells, the copies committed beside this script: <row>_seed<s>_
 import argparse
 from pathlib import Path
 
-from rule_records import HERE, answer_openings, hits, load, passkey
+from rule_records import HERE, answer_openings, hits, load, misses, passkey
 
 from lit_dof.evaluation.position_perplexity import bucket_ratios
 
 ROW, BASE = "quickstart_heads_reach_1k_heads20", "quickstart_heads_reach_1k"
-
-
-def misses(record: dict) -> bool:
-    """Fewer than 8 of 15 choosing prompts at 2k or at 4k."""
-    return any(hits(record, context)[0] < 8 for context in (2048, 4096))
 
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

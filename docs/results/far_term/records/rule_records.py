@@ -34,6 +34,11 @@ def hits(record: dict, context: int) -> tuple[int, int]:
     return round(sum(c["mean"] * c["n"] for c in cells)), sum(c["n"] for c in cells)
 
 
+def misses(record: dict) -> bool:
+    """A choosing passkey record under the choosing rule's bar: fewer than 8 of 15 prompts at 2k or at 4k."""
+    return any(hits(record, context)[0] < 8 for context in (2048, 4096))
+
+
 def gained_lost(record: dict, other: dict) -> tuple[int, int]:
     """Items ``record`` gets right and ``other`` wrong, and the reverse (the same prompts, paired)."""
     a, b = record["items"]["exact_match"], other["items"]["exact_match"]

@@ -16,17 +16,12 @@ cells, the copies committed beside this script: <row>_choose_passkey.json (seed 
 import argparse
 from pathlib import Path
 
-from rule_records import answer_openings, hits, load, passkey
+from rule_records import answer_openings, hits, load, misses, passkey
 
 from lit_dof.evaluation.position_perplexity import bucket_ratios
 
 ROW = "quickstart_heads_feature_decay"
 PARTS = {"data2": "data order", "init2": "initialisation", "dof2": "DoF sample"}
-
-
-def misses(record: dict) -> bool:
-    """Fewer than 8 of 15 choosing prompts at 2k or at 4k."""
-    return any(hits(record, context)[0] < 8 for context in (2048, 4096))
 
 
 def moved(a: list, b: list) -> tuple[int, float]:
