@@ -1,7 +1,7 @@
 """The challenger rule of docs/results/far_term README ("Two more exact heads … design", applied from 2026-12-01):
 a challenger's test-split study judged bar by bar beside the shipped student's, and the verdict.
 
-    python docs/results/far_term/records/challenger_rule.py CHALLENGER SHIPPED [--bar4 STUDY]
+    python docs/results/far_term/records/challenger_rule.py CHALLENGER SHIPPED [--bar4 STUDY] [--unpaired]
     e.g. docs/results/far_term/long1k_fresh_test/comparison.json docs/results/far_term/heads_test/comparison.json \
         --bar4 docs/results/far_term/long1k_test/comparison.json
 
@@ -25,19 +25,20 @@ difference, sqrt(SE_1^2 + SE_2^2) over seeds.
 import argparse
 import math
 import statistics as st
+import sys
+from pathlib import Path
 
 from test_study_pairing import BUCKETS, bar_cells, cells, per_seed, se
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "tools"))
+from state_retrieval_plot import state_at  # noqa: E402  (the repository's tools/, not a package)
 
 CONTEXTS = ("2k", "4k")
 
 
 def state_share(cell, teacher, tokens=4096):
     """A cell's decode state at ``tokens`` over the teacher's fp32 KV cache there (closed form: bytes + growth)."""
-
-    def at(state):
-        return state["bytes"] + state["growth"] * (tokens - state["context"])
-
-    return at(cell["state"]) / at(teacher["state"])
+    return state_at(cell, cell["state"], tokens) / state_at(teacher, teacher["state"], tokens)
 
 
 def pooled_bar(rows):
@@ -73,7 +74,7 @@ def bars(study, bar4_study=None):
         ", ".join(f"seed {s} {h[0]}/{n[0]} · {h[1]}/{n[1]}" for s, (h, n) in ((s, rows[s]["bar"]) for s in rows)),
     )
     fits = [study[("student", s)]["fit"] for s in rows]
-    timed = [bar4_study[("student", s)]["fit"] for s in per_seed(bar4_study)] if bar4_study else fits
+    timed = [c["fit"] for (kind, _), c in bar4_study.items() if kind == "student"] if bar4_study else fits
     minutes = [f["wall_seconds"] / 60 for f in timed]
     own = ", ".join(f"{f['wall_seconds'] / 60:.0f}" for f in fits)
     source = f"timed by the other study: {', '.join(f'{m:.0f}' for m in minutes)} min; its own fits {own} min"
@@ -84,9 +85,10 @@ def bars(study, bar4_study=None):
     return out, rows, ok_state
 
 
-def better(challenger_rows, shipped_rows):
-    """(ii): {what: (better, how)} on bars 1 and 2 at both positions and the bar passkeys on the mean."""
-    paired = set(challenger_rows) == set(shipped_rows)
+def better(challenger_rows, shipped_rows, unpaired=False):
+    """(ii): {what: (better, how)} on bars 1 and 2 at both positions and the bar passkeys on the mean; paired per
+    seed where both studies have the same seeds, unless ``unpaired``."""
+    paired = set(challenger_rows) == set(shipped_rows) and not unpaired
     out = {}
     for bucket in BUCKETS:
         for bar, key, scale in (("1", "log_b", -1), ("2", "gap", 100)):  # lower log ratio, more gap points: better
@@ -98,7 +100,10 @@ def better(challenger_rows, shipped_rows):
             else:
                 diff = st.mean(c.values()) - st.mean(d.values())
                 err = math.hypot(se(list(c.values())), se(list(d.values())))
-                out[f"{bar} at {bucket}"] = (diff > 2 * err, f"unpaired: {_fmt([diff], key)} ± {_fmt([err], key)}")
+                out[f"{bar} at {bucket}"] = (
+                    diff > 2 * err,
+                    f"unpaired: {_fmt([diff], key)}, 2 SE {_fmt([2 * err], key).lstrip('+')}",
+                )
     rates = [pooled_bar(challenger_rows), pooled_bar(shipped_rows)]
     out["passkeys on the mean"] = (
         all(c >= s for c, s in zip(*rates)),
@@ -118,6 +123,7 @@ if __name__ == "__main__":
     parser.add_argument("challenger", help="the challenger's test-split study (comparison.json)")
     parser.add_argument("shipped", help="the shipped student's test-split study (comparison.json)")
     parser.add_argument("--bar4", help="a study of the challenger's recipe whose fits time bar 4")
+    parser.add_argument("--unpaired", action="store_true", help="read (ii) unpaired even where the seeds match")
     args = parser.parse_args()
     ch, ch_rows, ch_state = bars(cells(args.challenger), cells(args.bar4) if args.bar4 else None)
     sh, sh_rows, _ = bars(cells(args.shipped))
@@ -129,7 +135,7 @@ if __name__ == "__main__":
         )
     keeps = all(ch[b][0] for b in sh if sh[b][0])
     more = [b for b in ch if ch[b][0] and not sh[b][0]]
-    ii = better(ch_rows, sh_rows)
+    ii = better(ch_rows, sh_rows, args.unpaired)
     for what, (ok, how) in ii.items():
         print(f"(ii) {what}: {'better' if ok else 'not better'} ({how})")
     ii_ok = all(ok for ok, _ in ii.values()) and ch_state
